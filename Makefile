@@ -1,0 +1,38 @@
+# Developer entry points. The scripts under scripts/ hold the real steps, so
+# that a fresh machine without make can run them too.
+
+GO ?= go
+VMLINUX_ROOTS = "struct __sk_buff" __u8 __u16 __u32 __u64 __s8 __s16 __s32 __s64 \
+	__be16 __be32 __wsum __sum16 "enum bpf_map_type" BPF_NOEXIST BPF_F_NO_PREALLOC \
+	BPF_RB_FORCE_WAKEUP TCX_NEXT
+
+.PHONY: build generate check-generated vmlinux headers test bench clean
+
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/loupe ./cmd/loupe
+
+# Regenerate the committed BPF objects (needs clang-19: scripts/deps.sh generate).
+generate:
+	$(GO) generate ./internal/datapath/
+
+check-generated:
+	./scripts/check-generated.sh
+
+# Regenerate bpf/include/vmlinux.h from this kernel's BTF, trimmed.
+vmlinux:
+	bpftool btf dump file /sys/kernel/btf/vmlinux format c > /tmp/loupe-vmlinux-full.h
+	python3 tools/vmlinux/trim.py /tmp/loupe-vmlinux-full.h $(VMLINUX_ROOTS) > bpf/include/vmlinux.h
+
+# Re-pin the libbpf headers from the installed libbpf-dev.
+headers:
+	cp /usr/include/bpf/bpf_helpers.h /usr/include/bpf/bpf_helper_defs.h /usr/include/bpf/bpf_endian.h bpf/include/bpf/
+
+test:
+	./scripts/test.sh
+
+# Benchmarks (not tests): results go to bench/RESULTS.md.
+bench:
+	./bench/run.sh
+
+clean:
+	rm -rf bin

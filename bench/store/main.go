@@ -1,0 +1,341 @@
+// Command store benchmarks internal/store: it writes N generated flow
+// records (default 10 million) in batches the size of an agent's eviction,
+// then times Top over the last hour, and writes a markdown report.
+//
+// Run from the repository root:
+//
+//	go run ./bench/store            # writes bench/store/RESULTS.md
+//	go run ./bench/store -n 1000000 -out /dev/stdout
+//
+// The "cold" run drops the store files from the page cache first
+// (posix_fadvise DONTNEED on each file, nothing else), so it reads from disk;
+// the warm figure is the median of -runs further runs.
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"loupe/internal/flow"
+	"loupe/internal/store"
+)
+
+func main() {
+	n := flag.Int("n", 10_000_000, "records to write")
+	batchSize := flag.Int("batch", 50_000, "records per Write (one eviction)")
+	seed := flag.Uint64("seed", 1, "generator seed")
+	runs := flag.Int("runs", 5, "warm runs per query (the median is reported)")
+	dir := flag.String("dir", "", "store directory (default: a new temp dir, removed afterwards)")
+	out := flag.String("out", "bench/store/RESULTS.md", "where to write the markdown report")
+	csvPath := flag.String("csv", "", "also write the records as CSV here (for sqlite_compare.sh)")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the query phase here")
+	refUnix := flag.Int64("ref", 0, "end of the generated hour, unix seconds (default: now); fixes the data for a given seed")
+	queryOnly := flag.Bool("query-only", false, "reuse the store in -dir and only run the queries (for profiling; not for RESULTS.md)")
+	flag.Parse()
+	log.SetFlags(0)
+	if *queryOnly {
+		if *cpuprofile != "" {
+			f, err := os.Create(*cpuprofile)
+			if err != nil {
+				log.Fatal(err)
+			}
+			pprof.StartCPUProfile(f)
+			defer pprof.StopCPUProfile()
+		}
+		runQueriesOnly(*dir, *runs)
+		return
+	}
+
+	storeDir := *dir
+	if storeDir == "" {
+		d, err := os.MkdirTemp("", "loupe-store-bench-")
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer os.RemoveAll(d)
+		storeDir = d
+	}
+	ctx := context.Background()
+	ref := time.Now().UTC().Truncate(time.Second)
+	if *refUnix != 0 {
+		ref = time.Unix(*refUnix, 0).UTC()
+	}
+	batches := (*n + *batchSize - 1) / *batchSize
+	g := newGenerator(*seed, ref, batches)
+
+	var csvw *bufio.Writer
+	if *csvPath != "" {
+		f, err := os.Create(*csvPath)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer f.Close()
+		csvw = bufio.NewWriterSize(f, 1<<20)
+		defer csvw.Flush()
+	}
+
+	s, err := store.Open(storeDir, store.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	recs := make([]flow.Record, *batchSize)
+	var genTime, writeTime time.Duration
+	start := time.Now()
+	for written := 0; written < *n; written += len(recs) {
+		recs = recs[:min(*batchSize, *n-written)]
+		t := time.Now()
+		g.batch(recs)
+		if csvw != nil {
+			writeCSV(csvw, recs)
+		}
+		genTime += time.Since(t)
+		t = time.Now()
+		if err := s.Write(ctx, recs); err != nil {
+			log.Fatal(err)
+		}
+		writeTime += time.Since(t)
+	}
+	loopTime := time.Since(start)
+	t := time.Now()
+	if err := s.Maintain(ctx); err != nil { // let compaction finish
+		log.Fatal(err)
+	}
+	settle := time.Since(t)
+	st := s.Stats()
+	if err := s.Close(); err != nil {
+		log.Fatal(err)
+	}
+	disk := dirBytes(storeDir)
+	log.Printf("wrote %d records in %v (Write calls %v, generation %v), compaction settled in %v: %d segments, %d compactions",
+		*n, loopTime.Round(time.Millisecond), writeTime.Round(time.Millisecond), genTime.Round(time.Millisecond),
+		settle.Round(time.Millisecond), st.Segments, st.Compactions)
+
+	r, err := store.OpenReader(storeDir)
+	if err != nil {
+		log.Fatal(err)
+	}
+	hour := store.NewQuery()
+	hour.Since, hour.Until = ref.Add(-time.Hour), ref
+	last5 := store.NewQuery()
+	last5.Since, last5.Until = ref.Add(-5*time.Minute), ref
+	type result struct {
+		name       string
+		cold, warm time.Duration
+		rep        store.Report
+		top        []store.TopEntry
+	}
+	var results []result
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
+	for _, c := range []struct {
+		name string
+		q    store.Query
+		by   store.GroupBy
+	}{
+		{"top 10 sources, last hour", hour, store.BySrc},
+		{"top 10 destinations, last hour", hour, store.ByDst},
+		{"top 10 pairs, last hour", hour, store.ByPair},
+		{"top 10 ports, last hour", hour, store.ByPort},
+		{"top 10 sources, last 5 min", last5, store.BySrc},
+	} {
+		res := result{name: c.name}
+		q := c.q
+		q.Report = &res.rep
+		dropCache(storeDir)
+		var times []time.Duration
+		for i := range *runs + 1 {
+			t := time.Now()
+			top, err := r.Top(ctx, q, c.by, 10)
+			d := time.Since(t)
+			if err != nil {
+				log.Fatal(err)
+			}
+			if i == 0 {
+				res.cold, res.top = d, top
+			} else {
+				times = append(times, d)
+			}
+		}
+		slices.Sort(times)
+		res.warm = times[len(times)/2]
+		log.Printf("%s: cold %v, warm median %v (%d of %d segments read, %d records matched)",
+			c.name, res.cold.Round(time.Millisecond), res.warm.Round(time.Millisecond), res.rep.Read, res.rep.Segments, res.rep.Matched)
+		results = append(results, res)
+	}
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "# internal/store benchmark\n\n")
+	fmt.Fprintf(&b, "Command: `go run ./bench/store%s` (from the repository root)  \n", argString())
+	fmt.Fprintf(&b, "Kernel: `%s`, CPU: %s, %d CPUs (GOMAXPROCS %d), %s, %s  \n",
+		kernel(), cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), time.Now().UTC().Format("2006-01-02"))
+	fmt.Fprintf(&b, "Data: %d records, seed %d, %d Writes of %d records spread over the hour ending at %d (unix s), "+
+		"which is the queries' `Until`.\n\n", *n, *seed, batches, *batchSize, ref.Unix())
+	fmt.Fprintf(&b, "| measurement | value |\n| --- | --- |\n")
+	fmt.Fprintf(&b, "| write throughput (time in Write only, compaction running in the background) | %s records/s |\n", rate(*n, writeTime))
+	fmt.Fprintf(&b, "| write throughput (whole write loop, including generating the records) | %s records/s |\n", rate(*n, loopTime))
+	fmt.Fprintf(&b, "| compaction left after the last Write | %v |\n", settle.Round(time.Millisecond))
+	fmt.Fprintf(&b, "| segments after compaction | %d (%d compactions) |\n", st.Segments, st.Compactions)
+	fmt.Fprintf(&b, "| bytes on disk | %.1f MB, %.1f bytes per record |\n", float64(disk)/1e6, float64(disk)/float64(*n))
+	for _, res := range results {
+		fmt.Fprintf(&b, "| %s: cold (store files dropped from page cache) | %s |\n", res.name, ms(res.cold))
+		fmt.Fprintf(&b, "| %s: warm, median of %d | %s (%d of %d segments read, %d records matched) |\n",
+			res.name, *runs, ms(res.warm), res.rep.Read, res.rep.Segments, res.rep.Matched)
+	}
+	fmt.Fprintf(&b, "| peak RSS of the benchmark process (VmHWM, includes mapped segment pages) | %s |\n", peakRSS())
+	fmt.Fprintf(&b, "\nTop 10 sources, last hour (to cross-check other engines):\n\n| src | bytes | packets | flows |\n| --- | --- | --- | --- |\n")
+	for _, e := range results[0].top {
+		fmt.Fprintf(&b, "| %s | %d | %d | %d |\n", e.Src, e.Bytes, e.Packets, e.Flows)
+	}
+	fmt.Print(b.String())
+	if *out != "" {
+		if err := os.WriteFile(*out, []byte(b.String()), 0o644); err != nil {
+			log.Fatal(err)
+		}
+	}
+}
+
+func writeCSV(w *bufio.Writer, recs []flow.Record) {
+	var b []byte
+	for i := range recs {
+		r := &recs[i]
+		b = b[:0]
+		b = strconv.AppendInt(b, r.FirstSeen.UnixNano(), 10)
+		b = append(b, ',')
+		b = strconv.AppendInt(b, r.LastSeen.UnixNano(), 10)
+		b = append(b, ',')
+		b = r.SrcIP().AppendTo(b)
+		b = append(b, ',')
+		b = r.DstIP().AppendTo(b)
+		for _, v := range []uint64{uint64(r.SrcPort), uint64(r.DstPort), uint64(r.Proto), r.Packets, r.Bytes, uint64(r.IfIndex)} {
+			b = append(b, ',')
+			b = strconv.AppendUint(b, v, 10)
+		}
+		b = append(b, ',')
+		b = append(b, r.Iface...)
+		b = append(b, ',')
+		b = append(b, r.Direction.String()...)
+		b = append(b, ',')
+		b = strconv.AppendUint(b, uint64(r.EtherType), 10)
+		b = append(b, ',')
+		b = append(b, net.HardwareAddr(r.SrcMAC[:]).String()...)
+		b = append(b, ',')
+		b = append(b, net.HardwareAddr(r.DstMAC[:]).String()...)
+		for _, v := range []uint64{uint64(r.TCPFlags), uint64(r.DSCP), uint64(r.Sampling)} {
+			b = append(b, ',')
+			b = strconv.AppendUint(b, v, 10)
+		}
+		b = append(b, '\n')
+		w.Write(b)
+	}
+}
+
+// dropCache evicts the store's files (only those) from the page cache.
+func dropCache(dir string) {
+	des, _ := os.ReadDir(dir)
+	for _, de := range des {
+		f, err := os.Open(filepath.Join(dir, de.Name()))
+		if err != nil {
+			continue
+		}
+		const fadvDontNeed = 4
+		syscall.Syscall6(syscall.SYS_FADVISE64, f.Fd(), 0, 0, fadvDontNeed, 0, 0)
+		f.Close()
+	}
+}
+
+func dirBytes(dir string) int64 {
+	var total int64
+	des, _ := os.ReadDir(dir)
+	for _, de := range des {
+		if fi, err := de.Info(); err == nil {
+			total += fi.Size()
+		}
+	}
+	return total
+}
+
+func argString() string {
+	var b strings.Builder
+	for _, a := range os.Args[1:] {
+		b.WriteString(" " + a)
+	}
+	return b.String()
+}
+
+func kernel() string {
+	b, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	return strings.TrimSpace(string(b))
+}
+
+func cpuModel() string {
+	b, _ := os.ReadFile("/proc/cpuinfo")
+	for _, l := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown"
+}
+
+func peakRSS() string {
+	b, _ := os.ReadFile("/proc/self/status")
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			kb, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			return fmt.Sprintf("%.0f MB", float64(kb)/1024)
+		}
+	}
+	return "unknown"
+}
+
+func rate(n int, d time.Duration) string {
+	return fmt.Sprintf("%.2f M", float64(n)/d.Seconds()/1e6)
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d.Microseconds())/1000) }
+
+// runQueriesOnly times Top on an existing store, for quick profiling.
+func runQueriesOnly(dir string, runs int) {
+	r, err := store.OpenReader(dir)
+	if err != nil {
+		log.Fatal(err)
+	}
+	st, err := r.Stats()
+	if err != nil {
+		log.Fatal(err)
+	}
+	ref := st.Newest.Truncate(time.Second).Add(time.Second)
+	q := store.NewQuery()
+	q.Since, q.Until = ref.Add(-time.Hour), ref
+	for by := store.BySrc; by <= store.ByPort; by++ {
+		var times []time.Duration
+		for range runs {
+			t := time.Now()
+			if _, err := r.Top(context.Background(), q, by, 10); err != nil {
+				log.Fatal(err)
+			}
+			times = append(times, time.Since(t))
+		}
+		slices.Sort(times)
+		log.Printf("%v: median %v, min %v", by, times[len(times)/2].Round(time.Millisecond), times[0].Round(time.Millisecond))
+	}
+}

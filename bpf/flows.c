@@ -1,0 +1,237 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+//go:build ignore
+
+/* Flow accounting at the TC/TCX hook.
+ *
+ * Every packet is counted exactly once: into the active flow table, or, when
+ * the table refuses the insert, through the ring buffer, or, when even that is
+ * full, into the lost-packets and lost-bytes counters. Nothing is sampled.
+ *
+ * Why two tables behind an array-of-maps: userspace swaps the active table
+ * with one map update, and the kernel waits for a grace period before that
+ * update returns (maybe_wait_bpf_programs), so no program can still hold an
+ * element of the table being drained. Draining then races with nobody: a
+ * packet is never added to an entry after it was read and deleted, and the
+ * per-CPU leftovers of reused entries the netobserv paper warns about cannot
+ * appear (userspace still filters them, defensively).
+ */
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+
+#include "counters.h"
+#include "flow.h"
+#include "parse.h"
+
+char __license[] SEC("license") = "Dual BSD/GPL";
+
+#define TCX_NEXT_ACTION -1 /* TCX_NEXT, and TC_ACT_UNSPEC for cls_bpf: let the next program decide */
+#define E2BIG 7
+#define EEXIST 17
+#define ENOMEM 12
+/* How much of a non-linear packet to pull in when headers cross the linear
+ * area: Ethernet, two VLAN tags, IPv6 with extension headers, TCP. */
+#define PULL_LEN 256
+
+/* Set from Go before load (volatile const: folded by the verifier). */
+/* 1 when the tables are one shared hash (atomic adds) instead of per-CPU. */
+volatile const __u8 cfg_shared_table = 0;
+
+/* The flow table template: both tables userspace creates have this shape.
+ * The map type (per-CPU or shared hash) and max_entries (the flow budget)
+ * are set from Go before the tables are created. */
+struct flow_table {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 1);
+	__type(key, struct flow_key);     /* Key: the flow */
+	__type(value, struct flow_stats); /* Value: its counters this interval */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 1);
+	__type(key, __u32);                   /* Key: 0 */
+	__array(values, struct flow_table);   /* Value: the active flow table */
+} flow_tables SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 22); /* resized from Go */
+} flow_events SEC(".maps");           /* Record: struct flow_event */
+
+/* BTF only describes types that globals, maps and function signatures
+ * reach; these two pointers (in .bss, never used) make the kernel-facing
+ * structs and the counter enum visible to bpf2go -type. */
+const struct flow_event *unused_flow_event __attribute__((unused));
+const enum counter *unused_counter __attribute__((unused));
+
+static __always_inline void stats_add(struct flow_stats *st, __u64 len, __u64 now,
+				      const struct pkt_meta *meta)
+{
+	if (cfg_shared_table) {
+		__sync_fetch_and_add(&st->packets, 1);
+		__sync_fetch_and_add(&st->bytes, len);
+		/* Skip the locked OR when the flags are already there, which
+		 * is every packet of an established connection but a few. */
+		if ((st->tcp_flags | meta->tcp_flags) != st->tcp_flags)
+			__sync_fetch_and_or(&st->tcp_flags, meta->tcp_flags);
+	} else {
+		/* A CPU's first packet of a flow another CPU created finds
+		 * its own copy zeroed by the kernel. */
+		if (st->packets == 0) {
+			st->first_seen = now;
+			st->sampling = 1;
+		}
+		st->packets++;
+		st->bytes += len;
+		st->tcp_flags |= meta->tcp_flags;
+	}
+	/* Plain stores: in the shared table two CPUs may race here and leave a
+	 * last_seen a few nanoseconds older, which is harmless. */
+	st->last_seen = now;
+	st->dscp = meta->dscp;
+}
+
+/* Hand the packet's contribution to userspace through the ring buffer. */
+static __always_inline void divert(const struct flow_key *key, const struct flow_stats *st,
+				   long err)
+{
+	struct flow_event *ev;
+	__u32 reason;
+
+	if (err == -E2BIG || err == -ENOMEM) {
+		reason = FLOW_EVENT_MAP_FULL;
+		counter_inc(COUNTER_MAP_FULL);
+	} else {
+		reason = FLOW_EVENT_MAP_BUSY;
+		counter_inc(COUNTER_MAP_BUSY);
+	}
+
+	ev = bpf_ringbuf_reserve(&flow_events, sizeof(*ev), 0);
+	if (!ev) {
+		counter_inc(COUNTER_RINGBUF_FULL);
+		counter_inc(COUNTER_LOST_PACKETS);
+		counter_add(COUNTER_LOST_BYTES, st->bytes);
+		return;
+	}
+	ev->key = *key;
+	ev->stats = *st;
+	ev->reason = reason;
+	ev->err = (__s32)err;
+	bpf_ringbuf_submit(ev, 0);
+}
+
+static __always_inline void account(const struct flow_key *key, __u64 len,
+				    const struct pkt_meta *meta)
+{
+	struct flow_stats *st;
+	void *table;
+	__u32 zero = 0;
+	__u64 now;
+	long err;
+
+	table = bpf_map_lookup_elem(&flow_tables, &zero);
+	if (!table) {
+		counter_inc(COUNTER_NO_TABLE);
+		counter_inc(COUNTER_LOST_PACKETS);
+		counter_add(COUNTER_LOST_BYTES, len);
+		return;
+	}
+	/* Read the clock after picking the table, so that every timestamp in
+	 * a table is later than the moment userspace installed it. */
+	now = bpf_ktime_get_ns();
+
+	st = bpf_map_lookup_elem(table, key);
+	if (st) {
+		stats_add(st, len, now, meta);
+		return;
+	}
+
+	struct flow_stats fresh = {
+		.packets = 1,
+		.bytes = len,
+		.first_seen = now,
+		.last_seen = now,
+		.tcp_flags = meta->tcp_flags,
+		.sampling = 1,
+		.dscp = meta->dscp,
+	};
+	/* NOEXIST: in the shared table BPF_ANY would overwrite the counters
+	 * of a CPU that inserted the same flow an instant ago. */
+	err = bpf_map_update_elem(table, key, &fresh, BPF_NOEXIST);
+	if (err == 0)
+		return;
+	if (err == -EEXIST) {
+		st = bpf_map_lookup_elem(table, key);
+		if (st) {
+			stats_add(st, len, now, meta);
+			return;
+		}
+	}
+	divert(key, &fresh, err);
+}
+
+static __always_inline int observe(struct __sk_buff *skb, __u8 direction)
+{
+	struct flow_key key = {};
+	struct pkt_meta meta = {};
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	int res;
+
+	res = parse_packet(data, end, &key, &meta);
+	if (res != PARSE_OK && skb->len > (__u32)(end - data)) {
+		/* The headers run past the linear area: pull them in and parse
+		 * again. Rare (drivers put headers in the linear part), and it
+		 * may unclone the skb, so only done when needed. */
+		__u32 want = skb->len < PULL_LEN ? skb->len : PULL_LEN;
+
+		counter_inc(COUNTER_PULLED);
+		if (bpf_skb_pull_data(skb, want) == 0) {
+			__builtin_memset(&key, 0, sizeof(key));
+			__builtin_memset(&meta, 0, sizeof(meta));
+			data = (void *)(long)skb->data;
+			end = (void *)(long)skb->data_end;
+			res = parse_packet(data, end, &key, &meta);
+		}
+	}
+
+	switch (res) {
+	case PARSE_TRUNCATED_L2:
+		counter_inc(COUNTER_TRUNCATED_L2);
+		break;
+	case PARSE_TRUNCATED_L3:
+		counter_inc(COUNTER_TRUNCATED_L3);
+		break;
+	case PARSE_TRUNCATED_L4:
+		counter_inc(COUNTER_TRUNCATED_L4);
+		break;
+	}
+	if (meta.flags) {
+		if (meta.flags & PARSE_F_BAD_IHL)
+			counter_inc(COUNTER_BAD_IPV4_IHL);
+		if (meta.flags & PARSE_F_VLAN_DEPTH)
+			counter_inc(COUNTER_VLAN_DEPTH);
+		if (meta.flags & PARSE_F_EXT_DEPTH)
+			counter_inc(COUNTER_IPV6_EXT_DEPTH);
+		if (meta.flags & PARSE_F_FRAGMENT)
+			counter_inc(COUNTER_FRAGMENTS);
+	}
+
+	key.ifindex = skb->ifindex;
+	key.direction = direction;
+	account(&key, skb->len, &meta);
+	return TCX_NEXT_ACTION;
+}
+
+SEC("tc")
+int flows_ingress(struct __sk_buff *skb)
+{
+	return observe(skb, DIRECTION_INGRESS);
+}
+
+SEC("tc")
+int flows_egress(struct __sk_buff *skb)
+{
+	return observe(skb, DIRECTION_EGRESS);
+}

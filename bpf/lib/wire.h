@@ -1,0 +1,109 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Packet header layouts as they are on the wire.
+ *
+ * These are wire formats, not kernel structs: they must never be CO-RE
+ * relocated, so they are declared here instead of taken from vmlinux.h (whose
+ * records carry preserve_access_index). Bit fields are avoided: the parser
+ * reads the bytes that hold them.
+ */
+#ifndef LOUPE_WIRE_H
+#define LOUPE_WIRE_H
+
+#include "vmlinux.h"
+
+#define ETH_ALEN 6
+#define ETH_P_IP 0x0800
+#define ETH_P_IPV6 0x86DD
+#define ETH_P_8021Q 0x8100
+#define ETH_P_8021AD 0x88A8
+
+#define IPPROTO_HOPOPTS 0
+#define IPPROTO_ICMP 1
+#define IPPROTO_TCP 6
+#define IPPROTO_UDP 17
+#define IPPROTO_ROUTING 43
+#define IPPROTO_FRAGMENT 44
+#define IPPROTO_AH 51
+#define IPPROTO_ICMPV6 58
+#define IPPROTO_DSTOPTS 60
+#define IPPROTO_SCTP 132
+#define IPPROTO_MH 135
+#define IPPROTO_UDPLITE 136
+
+struct eth_wire {
+	__u8 dst[ETH_ALEN];
+	__u8 src[ETH_ALEN];
+	__be16 proto;
+};
+
+/* The 4 bytes that follow an 802.1Q / 802.1ad ethertype. */
+struct vlan_wire {
+	__be16 tci;
+	__be16 proto;
+};
+
+struct ipv4_wire {
+	__u8 version_ihl;
+	__u8 tos;
+	__be16 tot_len;
+	__be16 id;
+	__be16 frag_off; /* 3 flag bits, 13-bit offset in 8-byte units */
+	__u8 ttl;
+	__u8 protocol;
+	__be16 check;
+	__be32 saddr;
+	__be32 daddr;
+};
+
+#define IPV4_OFFSET_MASK 0x1FFF
+
+struct ipv6_wire {
+	__u8 vtc_flow[4]; /* version(4) traffic class(8) flow label(20) */
+	__be16 payload_len;
+	__u8 nexthdr;
+	__u8 hop_limit;
+	__u8 saddr[16];
+	__u8 daddr[16];
+};
+
+/* Common head of hop-by-hop, routing, destination and mobility headers:
+ * length in 8-octet units, not counting the first 8. AH uses the same two
+ * bytes but counts 4-octet units, minus 2. */
+struct ipv6_ext_wire {
+	__u8 nexthdr;
+	__u8 hdrlen;
+};
+
+struct ipv6_frag_wire {
+	__u8 nexthdr;
+	__u8 reserved;
+	__be16 frag_off; /* 13-bit offset in the high bits, then 2 reserved bits and M */
+	__be32 id;
+};
+
+#define IPV6_FRAG_OFFSET_MASK 0xFFF8
+
+/* TCP, UDP, UDP-Lite and SCTP all start with the two ports. */
+struct ports_wire {
+	__be16 src;
+	__be16 dst;
+};
+
+struct tcp_wire {
+	__be16 src;
+	__be16 dst;
+	__be32 seq;
+	__be32 ack_seq;
+	__u8 doff_ae; /* data offset(4) reserved(3) AE/NS(1) */
+	__u8 flags;   /* CWR ECE URG ACK PSH RST SYN FIN */
+	__be16 window;
+	__sum16 check;
+	__be16 urg_ptr;
+};
+
+struct icmp_wire {
+	__u8 type;
+	__u8 code;
+};
+
+#endif

@@ -1,0 +1,271 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"loupe/internal/flow"
+	"loupe/internal/store"
+)
+
+const defaultStore = "/var/lib/loupe/flows"
+
+// queryFlags are the filters `flows` and `top` share.
+type queryFlags struct {
+	store    string
+	since    time.Duration
+	src, dst string
+	port     int
+	proto    string
+}
+
+func (q *queryFlags) bind(fs *flag.FlagSet, defaultSince time.Duration) {
+	fs.StringVar(&q.store, "store", defaultStore, "flow store directory")
+	fs.DurationVar(&q.since, "since", defaultSince, "only flows seen in this last duration (0: all)")
+	fs.StringVar(&q.src, "src", "", "only flows from this CIDR or address")
+	fs.StringVar(&q.dst, "dst", "", "only flows to this CIDR or address")
+	fs.IntVar(&q.port, "port", -1, "only flows with this source or destination port (ICMP: type)")
+	fs.StringVar(&q.proto, "proto", "", "only this IP protocol: a number or tcp, udp, icmp, icmpv6, sctp")
+}
+
+func (q *queryFlags) query(now time.Time) (store.Query, error) {
+	sq := store.NewQuery()
+	if q.since < 0 {
+		return sq, fmt.Errorf("--since %v: must not be negative", q.since)
+	}
+	if q.since > 0 {
+		sq.Since = now.Add(-q.since)
+	}
+	var err error
+	if sq.Src, err = parsePrefix(q.src); err != nil {
+		return sq, fmt.Errorf("--src: %w", err)
+	}
+	if sq.Dst, err = parsePrefix(q.dst); err != nil {
+		return sq, fmt.Errorf("--dst: %w", err)
+	}
+	if q.port < -1 || q.port > 65535 {
+		return sq, fmt.Errorf("--port %d: want 0..65535", q.port)
+	}
+	sq.Port = q.port
+	if q.proto != "" {
+		p, err := parseProto(q.proto)
+		if err != nil {
+			return sq, fmt.Errorf("--proto: %w", err)
+		}
+		sq.Proto = int(p)
+	}
+	return sq, nil
+}
+
+// parsePrefix accepts a CIDR or a bare address (a /32 or /128).
+func parsePrefix(s string) (netip.Prefix, error) {
+	if s == "" {
+		return netip.Prefix{}, nil
+	}
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		return p.Masked(), err
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+var protoNames = map[string]uint8{"icmp": 1, "tcp": 6, "udp": 17, "icmpv6": 58, "sctp": 132}
+
+func parseProto(s string) (uint8, error) {
+	if p, ok := protoNames[strings.ToLower(s)]; ok {
+		return p, nil
+	}
+	n, err := strconv.ParseUint(s, 10, 8)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a protocol number or one of tcp, udp, icmp, icmpv6, sctp", s)
+	}
+	return uint8(n), nil
+}
+
+func protoName(p uint8) string {
+	for name, n := range protoNames {
+		if n == p {
+			return name
+		}
+	}
+	return strconv.Itoa(int(p))
+}
+
+func openReader(dir string) (*store.Reader, error) {
+	if _, err := os.Stat(dir); err != nil {
+		return nil, fmt.Errorf("store %s: %w", dir, err)
+	}
+	return store.OpenReader(dir)
+}
+
+func flowsCmd(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("flows", "[--store PATH] [--since D] [--src CIDR] [--dst CIDR] [--port N] [--proto P] [--json]", stdout, stderr)
+	var q queryFlags
+	q.bind(fs, 0)
+	asJSON := fs.Bool("json", false, "print one JSON object per line")
+	if err := parse(fs, args, stdout); err != nil {
+		return err
+	}
+	sq, err := q.query(time.Now())
+	if err != nil {
+		return err
+	}
+	rd, err := openReader(q.store)
+	if err != nil {
+		return err
+	}
+	var rep store.Report
+	sq.Report = &rep
+
+	w := bufio.NewWriterSize(stdout, 64<<10)
+	defer w.Flush()
+	var tw *tabwriter.Writer
+	if !*asJSON {
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "LAST SEEN\tIFACE\tDIR\tPROTO\tSOURCE\tDESTINATION\tPACKETS\tBYTES\tTCP FLAGS")
+	}
+	var buf []byte
+	err = rd.Scan(context.Background(), sq, func(r *flow.Record) error {
+		if *asJSON {
+			buf = append(flow.AppendJSON(buf[:0], r), '\n')
+			_, err := w.Write(buf)
+			return err
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n",
+			r.LastSeen.Local().Format("2006-01-02 15:04:05.000"), r.Iface, r.Direction, protoName(r.Proto),
+			endpoint(r.SrcIP(), r.SrcPort, r), endpoint(r.DstIP(), r.DstPort, r), r.Packets, r.Bytes, tcpFlags(r))
+		return nil
+	})
+	if tw != nil {
+		tw.Flush()
+	}
+	reportSkipped(stderr, &rep)
+	return err
+}
+
+func topCmd(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("top", "[--by src|dst|pair|port] [--since D] [-n N] [--store PATH]", stdout, stderr)
+	var q queryFlags
+	q.bind(fs, time.Hour)
+	by := fs.String("by", "src", "group by src, dst, pair or port")
+	n := fs.Int("n", 10, "how many rows")
+	if err := parse(fs, args, stdout); err != nil {
+		return err
+	}
+	group, err := store.ParseGroupBy(*by)
+	if err != nil {
+		return fmt.Errorf("--by: %w", err)
+	}
+	if *n < 1 {
+		return fmt.Errorf("-n %d: want at least 1", *n)
+	}
+	sq, err := q.query(time.Now())
+	if err != nil {
+		return err
+	}
+	rd, err := openReader(q.store)
+	if err != nil {
+		return err
+	}
+	var rep store.Report
+	sq.Report = &rep
+	rows, err := rd.Top(context.Background(), sq, group, *n)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	switch group {
+	case store.BySrc:
+		fmt.Fprintln(tw, "SOURCE\tBYTES\tPACKETS\tFLOWS\t")
+	case store.ByDst:
+		fmt.Fprintln(tw, "DESTINATION\tBYTES\tPACKETS\tFLOWS\t")
+	case store.ByPair:
+		fmt.Fprintln(tw, "SOURCE\tDESTINATION\tBYTES\tPACKETS\tFLOWS\t")
+	case store.ByPort:
+		fmt.Fprintln(tw, "PORT\tPROTO\tBYTES\tPACKETS\tFLOWS\t")
+	}
+	for _, r := range rows {
+		switch group {
+		case store.BySrc:
+			fmt.Fprintf(tw, "%s\t", addrOrNonIP(r.Src))
+		case store.ByDst:
+			fmt.Fprintf(tw, "%s\t", addrOrNonIP(r.Dst))
+		case store.ByPair:
+			fmt.Fprintf(tw, "%s\t%s\t", addrOrNonIP(r.Src), addrOrNonIP(r.Dst))
+		case store.ByPort:
+			fmt.Fprintf(tw, "%d\t%s\t", r.Port, protoName(r.Proto))
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t\n", humanBytes(r.Bytes), r.Packets, r.Flows)
+	}
+	tw.Flush()
+	reportSkipped(stderr, &rep)
+	return nil
+}
+
+func reportSkipped(w io.Writer, rep *store.Report) {
+	for _, c := range rep.Corrupt {
+		fmt.Fprintf(w, "warning: skipped %v\n", c)
+	}
+}
+
+func endpoint(a netip.Addr, port uint16, r *flow.Record) string {
+	if !a.IsValid() {
+		return fmt.Sprintf("ethertype %#04x", r.EtherType)
+	}
+	switch r.Proto {
+	case 6, 17, 132, 136:
+		return netip.AddrPortFrom(a, port).String()
+	}
+	return a.String()
+}
+
+func addrOrNonIP(a netip.Addr) string {
+	if !a.IsValid() {
+		return "(non-IP)"
+	}
+	return a.String()
+}
+
+var flagLetters = []struct {
+	bit    uint16
+	letter byte
+}{{flow.TCPFin, 'F'}, {flow.TCPSyn, 'S'}, {flow.TCPRst, 'R'}, {flow.TCPPsh, 'P'}, {flow.TCPAck, 'A'}, {flow.TCPUrg, 'U'}, {flow.TCPEce, 'E'}, {flow.TCPCwr, 'C'}}
+
+func tcpFlags(r *flow.Record) string {
+	if r.Proto != 6 {
+		return ""
+	}
+	var b []byte
+	for _, f := range flagLetters {
+		if r.TCPFlags&f.bit != 0 {
+			b = append(b, f.letter)
+		}
+	}
+	return string(b)
+}
+
+func humanBytes(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

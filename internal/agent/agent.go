@@ -1,0 +1,260 @@
+// Package agent wires Loupe's parts into the running agent: datapath,
+// attach manager, evictor, sinks and the HTTP listener, and orders their
+// shutdown so that every in-flight packet reaches every sink.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"loupe/internal/attach"
+	"loupe/internal/config"
+	"loupe/internal/datapath"
+	"loupe/internal/export"
+	"loupe/internal/export/jsonl"
+	"loupe/internal/export/promflow"
+	"loupe/internal/export/storesink"
+	"loupe/internal/flow"
+)
+
+// Run runs the agent until ctx is done, then shuts down gracefully: detach,
+// final eviction (which drains the ring buffer), flush and close every sink.
+func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (err error) {
+	tables, err := tableKind(cfg.MapType)
+	if err != nil {
+		return err
+	}
+	mode, err := attach.ParseMode(cfg.AttachMode)
+	if err != nil {
+		return err
+	}
+	pos, err := attach.ParsePosition(cfg.AttachPosition)
+	if err != nil {
+		return err
+	}
+
+	dp, err := datapath.Load(datapath.Options{
+		FlowBudget:  cfg.FlowBudget,
+		Tables:      tables,
+		RingBufSize: int(cfg.RingbufSize),
+	})
+	if err != nil {
+		return fmt.Errorf("%w%s", err, privilegeHint(err))
+	}
+	defer dp.Close()
+	if total, tbl, err := dp.MemoryBytes(); err == nil {
+		log.Info("datapath loaded", "component", "datapath", "tables", tables, "flow_budget", cfg.FlowBudget,
+			"cpus", dp.CPUs(), "table_memory_bytes", tbl, "total_memory_bytes", total)
+	}
+
+	sinks, prom, err := openSinks(cfg, log)
+	if err != nil {
+		return err
+	}
+	fan := export.NewFanout(log, sinks...)
+	defer func() {
+		if cerr := fan.Close(); cerr != nil {
+			log.Error("closing sinks", "err", cerr)
+			err = errors.Join(err, cerr)
+		}
+	}()
+
+	events, err := dp.OpenEvents()
+	if err != nil {
+		return err
+	}
+	defer events.Close()
+	eventCh := make(chan flow.Event, 4096)
+	go forwardEvents(events, eventCh, log)
+
+	mgr, err := attach.NewManager(attach.Config{
+		Programs: attach.Programs{Ingress: dp.Ingress(), Egress: dp.Egress()},
+		Mode:     mode,
+		Position: pos,
+		Include:  cfg.Interfaces,
+		Exclude:  cfg.Exclude,
+		Logger:   log,
+	})
+	if err != nil {
+		return err
+	}
+	// Created before anything is attached: it takes this moment as the
+	// first table's install time.
+	ev := flow.NewEvictor(flow.EvictorConfig{
+		Table:       dp,
+		Events:      eventCh,
+		DrainEvents: func() { _ = events.Drain() },
+		Out:         fan,
+		Interval:    cfg.CacheActiveTimeout,
+		IfaceName:   mgr.Name,
+		Logger:      log,
+	})
+
+	var srv *http.Server
+	if cfg.Listen != config.None {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		reg.MustRegister(newHealthCollector(dp, mgr, ev, fan, cfg, log), prom)
+		if srv, err = serveHTTP(cfg.Listen, reg, log); err != nil {
+			return err
+		}
+		defer shutdownHTTP(srv, log)
+	}
+
+	mgrCtx, stopMgr := context.WithCancel(context.Background())
+	defer stopMgr()
+	mgrDone := make(chan error, 1)
+	go func() { mgrDone <- mgr.Run(mgrCtx) }()
+	select {
+	case <-mgr.Ready():
+	case err := <-mgrDone:
+		return fmt.Errorf("attach: %w%s", err, privilegeHint(err))
+	}
+
+	evCtx, stopEvictor := context.WithCancel(context.Background())
+	defer stopEvictor()
+	evDone := make(chan error, 1)
+	go func() { evDone <- ev.Run(evCtx) }()
+	log.Info("loupe running", "interfaces", mgr.Stats().Attached, "mode", mgr.Stats().Mode,
+		"cache_active_timeout", cfg.CacheActiveTimeout, "sinks", sinkNames(fan))
+
+	var runErr error
+	mgrStopped := false
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: detaching, evicting and flushing")
+	case runErr = <-mgrDone:
+		mgrStopped = true
+		log.Error("interface manager stopped", "err", runErr)
+	}
+
+	// Order matters: detach first so no new packet is counted, then the
+	// final eviction (its table swap waits out running programs, then the
+	// ring buffer is drained), then the sinks are flushed and closed.
+	stopMgr()
+	if !mgrStopped {
+		runErr = <-mgrDone
+	}
+	stopEvictor()
+	if err := <-evDone; err != nil {
+		runErr = errors.Join(runErr, fmt.Errorf("final eviction: %w", err))
+	}
+	st := ev.Stats()
+	log.Info("final eviction done", "records", st.Records, "flows", st.Flows)
+	return runErr
+}
+
+func tableKind(s string) (datapath.TableKind, error) {
+	switch s {
+	case "percpu", "auto", "":
+		return datapath.PerCPU, nil
+	case "shared":
+		return datapath.Shared, nil
+	}
+	return 0, fmt.Errorf("map_type %q: want auto, percpu or shared", s)
+}
+
+func openSinks(cfg config.Config, log *slog.Logger) ([]export.Sink, *promflow.Sink, error) {
+	var sinks []export.Sink
+	closeAll := func() {
+		for _, s := range sinks {
+			s.Close()
+		}
+	}
+	if cfg.Store.Path != config.None {
+		s, err := storesink.Open(cfg.Store.Path, cfg.Store.Retention, log)
+		if err != nil {
+			return nil, nil, err
+		}
+		sinks = append(sinks, s)
+	}
+	for _, target := range cfg.Export {
+		scheme, rest, _ := strings.Cut(target, ":")
+		switch scheme {
+		case "json":
+			s, err := jsonl.Open(rest)
+			if err != nil {
+				closeAll()
+				return nil, nil, err
+			}
+			sinks = append(sinks, s)
+		default:
+			closeAll()
+			return nil, nil, fmt.Errorf("export %q: unsupported sink", target)
+		}
+	}
+	prom := promflow.New(promflow.Options{})
+	sinks = append(sinks, prom)
+	return sinks, prom, nil
+}
+
+func sinkNames(f *export.Fanout) string {
+	var names []string
+	for _, s := range f.Stats() {
+		names = append(names, s.Name)
+	}
+	return strings.Join(names, ",")
+}
+
+// forwardEvents moves ring-buffer events to the evictor until the ring
+// buffer is drained or closed, then closes out.
+func forwardEvents(events *datapath.Events, out chan<- flow.Event, log *slog.Logger) {
+	defer close(out)
+	for {
+		e, err := events.Read()
+		switch {
+		case err == nil:
+			out <- e
+		case errors.Is(err, datapath.ErrDrained), errors.Is(err, os.ErrClosed):
+			return
+		default:
+			log.Error("reading flow events", "component", "datapath", "err", err)
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
+func serveHTTP(addr string, reg *prometheus.Registry, log *slog.Logger) (*http.Server, error) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelError)}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server", "err", err)
+		}
+	}()
+	log.Info("serving metrics", "component", "http", "addr", ln.Addr().String())
+	return srv, nil
+}
+
+func shutdownHTTP(srv *http.Server, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		log.Warn("http shutdown", "err", err)
+	}
+}
+
+// privilegeHint turns a bare EPERM into advice on what is missing.
+func privilegeHint(err error) string {
+	if errors.Is(err, os.ErrPermission) {
+		return " (loupe run needs CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON, or root)"
+	}
+	return ""
+}

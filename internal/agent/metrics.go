@@ -1,0 +1,125 @@
+package agent
+
+import (
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"loupe/internal/attach"
+	"loupe/internal/config"
+	"loupe/internal/datapath"
+	"loupe/internal/export"
+	"loupe/internal/flow"
+)
+
+// healthCollector reads every component's counters at scrape time, so that
+// the components themselves know nothing of Prometheus. All label sets are
+// bounded: reasons, counter names, sink names, attach modes.
+type healthCollector struct {
+	dp  *datapath.Datapath
+	mgr *attach.Manager
+	ev  *flow.Evictor
+	fan *export.Fanout
+	cfg config.Config
+	log *slog.Logger
+
+	attached, attachOps, attachErrs, resyncs, mode *prometheus.Desc
+	capacity, entries, fill, memory                *prometheus.Desc
+	evictions, evictedFlows, stale, evictSeconds   *prometheus.Desc
+	ringEvents, dpEvents, droppedPkts, droppedB    *prometheus.Desc
+	sinkRecords, sinkErrors, scrapeErr             *prometheus.Desc
+}
+
+func newHealthCollector(dp *datapath.Datapath, mgr *attach.Manager, ev *flow.Evictor, fan *export.Fanout, cfg config.Config, log *slog.Logger) *healthCollector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("loupe_"+name, help, labels, nil)
+	}
+	return &healthCollector{
+		dp: dp, mgr: mgr, ev: ev, fan: fan, cfg: cfg, log: log,
+		attached:     d("interfaces_attached", "Interfaces the flow programs are attached to."),
+		attachOps:    d("attach_operations_total", "Successful attach and detach operations.", "op"),
+		attachErrs:   d("attach_errors_total", "Failed attach or detach operations."),
+		resyncs:      d("netlink_resyncs_total", "Link subscriptions restarted after an error (interfaces re-listed)."),
+		mode:         d("attach_mode_info", "The attach mechanism in use.", "mode"),
+		capacity:     d("flow_table_capacity", "Flows one kernel flow table holds (flow_budget)."),
+		entries:      d("flow_table_entries", "Flows in the table at the last eviction."),
+		fill:         d("flow_table_fill_ratio", "flow_table_entries / flow_table_capacity at the last eviction."),
+		memory:       d("bpf_map_memory_bytes", "Kernel memory of the datapath's maps (memlock accounting).", "map"),
+		evictions:    d("evictions_total", "Table evictions, by what caused them.", "reason"),
+		evictedFlows: d("evicted_flows_total", "Flow table entries read and deleted by evictions."),
+		stale:        d("stale_entries_discarded_total", "Per-CPU leftovers older than their table, discarded at merge."),
+		evictSeconds: d("eviction_duration_seconds", "Duration of the last eviction."),
+		ringEvents:   d("ringbuf_events_total", "Packets delivered through the ring buffer, by reason.", "reason"),
+		dpEvents:     d("datapath_events_total", "Datapath anomalies and failures, by counter (bpf/lib/counters.h).", "event"),
+		droppedPkts:  d("dropped_packets_total", "Packets the agent could not account in any flow (ring buffer full)."),
+		droppedB:     d("dropped_bytes_total", "Bytes of dropped_packets_total."),
+		sinkRecords:  d("sink_records_total", "Flow records each sink accepted.", "sink"),
+		sinkErrors:   d("sink_errors_total", "Failed writes and flushes, by sink.", "sink"),
+		scrapeErr:    d("scrape_errors", "Errors reading component state during this scrape.", "component"),
+	}
+}
+
+func (c *healthCollector) Describe(ch chan<- *prometheus.Desc) {
+	prometheus.DescribeByCollect(c, ch)
+}
+
+func (c *healthCollector) Collect(ch chan<- prometheus.Metric) {
+	gauge := func(d *prometheus.Desc, v float64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
+	}
+	counter := func(d *prometheus.Desc, v uint64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), l...)
+	}
+
+	as := c.mgr.Stats()
+	gauge(c.attached, float64(as.Attached))
+	counter(c.attachOps, as.Attaches, "attach")
+	counter(c.attachOps, as.Detaches, "detach")
+	counter(c.attachErrs, as.Errors)
+	counter(c.resyncs, as.Resyncs)
+	gauge(c.mode, 1, as.Mode.String())
+
+	es := c.ev.Stats()
+	gauge(c.capacity, float64(c.cfg.FlowBudget))
+	gauge(c.entries, float64(es.LastFlows))
+	gauge(c.fill, float64(es.LastFlows)/float64(c.cfg.FlowBudget))
+	for reason, n := range es.Evictions {
+		counter(c.evictions, n, reason)
+	}
+	counter(c.evictedFlows, es.Flows)
+	counter(c.stale, es.Stale)
+	gauge(c.evictSeconds, es.LastDuration.Seconds())
+	for reason, n := range es.Events {
+		counter(c.ringEvents, n, reason)
+	}
+
+	scrapeErrs := map[string]uint64{"datapath": 0}
+	if total, tables, err := c.dp.MemoryBytes(); err == nil {
+		gauge(c.memory, float64(tables), "flow_tables")
+		gauge(c.memory, float64(total), "all")
+	} else {
+		scrapeErrs["datapath"]++
+	}
+	if cs, err := c.dp.Counters(); err == nil {
+		for _, ctr := range cs {
+			switch ctr.Name {
+			case "lost_packets":
+				counter(c.droppedPkts, ctr.Value)
+			case "lost_bytes":
+				counter(c.droppedB, ctr.Value)
+			default:
+				counter(c.dpEvents, ctr.Value, ctr.Name)
+			}
+		}
+	} else {
+		scrapeErrs["datapath"]++
+		c.log.Warn("reading datapath counters", "err", err)
+	}
+	for _, s := range c.fan.Stats() {
+		counter(c.sinkRecords, s.Records, s.Name)
+		counter(c.sinkErrors, s.Errors, s.Name)
+	}
+	for comp, n := range scrapeErrs {
+		gauge(c.scrapeErr, float64(n), comp)
+	}
+}

@@ -1,0 +1,338 @@
+package attach
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Config configures a Manager.
+type Config struct {
+	Programs Programs
+	Mode     Mode
+	Position Position
+	// Include are interface name globs (path.Match). Empty means every
+	// interface but loopback.
+	Include []string
+	// Exclude globs win over Include.
+	Exclude []string
+	Logger  *slog.Logger
+}
+
+// Stats are the manager's counters.
+type Stats struct {
+	Mode     Mode // the mechanism in use (Auto until the first attach)
+	Attached int  // interfaces attached now
+	Attaches uint64
+	Detaches uint64
+	Errors   uint64 // failed attaches and detaches
+	Resyncs  uint64 // netlink subscriptions restarted after an error
+}
+
+type attachment struct {
+	name   string
+	closer io.Closer // nil when the interface is known but not monitored
+}
+
+// Manager attaches the programs to every matching interface of the current
+// network namespace, follows interfaces as they appear and disappear
+// (netlink), and names interface indexes for the records.
+type Manager struct {
+	cfg Config
+	log *slog.Logger
+
+	mu       sync.Mutex
+	att      attacher
+	links    map[int]*attachment // by ifindex: every interface seen
+	gone     map[uint32]goneName // names of removed interfaces, for late records
+	attached int
+
+	attaches, detaches, errs, resyncs atomic.Uint64
+	ready                             chan struct{}
+}
+
+type goneName struct {
+	name string
+	at   time.Time
+}
+
+// goneNameTTL is how long a removed interface's name is remembered, so that
+// the last records of a deleted container veth still carry its name.
+const goneNameTTL = time.Minute
+
+// NewManager validates the configuration. Nothing is attached before Run.
+func NewManager(cfg Config) (*Manager, error) {
+	for _, g := range append(append([]string{}, cfg.Include...), cfg.Exclude...) {
+		if _, err := path.Match(g, ""); err != nil {
+			return nil, fmt.Errorf("interface pattern %q: %w", g, err)
+		}
+	}
+	if cfg.Programs.Ingress == nil || cfg.Programs.Egress == nil {
+		return nil, errors.New("attach: both programs are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	m := &Manager{
+		cfg:   cfg,
+		log:   cfg.Logger.With("component", "attach"),
+		links: make(map[int]*attachment),
+		gone:  make(map[uint32]goneName),
+		ready: make(chan struct{}),
+	}
+	switch cfg.Mode {
+	case TCX:
+		m.att = tcxAttacher{}
+	case TC:
+		m.att = tcAttacher{}
+	}
+	return m, nil
+}
+
+// Ready is closed once the interfaces present at start have been attached.
+func (m *Manager) Ready() <-chan struct{} { return m.ready }
+
+// Matches reports whether an interface name is to be monitored.
+func (m *Manager) Matches(name string) bool {
+	for _, g := range m.cfg.Exclude {
+		if ok, _ := path.Match(g, name); ok {
+			return false
+		}
+	}
+	if len(m.cfg.Include) == 0 {
+		return name != "lo"
+	}
+	for _, g := range m.cfg.Include {
+		if ok, _ := path.Match(g, name); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// Run attaches to the existing interfaces, then follows link changes until
+// ctx is done, and finally detaches everything. It returns only after every
+// link it made is closed.
+func (m *Manager) Run(ctx context.Context) error {
+	defer m.detachAll()
+	readyOnce := sync.OnceFunc(func() { close(m.ready) })
+	defer readyOnce()
+
+	for {
+		updates := make(chan netlink.LinkUpdate, 256)
+		done := make(chan struct{})
+		subErr := make(chan error, 1)
+		// Subscribe before listing, so that no interface can appear
+		// unseen in between; handling is idempotent, so seeing one
+		// twice is harmless.
+		err := netlink.LinkSubscribeWithOptions(updates, done, netlink.LinkSubscribeOptions{
+			ErrorCallback: func(err error) {
+				select {
+				case subErr <- err:
+				default:
+				}
+			},
+			ReceiveBufferSize: 1 << 20,
+		})
+		if err != nil {
+			return fmt.Errorf("subscribe to link changes: %w", err)
+		}
+		if err := m.resync(); err != nil {
+			close(done)
+			return err
+		}
+		readyOnce()
+
+		err = m.follow(ctx, updates)
+		close(done)
+		for range updates { // the subscription goroutine closes it
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		m.resyncs.Add(1)
+		select {
+		case e := <-subErr:
+			err = errors.Join(err, e)
+		default:
+		}
+		m.log.Warn("link subscription lost, resynchronising", "err", err)
+	}
+}
+
+func (m *Manager) follow(ctx context.Context, updates <-chan netlink.LinkUpdate) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case u, ok := <-updates:
+			if !ok {
+				return errors.New("subscription closed")
+			}
+			idx := int(u.Attrs().Index)
+			switch u.Header.Type {
+			case unix.RTM_NEWLINK:
+				m.seen(idx, u.Attrs().Name)
+			case unix.RTM_DELLINK:
+				m.removed(idx)
+			}
+		}
+	}
+}
+
+// resync makes the attached set equal to what the interface list says.
+func (m *Manager) resync() error {
+	links, err := netlink.LinkList()
+	if err != nil {
+		return fmt.Errorf("list interfaces: %w", err)
+	}
+	present := make(map[int]bool, len(links))
+	for _, l := range links {
+		present[l.Attrs().Index] = true
+		m.seen(l.Attrs().Index, l.Attrs().Name)
+	}
+	m.mu.Lock()
+	var stale []int
+	for idx := range m.links {
+		if !present[idx] {
+			stale = append(stale, idx)
+		}
+	}
+	m.mu.Unlock()
+	for _, idx := range stale {
+		m.removed(idx)
+	}
+	return nil
+}
+
+// seen handles an interface that exists (new, renamed, or listed again).
+func (m *Manager) seen(idx int, name string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a := m.links[idx]
+	if a == nil {
+		a = &attachment{}
+		m.links[idx] = a
+	}
+	a.name = name
+	want := m.Matches(name)
+	switch {
+	case want && a.closer == nil:
+		c, err := m.attachLocked(idx)
+		if err != nil {
+			m.errs.Add(1)
+			if errors.Is(err, unix.ENODEV) {
+				m.log.Debug("interface vanished before attach", "iface", name, "ifindex", idx)
+			} else {
+				m.log.Error("attach failed", "iface", name, "ifindex", idx, "err", err)
+			}
+			return
+		}
+		a.closer = c
+		m.attached++
+		m.attaches.Add(1)
+		m.log.Info("attached", "iface", name, "ifindex", idx, "mode", m.att.mode())
+	case !want && a.closer != nil:
+		m.detachLocked(idx, a) // renamed out of the monitored set
+	}
+}
+
+func (m *Manager) attachLocked(idx int) (io.Closer, error) {
+	if m.att != nil {
+		return m.att.attach(idx, m.cfg.Programs, m.cfg.Position)
+	}
+	// Auto: the first attach decides, once, what this kernel has.
+	c, err := tcxAttacher{}.attach(idx, m.cfg.Programs, m.cfg.Position)
+	if err == nil {
+		m.att = tcxAttacher{}
+		return c, nil
+	}
+	if !errors.Is(err, ebpf.ErrNotSupported) {
+		return nil, err
+	}
+	m.log.Warn("TCX is not supported by this kernel; falling back to clsact + cls_bpf", "err", err)
+	m.att = tcAttacher{}
+	return m.att.attach(idx, m.cfg.Programs, m.cfg.Position)
+}
+
+// removed handles an interface that disappeared.
+func (m *Manager) removed(idx int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a := m.links[idx]
+	if a == nil {
+		return
+	}
+	if a.closer != nil {
+		m.detachLocked(idx, a)
+	}
+	delete(m.links, idx)
+	now := time.Now()
+	m.gone[uint32(idx)] = goneName{name: a.name, at: now}
+	for k, g := range m.gone {
+		if now.Sub(g.at) > goneNameTTL {
+			delete(m.gone, k)
+		}
+	}
+}
+
+func (m *Manager) detachLocked(idx int, a *attachment) {
+	if err := a.closer.Close(); err != nil {
+		m.errs.Add(1)
+		m.log.Warn("detach failed", "iface", a.name, "ifindex", idx, "err", err)
+	} else {
+		m.log.Info("detached", "iface", a.name, "ifindex", idx)
+	}
+	a.closer = nil
+	m.attached--
+	m.detaches.Add(1)
+}
+
+func (m *Manager) detachAll() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for idx, a := range m.links {
+		if a.closer != nil {
+			m.detachLocked(idx, a)
+		}
+	}
+}
+
+// Name returns the name of an interface index, including interfaces removed
+// in the last minute, or "" if unknown.
+func (m *Manager) Name(ifindex uint32) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if a := m.links[int(ifindex)]; a != nil {
+		return a.name
+	}
+	return m.gone[ifindex].name
+}
+
+// Stats returns a snapshot of the manager's counters.
+func (m *Manager) Stats() Stats {
+	m.mu.Lock()
+	mode, attached := Auto, m.attached
+	if m.att != nil {
+		mode = m.att.mode()
+	}
+	m.mu.Unlock()
+	return Stats{
+		Mode:     mode,
+		Attached: attached,
+		Attaches: m.attaches.Load(),
+		Detaches: m.detaches.Load(),
+		Errors:   m.errs.Load(),
+		Resyncs:  m.resyncs.Load(),
+	}
+}

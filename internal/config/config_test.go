@@ -1,0 +1,450 @@
+package config
+
+import (
+	"bytes"
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// run loads a configuration the way `loupe run` does: file (if yamlText is
+// not empty), environment, then command-line args. It returns the file path
+// so that tests can check error messages name it.
+func run(t *testing.T, yamlText string, env []string, args ...string) (Config, string, error) {
+	t.Helper()
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	f := BindFlags(fs)
+	var path string
+	if yamlText != "" {
+		path = filepath.Join(t.TempDir(), "loupe.yaml")
+		if err := os.WriteFile(path, []byte(yamlText), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args = append([]string{"--config", path}, args...)
+	}
+	if err := fs.Parse(args); err != nil {
+		return Config{}, path, err
+	}
+	cfg, err := Load(f, env)
+	return cfg, path, err
+}
+
+// fieldByKey returns the descriptor of a YAML key, failing the test if the
+// key does not exist.
+func fieldByKey(t *testing.T, key string) field {
+	t.Helper()
+	for _, f := range fields() {
+		if f.key == key {
+			return f
+		}
+	}
+	t.Fatalf("no key %q", key)
+	return field{}
+}
+
+// yamlFor renders key=text as a YAML document, nesting dotted keys and
+// turning comma-separated text into a list for list keys.
+func yamlFor(t *testing.T, key, text string) string {
+	t.Helper()
+	value := strconv.Quote(text)
+	if fieldByKey(t, key).kind == kindList {
+		var q []string
+		for _, e := range strings.Split(text, ",") {
+			q = append(q, strconv.Quote(e))
+		}
+		value = "[" + strings.Join(q, ", ") + "]"
+	}
+	if section, sub, ok := strings.Cut(key, "."); ok {
+		return section + ":\n  " + sub + ": " + value + "\n"
+	}
+	return key + ": " + value + "\n"
+}
+
+func TestDefault(t *testing.T) {
+	want := Config{
+		CacheActiveTimeout: 5 * time.Second,
+		FlowBudget:         65536,
+		RingbufSize:        4 * 1024 * 1024,
+		MapType:            "auto",
+		AttachMode:         "auto",
+		AttachPosition:     "head",
+		Store:              Store{Path: "/var/lib/loupe/flows", Retention: 24 * time.Hour},
+		Listen:             "127.0.0.1:9464",
+		LogLevel:           "info",
+		LogFormat:          "text",
+	}
+	d := Default()
+	if !reflect.DeepEqual(d, want) {
+		t.Fatalf("Default() = %+v, want %+v", d, want)
+	}
+	if err := d.Validate(); err != nil {
+		t.Fatalf("Default().Validate() = %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		load func() (Config, error)
+	}{
+		{"nil flags", func() (Config, error) { return Load(nil, nil) }},
+		{"no args", func() (Config, error) { c, _, err := run(t, "", nil); return c, err }},
+		{"empty file", func() (Config, error) { c, _, err := run(t, "# nothing here\n", nil); return c, err }},
+		{"null values", func() (Config, error) {
+			c, _, err := run(t, "flow_budget: ~\nstore:\ninterfaces:\n", nil)
+			return c, err
+		}},
+		{"other env vars", func() (Config, error) {
+			return Load(nil, []string{"PATH=/bin", "loupe_flow_budget=1", "XLOUPE_FLOW_BUDGET=1", "LOUPE"})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := tc.load()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("got %+v, want defaults", got)
+			}
+		})
+	}
+}
+
+// keyCases sets each key to a non-default value through each source. text
+// is the env/flag form; lists are comma-separated.
+type keyCase struct {
+	key  string
+	text string
+	want func(*Config)
+}
+
+func keyCases() []keyCase {
+	return []keyCase{
+		{"interfaces", "eth*,veth*", func(c *Config) { c.Interfaces = []string{"eth*", "veth*"} }},
+		{"exclude", "veth*,docker?", func(c *Config) { c.Exclude = []string{"veth*", "docker?"} }},
+		{"cache_active_timeout", "250ms", func(c *Config) { c.CacheActiveTimeout = 250 * time.Millisecond }},
+		{"flow_budget", "1024", func(c *Config) { c.FlowBudget = 1024 }},
+		{"ringbuf_size", "8MiB", func(c *Config) { c.RingbufSize = 8 << 20 }},
+		{"map_type", "percpu", func(c *Config) { c.MapType = "percpu" }},
+		{"attach_mode", "tcx", func(c *Config) { c.AttachMode = "tcx" }},
+		{"attach_position", "tail", func(c *Config) { c.AttachPosition = "tail" }},
+		{"store.path", "/srv/flows", func(c *Config) { c.Store.Path = "/srv/flows" }},
+		{"store.retention", "2h30m", func(c *Config) { c.Store.Retention = 150 * time.Minute }},
+		{"listen", "[::1]:9000", func(c *Config) { c.Listen = "[::1]:9000" }},
+		{"export", "json:/var/log/flows.json,json:-", func(c *Config) { c.Export = []string{"json:/var/log/flows.json", "json:-"} }},
+		{"log_level", "debug", func(c *Config) { c.LogLevel = "debug" }},
+		{"log_format", "json", func(c *Config) { c.LogFormat = "json" }},
+	}
+}
+
+func TestEachKeyFromEachSource(t *testing.T) {
+	covered := map[string]bool{}
+	for _, tc := range keyCases() {
+		covered[tc.key] = true
+		f := fieldByKey(t, tc.key)
+		want := Default()
+		tc.want(&want)
+		sources := map[string]func() (Config, string, error){
+			"file": func() (Config, string, error) { return run(t, yamlFor(t, tc.key, tc.text), nil) },
+			"env":  func() (Config, string, error) { return run(t, "", []string{f.env + "=" + tc.text}) },
+			"flag": func() (Config, string, error) { return run(t, "", nil, "--"+f.flag, tc.text) },
+		}
+		for name, load := range sources {
+			t.Run(tc.key+"/"+name, func(t *testing.T) {
+				got, _, err := load()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !reflect.DeepEqual(got, want) {
+					t.Fatalf("got %+v\nwant %+v", got, want)
+				}
+			})
+		}
+	}
+	for _, f := range fields() {
+		if !covered[f.key] {
+			t.Errorf("key %s has no case in keyCases", f.key)
+		}
+	}
+}
+
+func TestPrecedence(t *testing.T) {
+	const file = "flow_budget: 100\ninterfaces: [file0]\nstore:\n  path: /file\n"
+	for _, tc := range []struct {
+		name      string
+		file      string
+		env       []string
+		args      []string
+		budget    int
+		ifaces    []string
+		storePath string
+	}{
+		{"file", file, nil, nil, 100, []string{"file0"}, "/file"},
+		{"env beats file", file, []string{"LOUPE_FLOW_BUDGET=200", "LOUPE_INTERFACES=env0"}, nil, 200, []string{"env0"}, "/file"},
+		{"flag beats env and file", file, []string{"LOUPE_FLOW_BUDGET=200", "LOUPE_INTERFACES=env0"},
+			[]string{"--flow-budget", "300", "--iface", "flag0"}, 300, []string{"flag0"}, "/file"},
+		{"flag beats file", file, nil, []string{"--flow-budget=300", "--store", "/flag"}, 300, []string{"file0"}, "/flag"},
+		{"flag beats env", "", []string{"LOUPE_FLOW_BUDGET=200", "LOUPE_STORE_PATH=/env"},
+			[]string{"--flow-budget", "300"}, 300, nil, "/env"},
+		{"flag set to the default still wins", file, []string{"LOUPE_FLOW_BUDGET=200"},
+			[]string{"--flow-budget", "65536"}, 65536, []string{"file0"}, "/file"},
+		{"empty env clears a file list", file, []string{"LOUPE_INTERFACES="}, nil, 100, nil, "/file"},
+		{"flag list replaces, not appends", file, []string{"LOUPE_INTERFACES=env0,env1"},
+			[]string{"--iface", "flag0"}, 100, []string{"flag0"}, "/file"},
+		{"last env entry wins", "", []string{"LOUPE_FLOW_BUDGET=200", "LOUPE_FLOW_BUDGET=250"}, nil, 250, nil, "/var/lib/loupe/flows"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, _, err := run(t, tc.file, tc.env, tc.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.FlowBudget != tc.budget || !slices.Equal(got.Interfaces, tc.ifaces) || got.Store.Path != tc.storePath {
+				t.Fatalf("got flow_budget=%d interfaces=%q store.path=%q, want %d %q %q",
+					got.FlowBudget, got.Interfaces, got.Store.Path, tc.budget, tc.ifaces, tc.storePath)
+			}
+		})
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want uint64
+		err  bool
+	}{
+		{"4096", 4096, false},
+		{"4KiB", 4096, false},
+		{"4MiB", 4 << 20, false},
+		{"1GiB", 1 << 30, false},
+		{" 64 KiB ", 64 << 10, false},
+		{"0", 0, false},
+		{"18446744073709551615", 1<<64 - 1, false},
+		{"4MB", 0, true},
+		{"4M", 0, true},
+		{"4mib", 0, true},
+		{"1.5MiB", 0, true},
+		{"-4096", 0, true},
+		{"", 0, true},
+		{"MiB", 0, true},
+		{"0x1000", 0, true},
+		{"18446744073709551616", 0, true},
+		{"17179869184GiB", 0, true}, // 2^34 GiB = 2^64 bytes
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := parseSize(tc.in)
+			if (err != nil) != tc.err || got != tc.want {
+				t.Fatalf("parseSize(%q) = %d, %v; want %d, error %v", tc.in, got, err, tc.want, tc.err)
+			}
+			if err == nil {
+				if back, err := parseSize(formatSize(got)); err != nil || back != got {
+					t.Fatalf("formatSize(%d) = %q does not parse back", got, formatSize(got))
+				}
+			}
+		})
+	}
+	// A size in YAML may be an integer or a string.
+	for _, doc := range []string{"ringbuf_size: 4096\n", "ringbuf_size: \"4KiB\"\n", "ringbuf_size: 4KiB\n"} {
+		c, _, err := run(t, doc, nil)
+		if err != nil || c.RingbufSize != 4096 {
+			t.Errorf("%q: got %d, %v; want 4096", doc, c.RingbufSize, err)
+		}
+	}
+}
+
+func TestLists(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+		want []string
+	}{
+		{"env comma-separated with spaces", []string{"LOUPE_INTERFACES= eth*, veth* ,,wl*,"}, nil, []string{"eth*", "veth*", "wl*"}},
+		{"env empty", []string{"LOUPE_INTERFACES="}, nil, nil},
+		{"flag repeated", nil, []string{"--iface", "eth0", "--iface", "eth1"}, []string{"eth0", "eth1"}},
+		{"flag repeated and comma-separated", nil, []string{"--iface", "eth0,eth1", "--iface=wl*"}, []string{"eth0", "eth1", "wl*"}},
+		{"flag empty clears", []string{"LOUPE_INTERFACES=eth0"}, []string{"--iface", ""}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _, err := run(t, "", tc.env, tc.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(c.Interfaces, tc.want) {
+				t.Fatalf("interfaces = %#v, want %#v", c.Interfaces, tc.want)
+			}
+		})
+	}
+	c, _, err := run(t, "", []string{"LOUPE_EXPORT=json:-,json:/tmp/a.json"}, "--exclude", "veth*", "--exclude", "docker0,br-*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"json:-", "json:/tmp/a.json"}; !slices.Equal(c.Export, want) {
+		t.Errorf("export = %q, want %q", c.Export, want)
+	}
+	if want := []string{"veth*", "docker0", "br-*"}; !slices.Equal(c.Exclude, want) {
+		t.Errorf("exclude = %q, want %q", c.Exclude, want)
+	}
+}
+
+func TestExportSyntax(t *testing.T) {
+	for _, tc := range []struct {
+		target string
+		want   string // "" = valid
+	}{
+		{"json:-", ""},
+		{"json:/var/log/loupe/flows.json", ""},
+		{"json:flows.json", ""},
+		{"json:", "missing path"},
+		{"json", "missing path"},
+		{"", `unknown sink ""`},
+		{"JSON:-", `unknown sink "JSON:-"`},
+		{"ipfix+udp://collector:4739", `unknown sink "ipfix+udp://collector:4739"`},
+		{"otlp://localhost:4317", `unknown sink "otlp://localhost:4317"`},
+		{"/var/log/flows.json", `unknown sink "/var/log/flows.json"`},
+	} {
+		t.Run(tc.target, func(t *testing.T) {
+			err := checkExports([]string{tc.target})
+			if tc.want == "" && err != nil {
+				t.Fatalf("unexpected error %v", err)
+			}
+			if tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+				t.Fatalf("error %v, want %q", err, tc.want)
+			}
+		})
+	}
+	// Through Load, the error names the key and the offending value.
+	_, _, err := run(t, "", nil, "--export", "json:-", "--export", "kafka://b:9092")
+	if err == nil || !strings.Contains(err.Error(), `export: unknown sink "kafka://b:9092"`) {
+		t.Fatalf("error %v", err)
+	}
+}
+
+func TestNoneValues(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		yaml string
+		env  []string
+		args []string
+	}{
+		{"file", "listen: none\nstore:\n  path: none\n", nil, nil},
+		{"env", "", []string{"LOUPE_LISTEN=none", "LOUPE_STORE_PATH=none"}, nil},
+		{"flag", "", nil, []string{"--listen", "none", "--store", "none"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _, err := run(t, tc.yaml, tc.env, tc.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Listen != None || c.Store.Path != None {
+				t.Fatalf("listen=%q store.path=%q, want %q", c.Listen, c.Store.Path, None)
+			}
+		})
+	}
+	for _, addr := range []string{":9464", "0.0.0.0:0", "[::]:65535", "localhost:9464"} {
+		if err := checkListen(addr); err != nil {
+			t.Errorf("checkListen(%q) = %v", addr, err)
+		}
+	}
+}
+
+func TestFlagHelp(t *testing.T) {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	var out bytes.Buffer
+	fs.SetOutput(&out)
+	BindFlags(fs)
+	fs.PrintDefaults()
+	help := out.String()
+	for _, f := range fields() {
+		fl := fs.Lookup(f.flag)
+		if fl == nil {
+			t.Errorf("no flag --%s for %s", f.flag, f.key)
+			continue
+		}
+		if want := "(" + f.key + ", " + f.env + ")"; !strings.Contains(fl.Usage, want) {
+			t.Errorf("--%s usage %q lacks %q", f.flag, fl.Usage, want)
+		}
+	}
+	for _, want := range []string{
+		"-flow-budget int\n    \tmax distinct flows in the kernel map per eviction interval, 16..16777216 (flow_budget, LOUPE_FLOW_BUDGET) (default 65536)\n",
+		"-ringbuf-size size\n", "(default 4MiB)",
+		"-iface glob\n", "repeatable, comma-separated (interfaces, LOUPE_INTERFACES)\n",
+		"-exclude glob\n", "-export target\n", "-cache-active-timeout duration\n",
+		"-store string\n", "(store.path, LOUPE_STORE_PATH) (default \"/var/lib/loupe/flows\")",
+		"-config file\n", "-print-config\n",
+	} {
+		if !strings.Contains(help, want) {
+			t.Errorf("help lacks %q:\n%s", want, help)
+		}
+	}
+}
+
+func TestPrintConfig(t *testing.T) {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	f := BindFlags(fs)
+	if f.PrintConfig() {
+		t.Fatal("PrintConfig before parsing")
+	}
+	if err := fs.Parse([]string{"--print-config"}); err != nil {
+		t.Fatal(err)
+	}
+	if !f.PrintConfig() || (*Flags)(nil).PrintConfig() {
+		t.Fatal("PrintConfig does not reflect --print-config")
+	}
+
+	// The dump reads back to the same configuration.
+	custom := Default()
+	for _, tc := range keyCases() {
+		tc.want(&custom)
+	}
+	custom.Listen = "none"
+	for name, c := range map[string]Config{"default": Default(), "custom": custom} {
+		t.Run(name, func(t *testing.T) {
+			got, _, err := run(t, c.String(), nil)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, c.String())
+			}
+			if !reflect.DeepEqual(got, c) {
+				t.Fatalf("round trip: got %+v\nwant %+v\nYAML:\n%s", got, c, c.String())
+			}
+			// yaml.Marshal uses the same syntax (its own indentation).
+			out, err := yaml.Marshal(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = Default()
+			if err := decodeYAML(&got, out); err != nil || !reflect.DeepEqual(got, c) {
+				t.Fatalf("yaml.Marshal round trip: got %+v, %v\nYAML:\n%s", got, err, out)
+			}
+		})
+	}
+	for _, want := range []string{"ringbuf_size: 4MiB\n", "retention: 24h\n", "interfaces: []\n", "cache_active_timeout: 5s\n"} {
+		if s := Default().String(); !strings.Contains(s, want) {
+			t.Errorf("Default().String() lacks %q:\n%s", want, s)
+		}
+	}
+}
+
+func TestFieldTags(t *testing.T) {
+	seen := map[string]bool{}
+	for _, f := range fields() {
+		for _, name := range []string{"yaml " + f.key, "env " + f.env, "flag " + f.flag} {
+			if seen[name] {
+				t.Errorf("duplicate %s", name)
+			}
+			seen[name] = true
+		}
+		if !strings.HasPrefix(f.env, envPrefix) {
+			t.Errorf("%s: env %s lacks the %s prefix", f.key, f.env, envPrefix)
+		}
+		if f.arg != "" && !strings.Contains(f.help, f.arg) {
+			t.Errorf("%s: help %q does not contain its arg %q", f.key, f.help, f.arg)
+		}
+	}
+}

@@ -1,0 +1,177 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Validate checks every key of c and reports all invalid ones, each as
+// "config: KEY: problem". Load already checks each value where it is read;
+// Validate is for configurations built in code, and a last guard in Load.
+func (c *Config) Validate() error {
+	var errs []error
+	for _, f := range fields() {
+		if err := checkValue(f.key, f.get(c)); err != nil {
+			errs = append(errs, fmt.Errorf("config: %s: %w", f.key, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkValue checks the value v of key. The message does not name the key:
+// callers prefix it with the key and where the value came from.
+func checkValue(key string, v any) error {
+	switch key {
+	case "interfaces", "exclude":
+		return checkGlobs(v.([]string))
+	case "cache_active_timeout":
+		return checkDuration(v.(time.Duration), 10*time.Millisecond, time.Hour)
+	case "flow_budget":
+		if n := v.(int); n < 16 || n > 1<<24 {
+			return fmt.Errorf("must be between 16 and %d, got %d", 1<<24, n)
+		}
+	case "ringbuf_size":
+		return checkRingbufSize(v.(uint64))
+	case "map_type":
+		return checkOneOf(v.(string), "auto", "percpu", "shared")
+	case "attach_mode":
+		return checkOneOf(v.(string), "auto", "tcx", "tc")
+	case "attach_position":
+		return checkOneOf(v.(string), "head", "tail")
+	case "store.path":
+		if v.(string) == "" {
+			return fmt.Errorf("must not be empty (use %q to disable the store)", None)
+		}
+	case "store.retention":
+		return checkDuration(v.(time.Duration), time.Minute, 0)
+	case "listen":
+		return checkListen(v.(string))
+	case "export":
+		return checkExports(v.([]string))
+	case "log_level":
+		return checkOneOf(v.(string), "debug", "info", "warn", "error")
+	case "log_format":
+		return checkOneOf(v.(string), "text", "json")
+	}
+	return nil
+}
+
+func checkOneOf(v string, allowed ...string) error {
+	if slices.Contains(allowed, v) {
+		return nil
+	}
+	return fmt.Errorf("must be one of %s, got %q", strings.Join(allowed, ", "), v)
+}
+
+// checkDuration checks min <= d and, if max is not zero, d <= max.
+func checkDuration(d, min, max time.Duration) error {
+	switch {
+	case max != 0 && (d < min || d > max):
+		return fmt.Errorf("must be between %s and %s, got %s", formatDuration(min), formatDuration(max), formatDuration(d))
+	case d < min:
+		return fmt.Errorf("must be at least %s, got %s", formatDuration(min), formatDuration(d))
+	}
+	return nil
+}
+
+// checkGlobs checks interface name globs. path.Match reports a malformed
+// pattern whatever the name, so matching against "" validates the syntax.
+func checkGlobs(globs []string) error {
+	for _, g := range globs {
+		if g == "" {
+			return errors.New("empty interface pattern")
+		}
+		if strings.ContainsAny(g, "/ \t") {
+			// Interface names never contain these; such a pattern can
+			// match nothing and is certainly a mistake.
+			return fmt.Errorf("invalid interface pattern %q: interface names contain no '/' or spaces", g)
+		}
+		if _, err := path.Match(g, ""); err != nil {
+			return fmt.Errorf("invalid interface pattern %q: %v", g, err)
+		}
+	}
+	return nil
+}
+
+// checkRingbufSize enforces what the kernel requires of a BPF ring buffer:
+// a power-of-two multiple of the page size. 4096 is the smallest page size
+// Linux uses; 1GiB is a sanity bound on locked kernel memory.
+func checkRingbufSize(n uint64) error {
+	switch {
+	case n < 4096 || n > 1<<30:
+		return fmt.Errorf("must be between 4KiB and 1GiB, got %s", formatSize(n))
+	case n&(n-1) != 0:
+		return fmt.Errorf("must be a power of two, got %d", n)
+	}
+	return nil
+}
+
+func checkListen(addr string) error {
+	if addr == None {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("invalid address %q: want host:port, or %q to disable the listener", addr, None)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("invalid port %q in %q: want a number 0-65535", port, addr)
+	}
+	return nil
+}
+
+// exportScheme is one kind of export sink this package can check.
+type exportScheme struct {
+	name   string
+	syntax string                  // shown in errors
+	check  func(rest string) error // rest is what follows "name:"
+}
+
+// exportSchemes is the table of known sinks. To add one (ipfix+udp, kafka,
+// otlp...), add a row; the export package does the real work. It is a
+// function so that the table is not mutable package state.
+func exportSchemes() []exportScheme {
+	return []exportScheme{
+		{"json", "json:PATH or json:- (stdout)", checkJSONTarget},
+	}
+}
+
+func checkJSONTarget(rest string) error {
+	if rest == "" {
+		return errors.New("missing path")
+	}
+	if strings.ContainsRune(rest, 0) {
+		return errors.New("path contains a NUL byte")
+	}
+	return nil
+}
+
+// checkExports checks each target against its scheme and rejects
+// duplicates, which would write every flow twice to the same place.
+func checkExports(targets []string) error {
+	schemes := exportSchemes()
+	for i, t := range targets {
+		if slices.Contains(targets[:i], t) {
+			return fmt.Errorf("duplicate target %q", t)
+		}
+		name, rest, _ := strings.Cut(t, ":")
+		j := slices.IndexFunc(schemes, func(s exportScheme) bool { return s.name == name })
+		if j < 0 {
+			var known []string
+			for _, s := range schemes {
+				known = append(known, s.syntax)
+			}
+			return fmt.Errorf("unknown sink %q (known: %s)", t, strings.Join(known, "; "))
+		}
+		if err := schemes[j].check(rest); err != nil {
+			return fmt.Errorf("invalid target %q: %v (want %s)", t, err, schemes[j].syntax)
+		}
+	}
+	return nil
+}

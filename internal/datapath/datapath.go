@@ -1,0 +1,276 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cilium/ebpf"
+
+	"loupe/internal/flow"
+)
+
+// TableKind selects how the flow tables are shared between CPUs.
+type TableKind int
+
+const (
+	// PerCPU gives every CPU its own copy of each flow's counters: no
+	// cache line bouncing, at the price of one copy per CPU of memory and
+	// a merge in userspace. The netobserv paper's design.
+	PerCPU TableKind = iota
+	// Shared keeps one copy, updated with atomic instructions (netobserv
+	// 1.8 moved its main map to this, citing memory).
+	Shared
+)
+
+func (k TableKind) String() string {
+	if k == Shared {
+		return "shared"
+	}
+	return "percpu"
+}
+
+// Options size the datapath.
+type Options struct {
+	// FlowBudget is the number of distinct flows a table holds per
+	// eviction interval. Packets of further flows go through the ring
+	// buffer and trigger an early eviction.
+	FlowBudget int
+	// Tables selects per-CPU or shared flow tables.
+	Tables TableKind
+	// RingBufSize is the size of the diverted-packets ring buffer in
+	// bytes: a power of two and a multiple of the page size.
+	RingBufSize int
+}
+
+// Datapath is the loaded flow program and its maps.
+type Datapath struct {
+	opts   Options
+	objs   flowsObjects
+	tables [2]*ebpf.Map
+	active int // index into tables of the one the programs write
+	ncpu   int
+
+	// Reused across evictions so that draining does not allocate.
+	keys  []flowsFlowKey
+	vals  []flowsFlowStats
+	stats []flow.Stats
+}
+
+// drainBatch is the number of entries read per batch syscall.
+const drainBatch = 4096
+
+// Load loads the flow program and creates its maps. Nothing is attached.
+func Load(opts Options) (*Datapath, error) {
+	if opts.FlowBudget < 1 {
+		return nil, fmt.Errorf("flow budget %d: must be positive", opts.FlowBudget)
+	}
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, fmt.Errorf("count possible CPUs: %w", err)
+	}
+	spec, err := loadFlows()
+	if err != nil {
+		return nil, fmt.Errorf("parse flow program: %w", err)
+	}
+
+	tableSpec := spec.Maps[flowsMapFlowTables].InnerMap.Copy()
+	tableSpec.MaxEntries = uint32(opts.FlowBudget)
+	if opts.Tables == Shared {
+		tableSpec.Type = ebpf.Hash
+	}
+	spec.Maps[flowsMapFlowTables].InnerMap = tableSpec.Copy()
+	if opts.RingBufSize > 0 {
+		spec.Maps[flowsMapFlowEvents].MaxEntries = uint32(opts.RingBufSize)
+	}
+	if err := spec.Variables[flowsVarCfgSharedTable].Set(boolByte(opts.Tables == Shared)); err != nil {
+		return nil, fmt.Errorf("set table kind: %w", err)
+	}
+
+	d := &Datapath{opts: opts, ncpu: ncpu}
+	if err := spec.LoadAndAssign(&d.objs, nil); err != nil {
+		var verr *ebpf.VerifierError
+		if errors.As(err, &verr) {
+			return nil, fmt.Errorf("load flow program: %+v", verr)
+		}
+		return nil, fmt.Errorf("load flow program: %w", err)
+	}
+	for i := range d.tables {
+		tableSpec.Name = fmt.Sprintf("loupe_flows_%d", i)
+		t, err := ebpf.NewMap(tableSpec)
+		if err != nil {
+			d.Close()
+			return nil, fmt.Errorf("create flow table (%d flows, %s): %w", opts.FlowBudget, opts.Tables, err)
+		}
+		d.tables[i] = t
+	}
+	if err := d.objs.FlowTables.Update(uint32(0), d.tables[0], ebpf.UpdateAny); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("install flow table: %w", err)
+	}
+
+	per := 1
+	if opts.Tables == PerCPU {
+		per = ncpu
+	}
+	d.keys = make([]flowsFlowKey, drainBatch)
+	d.vals = make([]flowsFlowStats, drainBatch*per)
+	d.stats = make([]flow.Stats, per)
+	return d, nil
+}
+
+func boolByte(b bool) uint8 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Ingress and Egress are the programs to attach at each interface's hooks.
+func (d *Datapath) Ingress() *ebpf.Program { return d.objs.FlowsIngress }
+
+// Egress is the program for the egress hook.
+func (d *Datapath) Egress() *ebpf.Program { return d.objs.FlowsEgress }
+
+// Options returns the options the datapath was loaded with.
+func (d *Datapath) Options() Options { return d.opts }
+
+// CPUs is the number of per-CPU copies each per-CPU table entry has.
+func (d *Datapath) CPUs() int { return d.ncpu }
+
+// Rotate installs the standby table as the one the programs write, waits
+// until no program can still write the previous one, then reads and deletes
+// every entry of the previous one, calling fn for each. The per-CPU values
+// (one per possible CPU, or a single one for shared tables) are only valid
+// during the call. Rotate must not be called concurrently with itself.
+func (d *Datapath) Rotate(fn func(k *flow.Key, perCPU []flow.Stats)) (int, error) {
+	next := 1 - d.active
+	// An update of an array-of-maps returns only after an RCU grace
+	// period (the kernel's maybe_wait_bpf_programs): every program that
+	// could have looked up the old table has finished when it returns.
+	if err := d.objs.FlowTables.Update(uint32(0), d.tables[next], ebpf.UpdateAny); err != nil {
+		return 0, fmt.Errorf("swap flow tables: %w", err)
+	}
+	prev := d.tables[d.active]
+	d.active = next
+	return d.drain(prev, fn)
+}
+
+func (d *Datapath) drain(m *ebpf.Map, fn func(k *flow.Key, perCPU []flow.Stats)) (int, error) {
+	per := len(d.stats)
+	total := 0
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := m.BatchLookupAndDelete(&cursor, d.keys, d.vals, nil)
+		for i := range n {
+			var k flow.Key
+			keyFromBPF(&k, &d.keys[i])
+			for c := range per {
+				statsFromBPF(&d.stats[c], &d.vals[i*per+c])
+			}
+			fn(&k, d.stats)
+		}
+		total += n
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return total, nil
+		}
+		if errors.Is(err, ebpf.ErrNotSupported) {
+			return d.drainByIteration(m, fn)
+		}
+		if err != nil {
+			return total, fmt.Errorf("drain flow table: %w", err)
+		}
+	}
+}
+
+// drainByIteration is the fallback for kernels without batch operations.
+// The table is quiescent (swapped out), so iterating then deleting is exact.
+func (d *Datapath) drainByIteration(m *ebpf.Map, fn func(k *flow.Key, perCPU []flow.Stats)) (int, error) {
+	var (
+		bk    flowsFlowKey
+		bv    = make([]flowsFlowStats, len(d.stats))
+		keys  []flowsFlowKey
+		iter  = m.Iterate()
+		total int
+	)
+	var value any = &bv[0]
+	if d.opts.Tables == PerCPU {
+		value = &bv
+	}
+	for iter.Next(&bk, value) {
+		var k flow.Key
+		keyFromBPF(&k, &bk)
+		for c := range bv {
+			statsFromBPF(&d.stats[c], &bv[c])
+		}
+		fn(&k, d.stats)
+		keys = append(keys, bk)
+		total++
+	}
+	if err := iter.Err(); err != nil {
+		return total, fmt.Errorf("iterate flow table: %w", err)
+	}
+	for i := range keys {
+		if err := m.Delete(&keys[i]); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return total, fmt.Errorf("delete drained flow: %w", err)
+		}
+	}
+	return total, nil
+}
+
+func keyFromBPF(k *flow.Key, b *flowsFlowKey) {
+	*k = flow.Key{
+		SrcAddr:   b.SrcAddr,
+		DstAddr:   b.DstAddr,
+		SrcMAC:    b.SrcMac,
+		DstMAC:    b.DstMac,
+		IfIndex:   b.Ifindex,
+		EtherType: b.EthType,
+		SrcPort:   b.SrcPort,
+		DstPort:   b.DstPort,
+		Proto:     b.Proto,
+		Direction: flow.Direction(b.Direction),
+	}
+}
+
+func statsFromBPF(s *flow.Stats, b *flowsFlowStats) {
+	*s = flow.Stats{
+		Packets:   b.Packets,
+		Bytes:     b.Bytes,
+		FirstSeen: b.FirstSeen,
+		LastSeen:  b.LastSeen,
+		Sampling:  uint32(b.Sampling),
+		TCPFlags:  uint16(b.TcpFlags),
+		DSCP:      b.Dscp,
+	}
+}
+
+// MemoryBytes is the kernel memory the datapath's maps use, as the kernel
+// accounts it (memlock in fdinfo), and the part of it that is flow tables.
+func (d *Datapath) MemoryBytes() (total, tables uint64, err error) {
+	maps := []*ebpf.Map{d.objs.FlowTables, d.objs.FlowEvents, d.objs.Counters, d.tables[0], d.tables[1]}
+	for i, m := range maps {
+		info, err := m.Info()
+		if err != nil {
+			return 0, 0, fmt.Errorf("map info: %w", err)
+		}
+		n, _ := info.Memlock()
+		total += n
+		if i >= 3 {
+			tables += n
+		}
+	}
+	return total, tables, nil
+}
+
+// Close releases the programs and maps. Links attached to the programs keep
+// them alive in the kernel until they are closed too.
+func (d *Datapath) Close() error {
+	var errs []error
+	for _, t := range d.tables {
+		if t != nil {
+			errs = append(errs, t.Close())
+		}
+	}
+	errs = append(errs, d.objs.Close())
+	return errors.Join(errs...)
+}

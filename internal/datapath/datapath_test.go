@@ -1,0 +1,250 @@
+package datapath
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+
+	"loupe/internal/flow"
+	"loupe/internal/testutil"
+)
+
+// udpFrame returns a distinct IPv4/UDP flow per source port.
+func udpFrame(t *testing.T, srcPort uint16, size int) []byte {
+	t.Helper()
+	return frame(t, eth(layers.EthernetTypeIPv4), ip4(layers.IPProtocolUDP),
+		&layers.UDP{SrcPort: layers.UDPPort(srcPort), DstPort: 9}, make(gopacket.Payload, size))
+}
+
+func TestRotateIsExactAcrossSwaps(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	for _, tables := range []TableKind{PerCPU, Shared} {
+		t.Run(tables.String(), func(t *testing.T) {
+			dp := loadForTest(t, Options{FlowBudget: 16, Tables: tables, RingBufSize: 1 << 16})
+			f := udpFrame(t, 1000, 100)
+			var total uint64
+			for round, n := range []int{3, 1, 7, 0, 2} {
+				for range n {
+					runProg(t, dp, flow.Ingress, f)
+				}
+				got := drainAll(t, dp)
+				var pk, by uint64
+				for _, d := range got {
+					pk += d.stats.Packets
+					by += d.stats.Bytes
+				}
+				if pk != uint64(n) || by != uint64(n*len(f)) {
+					t.Fatalf("round %d: drained %d packets %d bytes, want %d and %d", round, pk, by, n, n*len(f))
+				}
+				total += pk
+			}
+			// Both tables are empty now: two more rotations find nothing.
+			for range 2 {
+				if got := drainAll(t, dp); len(got) != 0 {
+					t.Fatalf("table not empty after drain: %+v", got)
+				}
+			}
+			if total != 13 {
+				t.Fatalf("total %d, want 13", total)
+			}
+		})
+	}
+}
+
+func TestMapFullDivertsToRingBuffer(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	for _, tables := range []TableKind{PerCPU, Shared} {
+		t.Run(tables.String(), func(t *testing.T) {
+			const budget, flows = 4, 10
+			dp := loadForTest(t, Options{FlowBudget: budget, Tables: tables, RingBufSize: 1 << 16})
+			ev, err := dp.OpenEvents()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ev.Close()
+
+			for i := range flows {
+				runProg(t, dp, flow.Egress, udpFrame(t, uint16(2000+i), 10+i))
+			}
+			inTable := drainAll(t, dp)
+			if len(inTable) != budget {
+				t.Fatalf("table held %d flows, want the budget %d", len(inTable), budget)
+			}
+			events := readEvents(t, ev)
+			if len(events) != flows-budget {
+				t.Fatalf("%d events, want %d", len(events), flows-budget)
+			}
+			seen := map[uint16]uint64{}
+			for _, d := range inTable {
+				seen[d.key.SrcPort] += d.stats.Bytes
+			}
+			for _, e := range events {
+				if e.Reason != flow.ReasonMapFull || e.Errno != 7 /* E2BIG */ {
+					t.Errorf("event reason %v errno %d, want map_full E2BIG", e.Reason, e.Errno)
+				}
+				if e.Stats.Packets != 1 || e.Key.Direction != flow.Egress {
+					t.Errorf("event %+v", e)
+				}
+				seen[e.Key.SrcPort] += e.Stats.Bytes
+			}
+			for i := range flows {
+				want := uint64(len(udpFrame(t, 0, 10+i)))
+				if got := seen[uint16(2000+i)]; got != want {
+					t.Errorf("flow %d: %d bytes accounted, want %d", i, got, want)
+				}
+			}
+			if c := counterMap(t, dp); c["map_full"] != flows-budget || c["lost_packets"] != 0 {
+				t.Errorf("counters %v", c)
+			}
+		})
+	}
+}
+
+func TestRingBufferFullIsCountedAsLost(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	// One page of ring buffer holds a few dozen events; budget 1 sends
+	// every other flow there, and the rest must show up as lost.
+	dp := loadForTest(t, Options{FlowBudget: 1, Tables: PerCPU, RingBufSize: 4096})
+	ev, err := dp.OpenEvents()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Close()
+
+	const flows = 200
+	var sentBytes uint64
+	for i := range flows {
+		f := udpFrame(t, uint16(3000+i), 20)
+		sentBytes += uint64(len(f))
+		runProg(t, dp, flow.Ingress, f)
+	}
+	var pk, by uint64
+	for _, d := range drainAll(t, dp) {
+		pk, by = pk+d.stats.Packets, by+d.stats.Bytes
+	}
+	events := readEvents(t, ev)
+	for _, e := range events {
+		pk, by = pk+e.Stats.Packets, by+e.Stats.Bytes
+	}
+	c := counterMap(t, dp)
+	if c["ringbuf_full"] == 0 {
+		t.Fatalf("ring buffer never filled: %v", c)
+	}
+	if pk+c["lost_packets"] != flows || by+c["lost_bytes"] != sentBytes {
+		t.Fatalf("accounted %d+%d lost packets, %d+%d lost bytes; sent %d packets %d bytes",
+			pk, c["lost_packets"], by, c["lost_bytes"], flows, sentBytes)
+	}
+	if c["map_full"] != flows-1 || c["ringbuf_full"] != c["lost_packets"] {
+		t.Fatalf("counters %v", c)
+	}
+}
+
+func readEvents(t *testing.T, ev *Events) []flow.Event {
+	t.Helper()
+	if err := ev.Drain(); err != nil {
+		t.Fatal(err)
+	}
+	var out []flow.Event
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		e, err := ev.Read()
+		if errors.Is(err, ErrDrained) {
+			return out
+		}
+		if err != nil {
+			t.Fatalf("read event: %v", err)
+		}
+		out = append(out, e)
+	}
+	t.Fatal("ring buffer never drained")
+	return nil
+}
+
+// TestDecodeEvent checks the hand-written decoder against the layout bpf2go
+// generated from the C struct.
+func TestDecodeEvent(t *testing.T) {
+	in := flowsFlowEvent{
+		Key: flowsFlowKey{SrcAddr: [16]uint8{1, 2, 3}, DstAddr: [16]uint8{15: 9}, SrcMac: [6]uint8{1, 2, 3, 4, 5, 6},
+			DstMac: [6]uint8{7, 8, 9, 10, 11, 12}, Ifindex: 0x01020304, EthType: 0x86dd, SrcPort: 443, DstPort: 55555,
+			Proto: 6, Direction: 1},
+		Stats:  flowsFlowStats{Packets: 3, Bytes: 4000, FirstSeen: 111, LastSeen: 222, TcpFlags: 0x1ff, Sampling: 7, Dscp: 46},
+		Reason: 2, Err: -16,
+	}
+	var buf bytes.Buffer
+	if err := binary.Write(&buf, binary.NativeEndian, &in); err != nil {
+		t.Fatal(err)
+	}
+	if buf.Len() != eventSize {
+		t.Fatalf("binary size %d, struct size %d: padding crept in", buf.Len(), eventSize)
+	}
+	got, err := decodeEvent(buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wantKey flow.Key
+	keyFromBPF(&wantKey, &in.Key)
+	var wantStats flow.Stats
+	statsFromBPF(&wantStats, &in.Stats)
+	if got.Key != wantKey || got.Stats != wantStats || got.Reason != flow.ReasonMapBusy || got.Errno != 16 {
+		t.Fatalf("decoded %+v", got)
+	}
+	if _, err := decodeEvent(buf.Bytes()[:eventSize-1]); err == nil {
+		t.Fatal("short event decoded without error")
+	}
+}
+
+// TestCounterNamesMatchGenerated keeps the name table in step with enum
+// counter: every generated constant has a name, in order.
+func TestCounterNamesMatchGenerated(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), "flows_bpfel.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var consts []string
+	ast.Inspect(f, func(n ast.Node) bool {
+		if vs, ok := n.(*ast.ValueSpec); ok {
+			for _, id := range vs.Names {
+				if strings.HasPrefix(id.Name, "flowsCounterCOUNTER_") && id.Name != "flowsCounterCOUNTER_MAX" {
+					consts = append(consts, id.Name)
+				}
+			}
+		}
+		return true
+	})
+	if len(consts) != len(counterNames) {
+		t.Fatalf("%d generated counters, %d names", len(consts), len(counterNames))
+	}
+	for i, c := range consts {
+		want := strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(c, "flowsCounterCOUNTER_")), "_", "")
+		if got := strings.ReplaceAll(counterNames[i], "_", ""); got != want {
+			t.Errorf("counter %d: name %q for %s", i, counterNames[i], c)
+		}
+	}
+}
+
+func TestMemoryIsReported(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	small := loadForTest(t, Options{FlowBudget: 1024, Tables: PerCPU, RingBufSize: 1 << 16})
+	big := loadForTest(t, Options{FlowBudget: 65536, Tables: PerCPU, RingBufSize: 1 << 16})
+	_, s, err := small.MemoryBytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, b, err := big.MemoryBytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Tables are preallocated: memory grows with the budget.
+	if s == 0 || b < 32*s {
+		t.Fatalf("table memory %d for 1024 flows, %d for 65536", s, b)
+	}
+}

@@ -1,0 +1,91 @@
+package datapath
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"unsafe"
+
+	"github.com/cilium/ebpf/ringbuf"
+
+	"loupe/internal/flow"
+)
+
+// Events reads the packets the datapath diverted to the ring buffer because
+// the flow table refused them.
+type Events struct {
+	rd  *ringbuf.Reader
+	rec ringbuf.Record
+}
+
+// ErrDrained is returned by Events.Read once Drain was called and every
+// record that was in the ring buffer at that moment has been read.
+var ErrDrained = errors.New("ring buffer drained")
+
+// OpenEvents opens a reader on the ring buffer. One reader at a time.
+func (d *Datapath) OpenEvents() (*Events, error) {
+	rd, err := ringbuf.NewReader(d.objs.FlowEvents)
+	if err != nil {
+		return nil, fmt.Errorf("open flow event ring buffer: %w", err)
+	}
+	return &Events{rd: rd}, nil
+}
+
+// Read blocks until the next event. It returns ErrDrained after Drain, and
+// os.ErrClosed after Close.
+func (e *Events) Read() (flow.Event, error) {
+	if err := e.rd.ReadInto(&e.rec); err != nil {
+		if errors.Is(err, ringbuf.ErrFlushed) {
+			return flow.Event{}, ErrDrained
+		}
+		if errors.Is(err, ringbuf.ErrClosed) {
+			return flow.Event{}, os.ErrClosed
+		}
+		return flow.Event{}, err
+	}
+	return decodeEvent(e.rec.RawSample)
+}
+
+// Drain makes Read return what is in the ring buffer now, then ErrDrained.
+// Called after the programs are detached, it lets the reader finish.
+func (e *Events) Drain() error { return e.rd.Flush() }
+
+// Close interrupts Read and releases the reader.
+func (e *Events) Close() error { return e.rd.Close() }
+
+const eventSize = int(unsafe.Sizeof(flowsFlowEvent{}))
+
+// decodeEvent decodes a struct flow_event in the host's byte order, field
+// by field (no reflection: a flood of diverted packets is when this is hot).
+func decodeEvent(b []byte) (flow.Event, error) {
+	if len(b) < eventSize {
+		return flow.Event{}, fmt.Errorf("flow event: %d bytes, want %d", len(b), eventSize)
+	}
+	ne := binary.NativeEndian
+	var ev flow.Event
+	k := &ev.Key
+	copy(k.SrcAddr[:], b[0:16])
+	copy(k.DstAddr[:], b[16:32])
+	copy(k.SrcMAC[:], b[32:38])
+	copy(k.DstMAC[:], b[38:44])
+	k.IfIndex = ne.Uint32(b[44:])
+	k.EtherType = ne.Uint16(b[48:])
+	k.SrcPort = ne.Uint16(b[50:])
+	k.DstPort = ne.Uint16(b[52:])
+	k.Proto = b[54]
+	k.Direction = flow.Direction(b[55])
+	s := b[56:]
+	ev.Stats = flow.Stats{
+		Packets:   ne.Uint64(s[0:]),
+		Bytes:     ne.Uint64(s[8:]),
+		FirstSeen: ne.Uint64(s[16:]),
+		LastSeen:  ne.Uint64(s[24:]),
+		TCPFlags:  uint16(ne.Uint32(s[32:])),
+		Sampling:  uint32(ne.Uint16(s[36:])),
+		DSCP:      s[38],
+	}
+	ev.Reason = flow.EventReason(ne.Uint32(s[40:]))
+	ev.Errno = -int32(ne.Uint32(s[44:]))
+	return ev, nil
+}

@@ -1,0 +1,34 @@
+package flow
+
+import "fmt"
+
+// EventReason says why the datapath diverted a packet to the ring buffer.
+type EventReason uint32
+
+const (
+	// ReasonMapFull: the flow table held its budget of flows.
+	ReasonMapFull EventReason = 1
+	// ReasonMapBusy: the insert failed for another reason (a bucket lock
+	// taken by a program this CPU interrupted).
+	ReasonMapBusy EventReason = 2
+)
+
+func (r EventReason) String() string {
+	switch r {
+	case ReasonMapFull:
+		return "map_full"
+	case ReasonMapBusy:
+		return "map_busy"
+	}
+	return fmt.Sprintf("reason_%d", uint32(r))
+}
+
+// Event is one packet's contribution to a flow, delivered through the ring
+// buffer because the flow table refused it.
+type Event struct {
+	Key    Key
+	Stats  Stats
+	Reason EventReason
+	// Errno is the positive errno of the failed table insert.
+	Errno int32
+}

@@ -1,0 +1,218 @@
+package store
+
+// Compaction is size-tiered: segments are grouped by size tier (powers of 8
+// records), and CompactFanIn segments of one tier that are adjacent in time
+// merge into one of the next tier. A record is therefore rewritten about
+// log_8(CompactMaxRecords / batch size) times, and the number of files stays
+// around FanIn per tier per CompactMaxSpan of data, whatever the write rate.
+//
+// A merge is crash-safe and never double counts because the manifest, not
+// the directory, says what is live: the merged segment is written and
+// renamed into place first (an orphan if we crash now: the next Open deletes
+// it), then one manifest publish swaps the inputs for it atomically, and only
+// then are the inputs unlinked (orphans if we crash now: the next Open
+// deletes them). The merged segment's header also lists the ids it replaces,
+// so that even rebuilding a lost manifest from the files cannot count both.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/bits"
+	"os"
+	"path/filepath"
+	"slices"
+)
+
+func tier(records uint64) int { return bits.Len64(records) / 3 }
+
+// span is the width of [lo, hi] in nanoseconds without overflowing.
+func span(lo, hi int64) uint64 {
+	if hi < lo {
+		return 0
+	}
+	return uint64(hi) - uint64(lo)
+}
+
+// pickMerge chooses the next merge: the first run, in time order, of
+// same-tier segments that is FanIn long or that stops short only because the
+// next segment would exceed CompactMaxRecords. It returns nil when no merge
+// is due.
+func (s *Store) pickMerge() ([]entry, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	maxRec := uint64(s.opts.CompactMaxRecords)
+	maxSpan := uint64(s.opts.CompactMaxSpan)
+	fanIn := s.opts.CompactFanIn
+	tiers := make(map[int][]entry)
+	for _, e := range s.m.entries {
+		if e.records < maxRec && !s.bad[e.id] {
+			t := tier(e.records)
+			tiers[t] = append(tiers[t], e)
+		}
+	}
+	order := make([]int, 0, len(tiers))
+	for t := range tiers {
+		order = append(order, t)
+	}
+	slices.Sort(order)
+	for _, t := range order {
+		segs := tiers[t]
+		slices.SortFunc(segs, func(a, b entry) int {
+			if a.minFirst != b.minFirst {
+				if a.minFirst < b.minFirst {
+					return -1
+				}
+				return 1
+			}
+			if a.id < b.id {
+				return -1
+			}
+			return 1
+		})
+		for i := range segs {
+			sum, lo, hi := uint64(0), segs[i].minFirst, segs[i].maxLast
+			j, capped := i, false
+			for j < len(segs) && j-i < fanIn {
+				e := segs[j]
+				nlo, nhi := min(lo, e.minFirst), max(hi, e.maxLast)
+				if sum+e.records > maxRec {
+					capped = true
+					break
+				}
+				if span(nlo, nhi) > maxSpan {
+					break
+				}
+				sum, lo, hi = sum+e.records, nlo, nhi
+				j++
+			}
+			if j-i == fanIn || (capped && j-i >= 2) {
+				return slices.Clone(segs[i:j]), nil
+			}
+		}
+	}
+	return nil, nil
+}
+
+func (s *Store) markBad(id uint64, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.bad[id] {
+		s.bad[id] = true
+		s.count.CorruptSegments++
+	}
+	s.log.Error("segment is corrupt; compaction leaves it alone, readers skip and report it",
+		"segment", segName(id), "err", err)
+}
+
+// merge compacts inputs into one new segment. It returns nil without doing
+// anything if an input turned out corrupt or missing (marked bad, so the
+// next pick differs) or was expired by retention meanwhile.
+func (s *Store) merge(ctx context.Context, inputs []entry) error {
+	var segs []*segment
+	defer func() {
+		for _, sg := range segs {
+			sg.release()
+		}
+	}()
+	var total uint64
+	var replaces []uint64
+	for _, e := range inputs {
+		path := filepath.Join(s.dir, segName(e.id))
+		f, err := os.Open(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			s.mu.Lock()
+			listed := s.m.has(e.id)
+			s.mu.Unlock()
+			if listed {
+				// Not retention racing us: the file vanished behind the
+				// writer's back. Never pick it again (or we would spin).
+				s.markBad(e.id, fmt.Errorf("segment %s: %w", path, err))
+			}
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("store: compaction: %w", err)
+		}
+		sg, err := mapSegment(f, path, true)
+		f.Close()
+		if err == nil && (sg.id != e.id || uint64(sg.n) != e.records) {
+			sg.release()
+			err = corruptf(path, "header (id %d, %d records) does not match the manifest (id %d, %d records)",
+				sg.id, sg.n, e.id, e.records)
+		}
+		if errors.Is(err, ErrCorrupt) {
+			s.markBad(e.id, err)
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("store: compaction: %w", err)
+		}
+		segs = append(segs, sg)
+		total += e.records
+		replaces = append(replaces, e.id)
+		replaces = append(replaces, sg.replaces...)
+	}
+	b := newBatch(int(total))
+	for _, sg := range segs {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := b.appendSegment(sg); err != nil {
+			if errors.Is(err, ErrCorrupt) {
+				s.markBad(sg.id, err)
+				return nil
+			}
+			return fmt.Errorf("store: compaction: %w", err)
+		}
+	}
+	for _, sg := range segs {
+		sg.release()
+	}
+	segs = nil
+	slices.Sort(replaces)
+	replaces = slices.Compact(replaces)
+
+	id, err := s.allocID()
+	if err != nil {
+		return err
+	}
+	out, err := writeSegment(s.dir, id, replaces, b)
+	if err != nil {
+		return fmt.Errorf("store: compaction: %w", err)
+	}
+	s.mu.Lock()
+	for _, e := range inputs {
+		if !s.m.has(e.id) {
+			s.mu.Unlock()
+			os.Remove(filepath.Join(s.dir, segName(id)))
+			return nil
+		}
+	}
+	next := s.m.clone()
+	next.entries = slices.DeleteFunc(next.entries, func(e entry) bool {
+		return slices.ContainsFunc(inputs, func(in entry) bool { return in.id == e.id })
+	})
+	next.entries = append(next.entries, out)
+	err = s.publish(next)
+	published := s.m == next
+	if published {
+		s.count.Compactions++
+		s.count.MergedSegments += uint64(len(inputs))
+	}
+	s.mu.Unlock()
+	if !published {
+		os.Remove(filepath.Join(s.dir, segName(id)))
+		return fmt.Errorf("store: compaction: %w", err)
+	}
+	s.log.Debug("segments merged", "inputs", len(inputs), "records", out.records, "segment", segName(id))
+	s.removeSegments(inputs, "merged")
+	if err != nil {
+		return fmt.Errorf("store: compaction: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,475 @@
+package store
+
+// Segment file format, version 1. Every integer is little endian.
+//
+//	offset  size   field
+//	0       8      magic "LOUPESEG"
+//	8       2      format version (1)
+//	10      2      flags (0)
+//	12      4      number B of blocks in the block directory
+//	16      8      total file length in bytes (a truncated file fails this before the CRC)
+//	24      8      segment id (the file is named seg-<id as %016x>.lseg)
+//	32      8      record count N
+//	40      8      min first_seen, unix ns (int64)
+//	48      8      max last_seen, unix ns (int64)
+//	56      8      max first_seen, unix ns (int64)
+//	64      8      min last_seen, unix ns (int64)
+//	72      4      number R of replaced segment ids
+//	76      4      reserved (0)
+//	80      8*R    ids of the segments this one replaces (compaction), transitively
+//	...     32*B   block directory: kind u32, element width u32, offset u64,
+//	               length u64, CRC32C of the block's bytes u32, reserved u32
+//	...     4      CRC32C of the header and directory (bytes [0, here))
+//	...            zero padding to a multiple of 8
+//	               blocks, each at an offset that is a multiple of 8, zero padded
+//	len-8   4      CRC32C (Castagnoli) of bytes [0, len-8): the whole file
+//	len-4   4      trailer magic "LEND"
+//
+// Three levels of checksums so that every reader verifies every byte it
+// uses, and no more: Scan and compaction read everything and check the
+// whole-file CRC; Top checks the header CRC and the CRCs of just the blocks
+// it touches (a top-talkers query reads 3 of the 22 blocks, a quarter of
+// the bytes, and never faults in the pages of the others).
+//
+// Block kinds. Kinds 1..18 are columns of N fixed-width elements:
+//
+//	1 first_seen i64   2 last_seen i64   3 packets u64   4 bytes u64
+//	5 ifindex u32      6 sampling u32    7 eth_type u16  8 src_port u16
+//	9 dst_port u16    10 tcp_flags u16  11 direction u8 12 proto u8
+//	13 dscp u8        14 src_addr u32   15 dst_addr u32 16 src_mac u32
+//	17 dst_mac u32    18 iface u32
+//
+// Times are unix nanoseconds; math.MinInt64 stands for the zero time.Time,
+// which has no unix-nanosecond form. Kinds 14..18 are indices into the
+// segment's dictionaries:
+//
+//	100 address dictionary: 16-byte addresses, as flow.Key stores them
+//	101 address family, one byte per address entry (0 non-IP, 4, 6)
+//	102 MAC dictionary: 6 bytes per entry
+//	103 interface names (width 0): u32 count K, K+1 u32 offsets, the bytes
+//
+// An address entry is the pair (16 bytes, family): the family comes from the
+// record's eth_type, so an index alone says which netip.Addr the flow's
+// SrcIP/DstIP is. That is what lets Top group and filter per dictionary
+// entry instead of per record. Readers ignore kinds they do not know, so a
+// later version can add blocks without breaking old readers; it bumps the
+// version only for incompatible changes.
+//
+// The four time bounds let a query skip a segment that cannot match
+// (max last_seen < since or min first_seen > until) and skip the per-record
+// time test for one that matches entirely (max first_seen <= until and
+// min last_seen >= since), exactly, even for records with last < first.
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"time"
+
+	"loupe/internal/flow"
+)
+
+const (
+	segMagic     = "LOUPESEG"
+	trailerMagic = "LEND"
+	segVersion   = 1
+	headerFixed  = 80
+	dirEntrySize = 32
+	trailerSize  = 8
+)
+
+// Column positions in batch.cols and segment.cols; the on-disk kind is the
+// position plus one.
+const (
+	cFirst = iota
+	cLast
+	cPackets
+	cBytes
+	cIfIndex
+	cSampling
+	cEthType
+	cSrcPort
+	cDstPort
+	cTCPFlags
+	cDirection
+	cProto
+	cDSCP
+	cSrcAddr
+	cDstAddr
+	cSrcMAC
+	cDstMAC
+	cIface
+	numCols
+)
+
+// Dictionary block kinds.
+const (
+	kindAddrDict = 100
+	kindAddrFam  = 101
+	kindMACDict  = 102
+	kindNames    = 103
+)
+
+// colWidth is the element width of column c in bytes.
+func colWidth(c int) int {
+	switch {
+	case c <= cBytes:
+		return 8
+	case c <= cSampling:
+		return 4
+	case c <= cTCPFlags:
+		return 2
+	case c <= cDSCP:
+		return 1
+	}
+	return 4 // dictionary indices
+}
+
+// Address families as stored in the family block.
+const (
+	famOther = 0
+	famV4    = 4
+	famV6    = 6
+)
+
+func famOf(etherType uint16) uint8 {
+	switch etherType {
+	case flow.EtherTypeIPv4:
+		return famV4
+	case flow.EtherTypeIPv6:
+		return famV6
+	}
+	return famOther
+}
+
+// addrKey is one address dictionary entry.
+type addrKey struct {
+	a   [16]byte
+	fam uint8
+}
+
+// zeroTimeNS encodes the zero time.Time, which UnixNano cannot represent.
+const zeroTimeNS = math.MinInt64
+
+func timeNS(t time.Time) int64 {
+	if t.IsZero() {
+		return zeroTimeNS
+	}
+	return t.UnixNano()
+}
+
+func nsTime(ns int64) time.Time {
+	if ns == zeroTimeNS {
+		return time.Time{}
+	}
+	return time.Unix(0, ns).UTC()
+}
+
+// batch is a segment being built in memory: columns already in their
+// on-disk little-endian form, so that encoding is a copy and compaction can
+// append an input's fixed-width columns without decoding them.
+type batch struct {
+	n        int
+	cols     [numCols][]byte
+	minFirst int64
+	maxLast  int64
+	maxFirst int64
+	minLast  int64
+	addrs    []addrKey
+	macs     [][6]byte
+	names    []string
+	addrIdx  map[addrKey]uint32
+	macIdx   map[[6]byte]uint32
+	nameIdx  map[string]uint32
+}
+
+func newBatch(capacity int) *batch {
+	b := &batch{
+		minFirst: math.MaxInt64,
+		maxLast:  math.MinInt64,
+		maxFirst: math.MinInt64,
+		minLast:  math.MaxInt64,
+		addrIdx:  make(map[addrKey]uint32),
+		macIdx:   make(map[[6]byte]uint32),
+		nameIdx:  make(map[string]uint32),
+	}
+	for c := range b.cols {
+		b.cols[c] = make([]byte, 0, capacity*colWidth(c))
+	}
+	return b
+}
+
+func (b *batch) addr(k addrKey) uint32 {
+	if i, ok := b.addrIdx[k]; ok {
+		return i
+	}
+	i := uint32(len(b.addrs))
+	b.addrIdx[k] = i
+	b.addrs = append(b.addrs, k)
+	return i
+}
+
+func (b *batch) mac(m [6]byte) uint32 {
+	if i, ok := b.macIdx[m]; ok {
+		return i
+	}
+	i := uint32(len(b.macs))
+	b.macIdx[m] = i
+	b.macs = append(b.macs, m)
+	return i
+}
+
+func (b *batch) name(s string) uint32 {
+	if i, ok := b.nameIdx[s]; ok {
+		return i
+	}
+	i := uint32(len(b.names))
+	b.nameIdx[s] = i
+	b.names = append(b.names, s)
+	return i
+}
+
+func (b *batch) widen(minFirst, maxFirst, minLast, maxLast int64) {
+	b.minFirst = min(b.minFirst, minFirst)
+	b.maxFirst = max(b.maxFirst, maxFirst)
+	b.minLast = min(b.minLast, minLast)
+	b.maxLast = max(b.maxLast, maxLast)
+}
+
+var le = binary.LittleEndian
+
+// add appends one record.
+func (b *batch) add(r *flow.Record) {
+	first, last := timeNS(r.FirstSeen), timeNS(r.LastSeen)
+	b.widen(first, first, last, last)
+	fam := famOf(r.EtherType)
+	c := &b.cols
+	c[cFirst] = le.AppendUint64(c[cFirst], uint64(first))
+	c[cLast] = le.AppendUint64(c[cLast], uint64(last))
+	c[cPackets] = le.AppendUint64(c[cPackets], r.Packets)
+	c[cBytes] = le.AppendUint64(c[cBytes], r.Bytes)
+	c[cIfIndex] = le.AppendUint32(c[cIfIndex], r.IfIndex)
+	c[cSampling] = le.AppendUint32(c[cSampling], r.Sampling)
+	c[cEthType] = le.AppendUint16(c[cEthType], r.EtherType)
+	c[cSrcPort] = le.AppendUint16(c[cSrcPort], r.SrcPort)
+	c[cDstPort] = le.AppendUint16(c[cDstPort], r.DstPort)
+	c[cTCPFlags] = le.AppendUint16(c[cTCPFlags], r.TCPFlags)
+	c[cDirection] = append(c[cDirection], uint8(r.Direction))
+	c[cProto] = append(c[cProto], r.Proto)
+	c[cDSCP] = append(c[cDSCP], r.DSCP)
+	c[cSrcAddr] = le.AppendUint32(c[cSrcAddr], b.addr(addrKey{r.SrcAddr, fam}))
+	c[cDstAddr] = le.AppendUint32(c[cDstAddr], b.addr(addrKey{r.DstAddr, fam}))
+	c[cSrcMAC] = le.AppendUint32(c[cSrcMAC], b.mac(r.SrcMAC))
+	c[cDstMAC] = le.AppendUint32(c[cDstMAC], b.mac(r.DstMAC))
+	c[cIface] = le.AppendUint32(c[cIface], b.name(r.Iface))
+	b.n++
+}
+
+// appendSegment appends every record of a verified segment, remapping its
+// dictionary indices into b's dictionaries. It is how compaction merges.
+func (b *batch) appendSegment(s *segment) error {
+	names, err := s.nameDict()
+	if err != nil {
+		return err
+	}
+	addrMap := make([]uint32, s.nAddr)
+	for i := range addrMap {
+		addrMap[i] = b.addr(s.addrKey(uint32(i)))
+	}
+	macMap := make([]uint32, s.nMAC)
+	for i := range macMap {
+		macMap[i] = b.mac(s.mac(uint32(i)))
+	}
+	nameMap := make([]uint32, len(names))
+	for i, n := range names {
+		nameMap[i] = b.name(n)
+	}
+	for c := range cSrcAddr {
+		b.cols[c] = append(b.cols[c], s.cols[c]...)
+	}
+	remaps := [...]struct {
+		col int
+		m   []uint32
+	}{{cSrcAddr, addrMap}, {cDstAddr, addrMap}, {cSrcMAC, macMap}, {cDstMAC, macMap}, {cIface, nameMap}}
+	for _, rm := range remaps {
+		src, dst := s.cols[rm.col], b.cols[rm.col]
+		for i := range s.n {
+			x := le.Uint32(src[i*4:])
+			if x >= uint32(len(rm.m)) {
+				return corruptf(s.path, "column %d: index %d out of dictionary of %d", rm.col+1, x, len(rm.m))
+			}
+			dst = le.AppendUint32(dst, rm.m[x])
+		}
+		b.cols[rm.col] = dst
+	}
+	b.n += s.n
+	b.widen(s.minFirst, s.maxFirst, s.minLast, s.maxLast)
+	return nil
+}
+
+type block struct {
+	kind, width uint32
+	data        []byte
+}
+
+func crc32c(b []byte) uint32 { return crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)) }
+
+func pad8(n int) int { return (n + 7) &^ 7 }
+
+// blocks lists the batch's blocks in file order.
+func (b *batch) blocks() []block {
+	bl := make([]block, 0, numCols+4)
+	for c := range b.cols {
+		bl = append(bl, block{uint32(c + 1), uint32(colWidth(c)), b.cols[c]})
+	}
+	addrs := make([]byte, 0, 16*len(b.addrs))
+	fams := make([]byte, 0, len(b.addrs))
+	for _, a := range b.addrs {
+		addrs = append(addrs, a.a[:]...)
+		fams = append(fams, a.fam)
+	}
+	macs := make([]byte, 0, 6*len(b.macs))
+	for _, m := range b.macs {
+		macs = append(macs, m[:]...)
+	}
+	names := le.AppendUint32(nil, uint32(len(b.names)))
+	off := uint32(0)
+	names = le.AppendUint32(names, off)
+	for _, n := range b.names {
+		off += uint32(len(n))
+		names = le.AppendUint32(names, off)
+	}
+	for _, n := range b.names {
+		names = append(names, n...)
+	}
+	return append(bl,
+		block{kindAddrDict, 16, addrs},
+		block{kindAddrFam, 1, fams},
+		block{kindMACDict, 6, macs},
+		block{kindNames, 0, names})
+}
+
+// crcWriter checksums everything written through it.
+type crcWriter struct {
+	w   io.Writer
+	tab *crc32.Table
+	crc uint32
+	n   int64
+}
+
+func (c *crcWriter) Write(p []byte) (int, error) {
+	c.crc = crc32.Update(c.crc, c.tab, p)
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+var zeros [8]byte
+
+// encode writes the batch as a complete segment file and returns its size.
+func (b *batch) encode(w io.Writer, id uint64, replaces []uint64) (int64, error) {
+	bl := b.blocks()
+	hdrLen := pad8(headerFixed + 8*len(replaces) + dirEntrySize*len(bl) + 4)
+	offs := make([]uint64, len(bl))
+	off := hdrLen
+	for i, k := range bl {
+		offs[i] = uint64(off)
+		off += pad8(len(k.data))
+	}
+	total := off + trailerSize
+
+	hdr := make([]byte, 0, hdrLen)
+	hdr = append(hdr, segMagic...)
+	hdr = le.AppendUint16(hdr, segVersion)
+	hdr = le.AppendUint16(hdr, 0)
+	hdr = le.AppendUint32(hdr, uint32(len(bl)))
+	hdr = le.AppendUint64(hdr, uint64(total))
+	hdr = le.AppendUint64(hdr, id)
+	hdr = le.AppendUint64(hdr, uint64(b.n))
+	hdr = le.AppendUint64(hdr, uint64(b.minFirst))
+	hdr = le.AppendUint64(hdr, uint64(b.maxLast))
+	hdr = le.AppendUint64(hdr, uint64(b.maxFirst))
+	hdr = le.AppendUint64(hdr, uint64(b.minLast))
+	hdr = le.AppendUint32(hdr, uint32(len(replaces)))
+	hdr = le.AppendUint32(hdr, 0)
+	for _, r := range replaces {
+		hdr = le.AppendUint64(hdr, r)
+	}
+	for i, k := range bl {
+		hdr = le.AppendUint32(hdr, k.kind)
+		hdr = le.AppendUint32(hdr, k.width)
+		hdr = le.AppendUint64(hdr, offs[i])
+		hdr = le.AppendUint64(hdr, uint64(len(k.data)))
+		hdr = le.AppendUint32(hdr, crc32c(k.data))
+		hdr = le.AppendUint32(hdr, 0)
+	}
+	hdr = le.AppendUint32(hdr, crc32c(hdr))
+	hdr = append(hdr, zeros[:hdrLen-len(hdr)]...)
+
+	cw := &crcWriter{w: w, tab: crc32.MakeTable(crc32.Castagnoli)}
+	if _, err := cw.Write(hdr); err != nil {
+		return 0, err
+	}
+	for _, k := range bl {
+		if _, err := cw.Write(k.data); err != nil {
+			return 0, err
+		}
+		if _, err := cw.Write(zeros[:pad8(len(k.data))-len(k.data)]); err != nil {
+			return 0, err
+		}
+	}
+	tr := le.AppendUint32(nil, cw.crc)
+	tr = append(tr, trailerMagic...)
+	if _, err := w.Write(tr); err != nil {
+		return 0, err
+	}
+	if cw.n+trailerSize != int64(total) {
+		return 0, fmt.Errorf("segment encoder wrote %d bytes, header says %d", cw.n+trailerSize, total)
+	}
+	return int64(total), nil
+}
+
+// writeSegment makes the batch durable as segment id: a temp file readers
+// ignore, fsync'd, renamed into place, and the directory fsync'd, so the
+// segment either exists complete under its name or not at all.
+func writeSegment(dir string, id uint64, replaces []uint64, b *batch) (entry, error) {
+	final := filepath.Join(dir, segName(id))
+	tmp := filepath.Join(dir, tmpPrefix+segName(id))
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return entry{}, fmt.Errorf("create segment: %w", err)
+	}
+	fail := func(err error) (entry, error) {
+		f.Close()
+		os.Remove(tmp)
+		return entry{}, err
+	}
+	bw := bufio.NewWriterSize(f, 1<<20)
+	size, err := b.encode(bw, id, replaces)
+	if err == nil {
+		err = bw.Flush()
+	}
+	if err != nil {
+		return fail(fmt.Errorf("write segment %s: %w", tmp, err))
+	}
+	if err := f.Sync(); err != nil {
+		return fail(fmt.Errorf("fsync segment %s: %w", tmp, err))
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return entry{}, fmt.Errorf("close segment %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		os.Remove(tmp)
+		return entry{}, fmt.Errorf("rename segment into place: %w", err)
+	}
+	if err := syncDir(dir); err != nil {
+		return entry{}, err
+	}
+	return entry{id: id, records: uint64(b.n), minFirst: b.minFirst, maxLast: b.maxLast, size: size}, nil
+}

@@ -1,0 +1,275 @@
+package store
+
+// The MANIFEST names the live segments. It is what makes a reader's view a
+// consistent snapshot: the writer replaces it atomically (temp file, fsync,
+// rename, directory fsync) and deletes a segment file only after publishing
+// a manifest without it. A reader reads one manifest, then opens the files
+// it lists; if one is gone a newer manifest exists, and the reader starts
+// over from it. Listing the directory instead cannot give that guarantee:
+// readdir concurrent with a rename and an unlink may return neither the new
+// merged segment nor the originals it replaced.
+//
+// Manifest format, version 1, little endian:
+//
+//	0   8     magic "LOUPEMAN"
+//	8   2     version (1)
+//	10  2     reserved (0)
+//	12  4     entry count K
+//	16  8     generation, +1 on every publish
+//	24  8     next segment id
+//	32  40*K  entries sorted by id: id u64, records u64,
+//	          min first_seen i64, max last_seen i64, file size u64
+//	..  4     CRC32C of all preceding bytes
+//
+// If the manifest is missing or corrupt, the segment headers are enough to
+// rebuild it: every segment lists the ids it replaces (transitively), and a
+// segment replaced by another present, valid segment is not live.
+
+import (
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+const (
+	manifestMagic   = "LOUPEMAN"
+	manifestVersion = 1
+	manifestName    = "MANIFEST"
+	manifestEntry   = 40
+	lockName        = "LOCK"
+	// tmpPrefix starts every file that is not yet in place. Readers ignore
+	// such names and a writer removes them when it opens the directory.
+	tmpPrefix = ".tmp-"
+	segPrefix = "seg-"
+	segSuffix = ".lseg"
+)
+
+// entry describes one live segment.
+type entry struct {
+	id       uint64
+	records  uint64
+	minFirst int64
+	maxLast  int64
+	size     int64
+}
+
+type manifest struct {
+	gen     uint64
+	nextID  uint64
+	entries []entry // sorted by id
+}
+
+func (m *manifest) clone() *manifest {
+	c := *m
+	c.entries = slices.Clone(m.entries)
+	return &c
+}
+
+func (m *manifest) has(id uint64) bool {
+	_, ok := slices.BinarySearchFunc(m.entries, id, func(e entry, id uint64) int {
+		switch {
+		case e.id < id:
+			return -1
+		case e.id > id:
+			return 1
+		}
+		return 0
+	})
+	return ok
+}
+
+func segName(id uint64) string { return fmt.Sprintf("%s%016x%s", segPrefix, id, segSuffix) }
+
+// parseSegName returns the id of a segment file name.
+func parseSegName(name string) (uint64, bool) {
+	hex, ok := strings.CutPrefix(name, segPrefix)
+	if !ok {
+		return 0, false
+	}
+	hex, ok = strings.CutSuffix(hex, segSuffix)
+	if !ok || len(hex) != 16 {
+		return 0, false
+	}
+	id, err := strconv.ParseUint(hex, 16, 64)
+	return id, err == nil
+}
+
+func encodeManifest(m *manifest) []byte {
+	b := make([]byte, 0, 32+manifestEntry*len(m.entries)+4)
+	b = append(b, manifestMagic...)
+	b = le.AppendUint16(b, manifestVersion)
+	b = le.AppendUint16(b, 0)
+	b = le.AppendUint32(b, uint32(len(m.entries)))
+	b = le.AppendUint64(b, m.gen)
+	b = le.AppendUint64(b, m.nextID)
+	for _, e := range m.entries {
+		b = le.AppendUint64(b, e.id)
+		b = le.AppendUint64(b, e.records)
+		b = le.AppendUint64(b, uint64(e.minFirst))
+		b = le.AppendUint64(b, uint64(e.maxLast))
+		b = le.AppendUint64(b, uint64(e.size))
+	}
+	return le.AppendUint32(b, crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)))
+}
+
+// errManifestCorrupt is returned for a manifest that fails verification.
+var errManifestCorrupt = errors.New("corrupt manifest")
+
+func decodeManifest(b []byte) (*manifest, error) {
+	if len(b) < 36 || string(b[:8]) != manifestMagic {
+		return nil, fmt.Errorf("%w: bad magic or too short (%d bytes)", errManifestCorrupt, len(b))
+	}
+	if v := le.Uint16(b[8:]); v != manifestVersion {
+		return nil, fmt.Errorf("%w: unsupported version %d", errManifestCorrupt, v)
+	}
+	k := int(le.Uint32(b[12:]))
+	if len(b) != 32+manifestEntry*k+4 {
+		return nil, fmt.Errorf("%w: %d bytes for %d entries", errManifestCorrupt, len(b), k)
+	}
+	body := b[:len(b)-4]
+	if crc32.Checksum(body, crc32.MakeTable(crc32.Castagnoli)) != le.Uint32(b[len(b)-4:]) {
+		return nil, fmt.Errorf("%w: CRC32C mismatch", errManifestCorrupt)
+	}
+	m := &manifest{gen: le.Uint64(b[16:]), nextID: le.Uint64(b[24:]), entries: make([]entry, k)}
+	for i := range m.entries {
+		e := b[32+manifestEntry*i:]
+		m.entries[i] = entry{
+			id:       le.Uint64(e),
+			records:  le.Uint64(e[8:]),
+			minFirst: int64(le.Uint64(e[16:])),
+			maxLast:  int64(le.Uint64(e[24:])),
+			size:     int64(le.Uint64(e[32:])),
+		}
+		if i > 0 && m.entries[i].id <= m.entries[i-1].id {
+			return nil, fmt.Errorf("%w: entries out of order", errManifestCorrupt)
+		}
+	}
+	return m, nil
+}
+
+// readManifest returns fs.ErrNotExist (wrapped) if there is none.
+func readManifest(dir string) (*manifest, error) {
+	b, err := os.ReadFile(filepath.Join(dir, manifestName))
+	if err != nil {
+		return nil, fmt.Errorf("read manifest: %w", err)
+	}
+	return decodeManifest(b)
+}
+
+// writeManifest publishes m atomically and durably. renamed reports whether
+// the new manifest replaced the old one (readers may see it), which is also
+// the case when only the final directory fsync failed.
+func writeManifest(dir string, m *manifest) (renamed bool, err error) {
+	tmp := filepath.Join(dir, tmpPrefix+manifestName)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return false, fmt.Errorf("create manifest: %w", err)
+	}
+	_, err = f.Write(encodeManifest(m))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return false, fmt.Errorf("write manifest: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, manifestName)); err != nil {
+		os.Remove(tmp)
+		return false, fmt.Errorf("publish manifest: %w", err)
+	}
+	return true, syncDir(dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("open store directory for fsync: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("fsync store directory: %w", err)
+	}
+	return nil
+}
+
+// listSegments returns the ids of the segment files present in dir.
+func listSegments(dir string) ([]uint64, error) {
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("list store directory: %w", err)
+	}
+	var ids []uint64
+	for _, de := range des {
+		if id, ok := parseSegName(de.Name()); ok {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
+// dirState is what the segment headers alone say about a directory.
+type dirState struct {
+	live     []entry  // valid segments not replaced by another valid one
+	replaced []uint64 // valid but superseded segments (crash after merge)
+	corrupt  []SegmentError
+	maxID    uint64
+}
+
+// scanDir rebuilds the live set from the segment files themselves. It reads
+// and verifies every segment, so it is only the fallback for a missing or
+// corrupt manifest.
+func scanDir(dir string, log *slog.Logger) (*dirState, error) {
+	ids, err := listSegments(dir)
+	if err != nil {
+		return nil, err
+	}
+	st := &dirState{}
+	var valid []entry
+	superseded := make(map[uint64]bool)
+	for _, id := range ids {
+		st.maxID = max(st.maxID, id)
+		path := filepath.Join(dir, segName(id))
+		f, err := os.Open(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("open segment: %w", err)
+		}
+		s, err := mapSegment(f, path, true)
+		f.Close()
+		if err == nil && s.id != id {
+			s.release()
+			err = corruptf(path, "header id %d does not match the file name", s.id)
+		}
+		if err != nil {
+			log.Warn("segment unreadable while rebuilding the manifest", "path", path, "err", err)
+			st.corrupt = append(st.corrupt, SegmentError{Path: path, Err: err})
+			continue
+		}
+		for _, r := range s.replaces {
+			superseded[r] = true
+		}
+		valid = append(valid, entry{id: id, records: uint64(s.n), minFirst: s.minFirst, maxLast: s.maxLast, size: int64(len(s.data))})
+		s.release()
+	}
+	for _, e := range valid {
+		if superseded[e.id] {
+			st.replaced = append(st.replaced, e.id)
+		} else {
+			st.live = append(st.live, e)
+		}
+	}
+	return st, nil
+}

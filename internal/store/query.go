@@ -1,0 +1,191 @@
+package store
+
+import (
+	"fmt"
+	"math"
+	"net/netip"
+	"time"
+
+	"loupe/internal/flow"
+)
+
+// Any is the Port or Proto of a Query that matches every value.
+const Any = -1
+
+// Query selects records. Note that the zero Query matches only port 0 and
+// protocol 0: start from NewQuery, which matches everything.
+type Query struct {
+	// Since and Until select records whose [first_seen, last_seen]
+	// interval overlaps [Since, Until], both ends inclusive. A zero value
+	// is unbounded.
+	Since, Until time.Time
+	// Src and Dst select records whose source / destination address is in
+	// the prefix; the zero Prefix matches all. An IPv4 prefix matches IPv4
+	// flows, an IPv6 prefix IPv6 flows, and non-IP flows match neither,
+	// just as flow.Key.SrcIP/DstIP and netip.Prefix.Contains behave.
+	Src, Dst netip.Prefix
+	// Port matches the source or the destination port (Any for all).
+	// ICMP flows carry type and code in the ports, as in flow.Key.
+	Port int
+	// Proto is the IP protocol number (Any for all).
+	Proto int
+	// Report, if set, is filled with what the query read, including the
+	// corrupt segments it skipped.
+	Report *Report
+}
+
+// NewQuery returns a query that matches every record.
+func NewQuery() Query { return Query{Port: Any, Proto: Any} }
+
+func (q *Query) report() *Report {
+	if q.Report != nil {
+		*q.Report = Report{}
+		return q.Report
+	}
+	return &Report{}
+}
+
+type compiled struct {
+	since, until int64
+	src, dst     netip.Prefix
+	port, proto  int
+}
+
+func (q *Query) compile() (compiled, error) {
+	c := compiled{since: math.MinInt64, until: math.MaxInt64, port: q.Port, proto: q.Proto}
+	if q.Port < Any || q.Port > math.MaxUint16 {
+		return c, fmt.Errorf("store: query port %d out of range (-1 for any, 0-65535)", q.Port)
+	}
+	if q.Proto < Any || q.Proto > math.MaxUint8 {
+		return c, fmt.Errorf("store: query protocol %d out of range (-1 for any, 0-255)", q.Proto)
+	}
+	if !q.Since.IsZero() {
+		c.since = q.Since.UnixNano()
+	}
+	if !q.Until.IsZero() {
+		c.until = q.Until.UnixNano()
+	}
+	if c.since > c.until {
+		return c, fmt.Errorf("store: query since %v is after until %v", q.Since, q.Until)
+	}
+	if q.Src.IsValid() {
+		c.src = q.Src.Masked()
+	}
+	if q.Dst.IsValid() {
+		c.dst = q.Dst.Masked()
+	}
+	return c, nil
+}
+
+// addrOf is the netip.Addr flow.Key.SrcIP/DstIP returns for an entry. It
+// asks flow.Key itself, so that filters and groups follow its rules (for
+// instance, what a malformed IPv4 address maps to) by construction.
+func addrOf(k addrKey) netip.Addr {
+	key := flow.Key{SrcAddr: k.a}
+	switch k.fam {
+	case famV4:
+		key.EtherType = flow.EtherTypeIPv4
+	case famV6:
+		key.EtherType = flow.EtherTypeIPv6
+	}
+	return key.SrcIP()
+}
+
+// canonical maps an entry to a key that is equal exactly when the
+// netip.Addr is: e.g. all non-IP entries are one group, whatever bytes
+// they carry.
+func canonical(k addrKey) addrKey {
+	a := addrOf(k)
+	switch {
+	case !a.IsValid():
+		return addrKey{}
+	case a.Is4():
+		return addrKey{a.As16(), famV4}
+	}
+	return addrKey{a.As16(), famV6}
+}
+
+// segFilter is a query specialised to one segment: address prefixes become
+// one bool per dictionary entry, and the per-record time test is dropped
+// when the whole segment is inside the window.
+type segFilter struct {
+	checkTime    bool
+	since, until int64
+	port, proto  int
+	srcOK, dstOK []bool
+}
+
+// forSegment returns ok=false if no record of s can match. It verifies the
+// blocks the filter reads.
+func (c *compiled) forSegment(s *segment) (f *segFilter, ok bool, err error) {
+	if s.n == 0 || s.maxLast < c.since || s.minFirst > c.until {
+		return nil, false, nil
+	}
+	f = &segFilter{
+		checkTime: !(s.maxFirst <= c.until && s.minLast >= c.since),
+		since:     c.since, until: c.until, port: c.port, proto: c.proto,
+	}
+	var need []int
+	if f.checkTime {
+		need = append(need, cFirst, cLast)
+	}
+	if f.proto >= 0 {
+		need = append(need, cProto)
+	}
+	if f.port >= 0 {
+		need = append(need, cSrcPort, cDstPort)
+	}
+	if c.src.IsValid() {
+		need = append(need, cSrcAddr, bAddrDict, bAddrFam)
+	}
+	if c.dst.IsValid() {
+		need = append(need, cDstAddr, bAddrDict, bAddrFam)
+	}
+	if err := s.verify(need...); err != nil {
+		return nil, false, err
+	}
+	for _, p := range [...]struct {
+		pfx netip.Prefix
+		col int
+		ok  *[]bool
+	}{{c.src, cSrcAddr, &f.srcOK}, {c.dst, cDstAddr, &f.dstOK}} {
+		if !p.pfx.IsValid() {
+			continue
+		}
+		if err := s.checkIndex(p.col, s.nAddr); err != nil {
+			return nil, false, err
+		}
+		mask := make([]bool, s.nAddr)
+		some := false
+		for i := range mask {
+			mask[i] = p.pfx.Contains(addrOf(s.addrKey(uint32(i))))
+			some = some || mask[i]
+		}
+		if !some {
+			return nil, false, nil
+		}
+		*p.ok = mask
+	}
+	return f, true, nil
+}
+
+// match tests row i; the address columns were index-checked by forSegment.
+func (f *segFilter) match(s *segment, i int) bool {
+	c := &s.cols
+	if f.checkTime && (int64(le.Uint64(c[cFirst][8*i:])) > f.until || int64(le.Uint64(c[cLast][8*i:])) < f.since) {
+		return false
+	}
+	if f.proto >= 0 && int(c[cProto][i]) != f.proto {
+		return false
+	}
+	if f.port >= 0 && int(le.Uint16(c[cSrcPort][2*i:])) != f.port && int(le.Uint16(c[cDstPort][2*i:])) != f.port {
+		return false
+	}
+	if f.srcOK != nil && !f.srcOK[le.Uint32(c[cSrcAddr][4*i:])] {
+		return false
+	}
+	if f.dstOK != nil && !f.dstOK[le.Uint32(c[cDstAddr][4*i:])] {
+		return false
+	}
+	return true
+}

@@ -1,0 +1,312 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"syscall"
+
+	"loupe/internal/flow"
+)
+
+// ErrCorrupt marks a segment that failed verification: bad magic, wrong
+// length (truncated), CRC mismatch or an inconsistent block directory.
+var ErrCorrupt = errors.New("corrupt segment")
+
+func corruptf(path, format string, args ...any) error {
+	return fmt.Errorf("%w %s: %s", ErrCorrupt, path, fmt.Sprintf(format, args...))
+}
+
+// Block ids within a segment: the columns, then the dictionaries.
+const (
+	bAddrDict = numCols + iota
+	bAddrFam
+	bMACDict
+	bNames
+	numBlocks
+)
+
+// segment is a read-only view of one segment file whose header has been
+// verified. Blocks are verified before use: all at once (verifyAll, the
+// whole-file CRC) or one by one (verify, the per-block CRCs).
+type segment struct {
+	path     string
+	data     []byte
+	mapped   bool
+	id       uint64
+	n        int
+	minFirst int64
+	maxLast  int64
+	maxFirst int64
+	minLast  int64
+	replaces []uint64
+	cols     [numCols][]byte // aliases of blk[:numCols]
+	blk      [numBlocks][]byte
+	blkCRC   [numBlocks]uint32
+	verified [numBlocks]bool
+	addrs    []byte // 16 bytes per entry
+	fams     []byte // one per address entry
+	macs     []byte // 6 bytes per entry
+	names    []byte // kindNames block, decoded by nameDict
+	nAddr    int
+	nMAC     int
+}
+
+// mapSegment maps an open segment file and verifies its header, and the
+// whole file too if full is set. Segments are immutable and only ever
+// unlinked, never truncated in place, so a mapping stays valid for as long
+// as we hold it even if the writer deletes the file.
+func mapSegment(f *os.File, path string, full bool) (*segment, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("stat segment %s: %w", path, err)
+	}
+	size := fi.Size()
+	if size < headerFixed+trailerSize {
+		return nil, corruptf(path, "file is %d bytes, shorter than a header", size)
+	}
+	if size > math.MaxInt {
+		return nil, corruptf(path, "file is too large to map (%d bytes)", size)
+	}
+	data, err := syscall.Mmap(int(f.Fd()), 0, int(size), syscall.PROT_READ, syscall.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("mmap segment %s: %w", path, err)
+	}
+	s, err := parseSegment(data, path)
+	if err == nil && full {
+		err = s.verifyAll()
+	}
+	if err != nil {
+		syscall.Munmap(data)
+		return nil, err
+	}
+	s.mapped = true
+	return s, nil
+}
+
+// release unmaps the segment; its slices must not be used afterwards.
+func (s *segment) release() {
+	if s != nil && s.mapped {
+		syscall.Munmap(s.data)
+		s.data, s.mapped = nil, false
+	}
+}
+
+// parseSegment checks the length, the trailer and the header CRC before
+// trusting any offset, then checks every block against the record count so
+// that query loops can index columns without further length checks. It
+// reads nothing but the header: block contents are verified by verify or
+// verifyAll.
+func parseSegment(data []byte, path string) (*segment, error) {
+	size := len(data)
+	if size < headerFixed+trailerSize {
+		return nil, corruptf(path, "file is %d bytes, shorter than a header", size)
+	}
+	if string(data[:8]) != segMagic {
+		return nil, corruptf(path, "bad magic %q", data[:8])
+	}
+	if v := le.Uint16(data[8:]); v != segVersion {
+		return nil, corruptf(path, "unsupported format version %d (this build reads %d)", v, segVersion)
+	}
+	if total := le.Uint64(data[16:]); total != uint64(size) {
+		return nil, corruptf(path, "file is %d bytes, header says %d (truncated?)", size, total)
+	}
+	if string(data[size-4:]) != trailerMagic {
+		return nil, corruptf(path, "bad trailer (truncated?)")
+	}
+	body := data[:size-trailerSize]
+	s := &segment{
+		path:     path,
+		data:     data,
+		id:       le.Uint64(data[24:]),
+		minFirst: int64(le.Uint64(data[40:])),
+		maxLast:  int64(le.Uint64(data[48:])),
+		maxFirst: int64(le.Uint64(data[56:])),
+		minLast:  int64(le.Uint64(data[64:])),
+	}
+	nBlocks := uint64(le.Uint32(data[12:]))
+	n := le.Uint64(data[32:])
+	nRepl := uint64(le.Uint32(data[72:]))
+	dirOff := headerFixed + 8*nRepl
+	hdrEnd := dirOff + dirEntrySize*nBlocks
+	if n > uint64(len(body)) || hdrEnd+4 > uint64(len(body)) {
+		return nil, corruptf(path, "header counts exceed the file")
+	}
+	if crc32c(data[:hdrEnd]) != le.Uint32(data[hdrEnd:]) {
+		return nil, corruptf(path, "header CRC32C mismatch")
+	}
+	s.n = int(n)
+	s.replaces = make([]uint64, nRepl)
+	for i := range s.replaces {
+		s.replaces[i] = le.Uint64(data[headerFixed+8*i:])
+	}
+	var seen [numBlocks]bool
+	for i := range nBlocks {
+		e := data[dirOff+dirEntrySize*i:]
+		kind, width := le.Uint32(e), uint64(le.Uint32(e[4:]))
+		off, length := le.Uint64(e[8:]), le.Uint64(e[16:])
+		if off > uint64(len(body)) || length > uint64(len(body))-off {
+			return nil, corruptf(path, "block kind %d at %d+%d is outside the file", kind, off, length)
+		}
+		var b int
+		switch {
+		case kind >= 1 && kind <= numCols:
+			b = int(kind - 1)
+			if width != uint64(colWidth(b)) || length != n*width {
+				return nil, corruptf(path, "column %d: width %d length %d for %d records", kind, width, length, n)
+			}
+		case kind >= kindAddrDict && kind <= kindNames:
+			b = bAddrDict + int(kind-kindAddrDict)
+			if want := [...]uint64{16, 1, 6, 0}[b-bAddrDict]; width != want || (width > 0 && length%width != 0) {
+				return nil, corruptf(path, "dictionary block %d has width %d length %d", kind, width, length)
+			}
+		default:
+			continue // unknown kinds: a later minor revision may add blocks
+		}
+		s.blk[b], s.blkCRC[b], seen[b] = body[off:off+length], le.Uint32(e[24:]), true
+	}
+	for b, ok := range seen {
+		if !ok {
+			return nil, corruptf(path, "block %d missing", b)
+		}
+	}
+	copy(s.cols[:], s.blk[:numCols])
+	s.addrs, s.fams, s.macs, s.names = s.blk[bAddrDict], s.blk[bAddrFam], s.blk[bMACDict], s.blk[bNames]
+	s.nAddr, s.nMAC = len(s.addrs)/16, len(s.macs)/6
+	if len(s.fams) != s.nAddr {
+		return nil, corruptf(path, "%d address families for %d addresses", len(s.fams), s.nAddr)
+	}
+	return s, nil
+}
+
+// verifyAll checks the whole-file CRC, which covers every block.
+func (s *segment) verifyAll() error {
+	body := s.data[:len(s.data)-trailerSize]
+	want := le.Uint32(s.data[len(s.data)-trailerSize:])
+	if got := crc32c(body); got != want {
+		return corruptf(s.path, "CRC32C mismatch: stored %08x, computed %08x", want, got)
+	}
+	for b := range s.verified {
+		s.verified[b] = true
+	}
+	if _, err := s.nameDict(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// verify checks the CRCs of the given blocks (once each).
+func (s *segment) verify(blocks ...int) error {
+	for _, b := range blocks {
+		if s.verified[b] {
+			continue
+		}
+		if got := crc32c(s.blk[b]); got != s.blkCRC[b] {
+			return corruptf(s.path, "block %d: CRC32C mismatch: stored %08x, computed %08x", b, s.blkCRC[b], got)
+		}
+		s.verified[b] = true
+	}
+	return nil
+}
+
+// nameDict decodes the interface name dictionary.
+func (s *segment) nameDict() ([]string, error) {
+	b := s.names
+	if len(b) < 4 {
+		return nil, corruptf(s.path, "name dictionary too short")
+	}
+	k := uint64(le.Uint32(b))
+	if 4+4*(k+1) > uint64(len(b)) {
+		return nil, corruptf(s.path, "name dictionary of %d entries does not fit", k)
+	}
+	strs := b[4+4*(k+1):]
+	names := make([]string, k)
+	prev := uint32(0)
+	for i := range names {
+		lo, hi := le.Uint32(b[4+4*i:]), le.Uint32(b[8+4*i:])
+		if lo != prev || hi < lo || uint64(hi) > uint64(len(strs)) {
+			return nil, corruptf(s.path, "name dictionary offsets out of order")
+		}
+		names[i] = string(strs[lo:hi])
+		prev = hi
+	}
+	return names, nil
+}
+
+func (s *segment) addrKey(i uint32) addrKey {
+	var k addrKey
+	copy(k.a[:], s.addrs[16*i:])
+	k.fam = s.fams[i]
+	return k
+}
+
+func (s *segment) mac(i uint32) [6]byte {
+	var m [6]byte
+	copy(m[:], s.macs[6*i:])
+	return m
+}
+
+// recordDecoder turns rows of a verified segment back into flow.Records.
+type recordDecoder struct {
+	s     *segment
+	names []string
+}
+
+func newRecordDecoder(s *segment) (*recordDecoder, error) {
+	names, err := s.nameDict()
+	if err != nil {
+		return nil, err
+	}
+	return &recordDecoder{s: s, names: names}, nil
+}
+
+// decode fills r with row i. Dictionary indices are checked here because the
+// CRC only proves the file is what the writer wrote, not that it is sane.
+func (d *recordDecoder) decode(i int, r *flow.Record) error {
+	c := &d.s.cols
+	src, dst := le.Uint32(c[cSrcAddr][4*i:]), le.Uint32(c[cDstAddr][4*i:])
+	smac, dmac := le.Uint32(c[cSrcMAC][4*i:]), le.Uint32(c[cDstMAC][4*i:])
+	iface := le.Uint32(c[cIface][4*i:])
+	if src >= uint32(d.s.nAddr) || dst >= uint32(d.s.nAddr) ||
+		smac >= uint32(d.s.nMAC) || dmac >= uint32(d.s.nMAC) || iface >= uint32(len(d.names)) {
+		return corruptf(d.s.path, "record %d: dictionary index out of range", i)
+	}
+	*r = flow.Record{
+		Key: flow.Key{
+			SrcMAC:    d.s.mac(smac),
+			DstMAC:    d.s.mac(dmac),
+			IfIndex:   le.Uint32(c[cIfIndex][4*i:]),
+			EtherType: le.Uint16(c[cEthType][2*i:]),
+			SrcPort:   le.Uint16(c[cSrcPort][2*i:]),
+			DstPort:   le.Uint16(c[cDstPort][2*i:]),
+			Proto:     c[cProto][i],
+			Direction: flow.Direction(c[cDirection][i]),
+		},
+		Iface:     d.names[iface],
+		Packets:   le.Uint64(c[cPackets][8*i:]),
+		Bytes:     le.Uint64(c[cBytes][8*i:]),
+		FirstSeen: nsTime(int64(le.Uint64(c[cFirst][8*i:]))),
+		LastSeen:  nsTime(int64(le.Uint64(c[cLast][8*i:]))),
+		Sampling:  le.Uint32(c[cSampling][4*i:]),
+		TCPFlags:  le.Uint16(c[cTCPFlags][2*i:]),
+		DSCP:      c[cDSCP][i],
+	}
+	copy(r.SrcAddr[:], d.s.addrs[16*src:])
+	copy(r.DstAddr[:], d.s.addrs[16*dst:])
+	return nil
+}
+
+// checkIndex verifies once that every index in dictionary column c is below
+// limit, so that query loops can use the column without per-record checks.
+func (s *segment) checkIndex(c, limit int) error {
+	b := s.cols[c]
+	var hi uint32
+	for i := 0; i+4 <= len(b); i += 4 {
+		hi = max(hi, le.Uint32(b[i:]))
+	}
+	if s.n > 0 && uint64(hi) >= uint64(limit) {
+		return corruptf(s.path, "column %d: index %d out of dictionary of %d", c+1, hi, limit)
+	}
+	return nil
+}

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Installs what Loupe needs on Debian 12 / Ubuntu 22.04+, as root. Idempotent.
+#   deps.sh run        Go toolchain (to build the agent)
+#   deps.sh test       + iproute2, ping, capsh: what the test suite drives
+#   deps.sh generate   + clang-19, llvm-19, bpftool: regenerate BPF objects
+#   deps.sh bench      + iperf3, tcpreplay, tcpdump, pmacct, perf, python3
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+purpose=${1:-run}
+packages=(ca-certificates curl unzip make git)
+case "$purpose" in
+run) ;;
+test) packages+=(iproute2 iputils-ping libcap2-bin procps) ;;
+generate) packages+=(clang-19 llvm-19 bpftool) ;;
+bench) packages+=(iproute2 iputils-ping iperf3 tcpreplay tcpdump pmacct linux-perf python3 procps) ;;
+*)
+	echo "usage: $0 run|test|generate|bench" >&2
+	exit 2
+	;;
+esac
+
+missing=()
+for p in "${packages[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+	echo "deps: installing ${missing[*]}" >&2
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Go: the version go.mod names. Debian's own Go is too old, so when the Go on
+# PATH is missing or older, fetch the official toolchain from the Go module
+# proxy (the same zip `GOTOOLCHAIN` downloads) into /usr/local/go.
+want=$(awk '/^go /{print $2; exit}' go.mod)
+have=$(go env GOVERSION 2>/dev/null | sed 's/^go//' || true)
+older() { [ "$(printf '%s\n%s\n' "$1" "$2" | sort -V | head -n1)" != "$2" ]; }
+if [ -z "$have" ] || older "$have" "$want"; then
+	arch=$(dpkg --print-architecture)
+	url="https://proxy.golang.org/golang.org/toolchain/@v/v0.0.1-go${want}.linux-${arch}.zip"
+	echo "deps: installing Go ${want} from ${url}" >&2
+	tmp=$(mktemp -d)
+	trap 'rm -rf "$tmp"' EXIT
+	curl -fsSL -o "$tmp/go.zip" "$url"
+	unzip -q "$tmp/go.zip" -d "$tmp"
+	rm -rf /usr/local/go
+	mv "$tmp/golang.org/toolchain@v0.0.1-go${want}.linux-${arch}" /usr/local/go
+	chmod +x /usr/local/go/bin/* /usr/local/go/pkg/tool/*/*
+	echo "deps: Go installed in /usr/local/go; add /usr/local/go/bin to PATH" >&2
+fi

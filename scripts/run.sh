@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Quick start: install what is missing, build, and run the agent on this host
+# with its embedded store (/var/lib/loupe/flows) and metrics on
+# 127.0.0.1:9464. Extra arguments go to `loupe run`. Needs root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/deps.sh run
+. scripts/env.sh
+CGO_ENABLED=0 go build -trimpath -o bin/loupe ./cmd/loupe
+echo "built bin/loupe; query with: bin/loupe flows --since 5m | bin/loupe top" >&2
+exec bin/loupe run "$@"
