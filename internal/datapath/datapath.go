@@ -3,6 +3,7 @@ package datapath
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/cilium/ebpf"
 
@@ -89,8 +90,10 @@ func Load(opts Options) (*Datapath, error) {
 	d := &Datapath{opts: opts, ncpu: ncpu}
 	if err := spec.LoadAndAssign(&d.objs, nil); err != nil {
 		var verr *ebpf.VerifierError
-		if errors.As(err, &verr) {
-			return nil, fmt.Errorf("load flow program: %+v", verr)
+		if errors.As(err, &verr) && strings.Contains(strings.Join(verr.Log, "\n"), "!root") {
+			// The verifier treats a loader without CAP_PERFMON like an
+			// unprivileged one and refuses packet pointer arithmetic.
+			return nil, fmt.Errorf("load flow program: %w (CAP_PERFMON is missing)", err)
 		}
 		return nil, fmt.Errorf("load flow program: %w", err)
 	}

@@ -3,10 +3,8 @@ package e2e
 import (
 	"net"
 	"testing"
-	"time"
 
 	"loupe/internal/flow"
-	"loupe/internal/testutil"
 )
 
 // TestMapFullStaysExact floods a 16-flow table with 600 flows: the packets
@@ -30,8 +28,9 @@ func TestMapFullStaysExact(t *testing.T) {
 			}
 		}
 	}
-	sink.waitFor(t, flows*perFlow)
-	time.Sleep(50 * time.Millisecond)
+	if got := sink.settle(); got == 0 {
+		t.Fatal("no datagram crossed the link")
+	}
 
 	m := a.metrics()
 	p.down(t)
@@ -71,5 +70,3 @@ func TestMapFullStaysExact(t *testing.T) {
 	t.Logf("map_full events %v, forced evictions %v, dropped %d",
 		m[`loupe_datapath_events_total{event="map_full"}`], m[`loupe_evictions_total{reason="map_full"}`], dropped)
 }
-
-var _ = testutil.UniqueName
