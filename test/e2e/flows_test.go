@@ -82,7 +82,11 @@ func checkFlowsMatchKernelCounters(t *testing.T, o agentOpts) {
 	ping(t, p.a, p.b4, 3, 100)
 	ping(t, p.b, p.a6, 2, 64)
 
-	time.Sleep(100 * time.Millisecond)
+	// The store answers while the agent runs.
+	time.Sleep(300 * time.Millisecond) // past one eviction
+	if during := a.stored("--since", "1m", "--proto", "tcp"); len(during) == 0 {
+		t.Error("loupe flows found no TCP flow in the store while the agent runs")
+	}
 	p.down(t)
 	kernel := p.a.Stats(t, p.vethA)
 	a.stop()
@@ -112,6 +116,13 @@ func checkFlowsMatchKernelCounters(t *testing.T, o agentOpts) {
 		if stored[d] != got[d] {
 			t.Errorf("%s: store has %+v, JSON export %+v", d, stored[d], got[d])
 		}
+	}
+
+	// The top pair by bytes is the bulk TCP/IPv4 direction.
+	top := a.run("top", "--by", "pair", "--since", "1h", "-n", "3")
+	lines := strings.Split(strings.TrimSpace(top), "\n")
+	if len(lines) < 2 || !strings.Contains(lines[1], p.a4.String()) || !strings.Contains(lines[1], p.b4.String()) {
+		t.Errorf("loupe top --by pair:\n%s\nwant %s -> %s first", top, p.a4, p.b4)
 	}
 
 	// Each connection is its own flow, in both directions, with its

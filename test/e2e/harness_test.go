@@ -170,12 +170,22 @@ func (a *agent) exported() []flow.Record {
 // stored runs `loupe flows --json` against the agent's store.
 func (a *agent) stored(extra ...string) []flow.Record {
 	a.t.Helper()
-	args := append([]string{"flows", "--store", filepath.Join(a.dir, "store"), "--json"}, extra...)
-	out, err := exec.Command(loupeBin, args...).Output()
-	if err != nil {
-		a.t.Fatalf("loupe flows: %v", err)
+	out := a.run(append([]string{"flows", "--json"}, extra...)...)
+	return decodeRecords(a.t, strings.NewReader(out))
+}
+
+// run runs a loupe query command against the agent's store.
+func (a *agent) run(args ...string) string {
+	a.t.Helper()
+	args = append(args[:1:1], append([]string{"--store", filepath.Join(a.dir, "store")}, args[1:]...)...)
+	cmd := exec.Command(loupeBin, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil || stderr.Len() > 0 {
+		a.t.Fatalf("loupe %s: %v: %s", strings.Join(args, " "), err, stderr.String())
 	}
-	return decodeRecords(a.t, bytes.NewReader(out))
+	return string(out)
 }
 
 func readJSONLines(t *testing.T, path string) []flow.Record {

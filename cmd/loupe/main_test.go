@@ -1,0 +1,155 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"loupe/internal/flow"
+	"loupe/internal/store"
+)
+
+func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = dispatch(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestHelpAndUsage(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"run", "--help"}, {"flows", "--help"}, {"top", "-h"}, {"version", "--help"}} {
+		code, out, _ := run(t, args...)
+		if code != 0 || !strings.Contains(out, "Usage: loupe") {
+			t.Errorf("%v: exit %d, stdout %q", args, code, out)
+		}
+	}
+	if code, _, errOut := run(t, "frobnicate"); code != 2 || !strings.Contains(errOut, "unknown command") {
+		t.Errorf("unknown command: exit %d, %q", code, errOut)
+	}
+	if code, _, _ := run(t); code != 2 {
+		t.Errorf("no command: exit %d", code)
+	}
+	if code, _, _ := run(t, "flows", "--bogus"); code != 2 {
+		t.Errorf("unknown flag: exit %d", code)
+	}
+	if code, out, _ := run(t, "version"); code != 0 || !strings.HasPrefix(out, "loupe ") {
+		t.Errorf("version: %d %q", code, out)
+	}
+}
+
+func TestRunRejectsBadConfig(t *testing.T) {
+	code, _, errOut := run(t, "run", "--flow-budget", "3")
+	if code != 1 || !strings.Contains(errOut, "flow_budget") {
+		t.Fatalf("exit %d, stderr %q: want the key named", code, errOut)
+	}
+}
+
+func writeStore(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "store")
+	st, err := store.Open(dir, store.Options{NoBackground: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	mk := func(src, dst string, sport, dport uint16, proto uint8, bytes uint64, age time.Duration) flow.Record {
+		s, d := netip.MustParseAddr(src), netip.MustParseAddr(dst)
+		et := uint16(flow.EtherTypeIPv4)
+		if s.Is6() {
+			et = flow.EtherTypeIPv6
+		}
+		return flow.Record{
+			Key:   flow.Key{SrcAddr: s.As16(), DstAddr: d.As16(), SrcPort: sport, DstPort: dport, Proto: proto, EtherType: et, Direction: flow.Egress},
+			Iface: "eth0", Packets: bytes / 100, Bytes: bytes, FirstSeen: now.Add(-age), LastSeen: now.Add(-age), Sampling: 1,
+		}
+	}
+	recs := []flow.Record{
+		mk("10.0.0.1", "10.0.1.1", 40000, 443, 6, 9000, time.Minute),
+		mk("10.0.0.2", "10.0.1.1", 40001, 443, 6, 3000, time.Minute),
+		mk("10.0.0.1", "192.0.2.9", 5353, 53, 17, 500, time.Minute),
+		mk("2001:db8::1", "2001:db8::2", 1000, 80, 6, 7000, time.Minute),
+		mk("10.0.0.3", "10.0.1.1", 40002, 22, 6, 99999, 3*time.Hour), // old
+	}
+	if err := st.Write(context.Background(), recs); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestFlowsFilters(t *testing.T) {
+	dir := writeStore(t)
+	count := func(args ...string) int {
+		t.Helper()
+		code, out, errOut := run(t, append([]string{"flows", "--store", dir, "--json"}, args...)...)
+		if code != 0 {
+			t.Fatalf("flows %v: exit %d: %s", args, code, errOut)
+		}
+		n := 0
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			if line == "" {
+				continue
+			}
+			var r flow.Record
+			if err := json.Unmarshal([]byte(line), &r); err != nil {
+				t.Fatalf("bad JSON line %q: %v", line, err)
+			}
+			n++
+		}
+		return n
+	}
+	for _, c := range []struct {
+		args []string
+		want int
+	}{
+		{nil, 5},
+		{[]string{"--since", "1h"}, 4},
+		{[]string{"--src", "10.0.0.0/24"}, 4},
+		{[]string{"--src", "10.0.0.1"}, 2},
+		{[]string{"--dst", "10.0.1.1", "--since", "1h"}, 2},
+		{[]string{"--port", "443"}, 2},
+		{[]string{"--proto", "udp"}, 1},
+		{[]string{"--proto", "6", "--src", "2001:db8::/32"}, 1},
+	} {
+		if got := count(c.args...); got != c.want {
+			t.Errorf("flows %v: %d records, want %d", c.args, got, c.want)
+		}
+	}
+	if code, _, errOut := run(t, "flows", "--store", dir, "--src", "10.0.0.300"); code != 1 || !strings.Contains(errOut, "--src") {
+		t.Errorf("bad CIDR: exit %d %q", code, errOut)
+	}
+	if code, _, errOut := run(t, "flows", "--store", filepath.Join(dir, "missing")); code != 1 || !strings.Contains(errOut, "store") {
+		t.Errorf("missing store: exit %d %q", code, errOut)
+	}
+	code, out, _ := run(t, "flows", "--store", dir, "--since", "1h", "--port", "53")
+	if code != 0 || !strings.Contains(out, "10.0.0.1:5353") || !strings.Contains(out, "192.0.2.9:53") {
+		t.Errorf("table output:\n%s", out)
+	}
+}
+
+func TestTop(t *testing.T) {
+	dir := writeStore(t)
+	code, out, errOut := run(t, "top", "--store", dir, "--by", "src")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	// The last hour only: 10.0.0.1 (9500 bytes), then 2001:db8::1, 10.0.0.2.
+	if len(lines) != 4 || !strings.Contains(lines[1], "10.0.0.1") || !strings.Contains(lines[2], "2001:db8::1") || !strings.Contains(lines[3], "10.0.0.2") {
+		t.Fatalf("top --by src:\n%s", out)
+	}
+	code, out, _ = run(t, "top", "--store", dir, "--by", "port", "-n", "1")
+	if code != 0 || !strings.Contains(out, "443") || strings.Count(strings.TrimSpace(out), "\n") != 1 {
+		t.Fatalf("top --by port -n 1:\n%s", out)
+	}
+	if code, _, _ := run(t, "top", "--store", dir, "--by", "colour"); code != 1 {
+		t.Errorf("bad --by: exit %d", code)
+	}
+}
