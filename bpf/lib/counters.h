@@ -17,7 +17,6 @@ enum counter {
 	COUNTER_RINGBUF_FULL,      /* ring-buffer reservation failed: packet lost... */
 	COUNTER_LOST_PACKETS,      /* ...these many packets */
 	COUNTER_LOST_BYTES,        /* ...and bytes, so totals stay exact */
-	COUNTER_NO_TABLE,          /* the active table slot was empty (never expected) */
 	COUNTER_TRUNCATED_L2,      /* frame shorter than its Ethernet/VLAN headers */
 	COUNTER_TRUNCATED_L3,      /* IP header cut short */
 	COUNTER_TRUNCATED_L4,      /* transport header cut short */

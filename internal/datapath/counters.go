@@ -18,7 +18,6 @@ var counterNames = [flowsCounterCOUNTER_MAX]string{
 	flowsCounterCOUNTER_RINGBUF_FULL:  "ringbuf_full",
 	flowsCounterCOUNTER_LOST_PACKETS:  "lost_packets",
 	flowsCounterCOUNTER_LOST_BYTES:    "lost_bytes",
-	flowsCounterCOUNTER_NO_TABLE:      "no_table",
 	flowsCounterCOUNTER_TRUNCATED_L2:  "truncated_l2",
 	flowsCounterCOUNTER_TRUNCATED_L3:  "truncated_l3",
 	flowsCounterCOUNTER_TRUNCATED_L4:  "truncated_l4",

@@ -47,9 +47,14 @@ type Options struct {
 type Datapath struct {
 	opts   Options
 	objs   flowsObjects
-	tables [2]*ebpf.Map
-	active int // index into tables of the one the programs write
+	tables [2]*ebpf.Map // flows_a, flows_b: indexed by the active_table value
+	active uint32       // the table the programs write
 	ncpu   int
+
+	// grace is an array-of-maps that no program uses: updating it makes
+	// the kernel wait for an RCU grace period (maybe_wait_bpf_programs),
+	// which is how a swap waits out the programs still running.
+	grace, graceInner *ebpf.Map
 
 	// Reused across evictions so that draining does not allocate.
 	keys  []flowsFlowKey
@@ -73,13 +78,13 @@ func Load(opts Options) (*Datapath, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse flow program: %w", err)
 	}
-
-	tableSpec := spec.Maps[flowsMapFlowTables].InnerMap.Copy()
-	tableSpec.MaxEntries = uint32(opts.FlowBudget)
-	if opts.Tables == Shared {
-		tableSpec.Type = ebpf.Hash
+	for _, name := range []string{flowsMapFlowsA, flowsMapFlowsB} {
+		t := spec.Maps[name]
+		t.MaxEntries = uint32(opts.FlowBudget)
+		if opts.Tables == Shared {
+			t.Type = ebpf.Hash
+		}
 	}
-	spec.Maps[flowsMapFlowTables].InnerMap = tableSpec.Copy()
 	if opts.RingBufSize > 0 {
 		spec.Maps[flowsMapFlowEvents].MaxEntries = uint32(opts.RingBufSize)
 	}
@@ -97,18 +102,10 @@ func Load(opts Options) (*Datapath, error) {
 		}
 		return nil, fmt.Errorf("load flow program: %w", err)
 	}
-	for i := range d.tables {
-		tableSpec.Name = fmt.Sprintf("loupe_flows_%d", i)
-		t, err := ebpf.NewMap(tableSpec)
-		if err != nil {
-			d.Close()
-			return nil, fmt.Errorf("create flow table (%d flows, %s): %w", opts.FlowBudget, opts.Tables, err)
-		}
-		d.tables[i] = t
-	}
-	if err := d.objs.FlowTables.Update(uint32(0), d.tables[0], ebpf.UpdateAny); err != nil {
+	d.tables = [2]*ebpf.Map{d.objs.FlowsA, d.objs.FlowsB}
+	if err := d.createGrace(); err != nil {
 		d.Close()
-		return nil, fmt.Errorf("install flow table: %w", err)
+		return nil, err
 	}
 
 	per := 1
@@ -119,6 +116,21 @@ func Load(opts Options) (*Datapath, error) {
 	d.vals = make([]flowsFlowStats, drainBatch*per)
 	d.stats = make([]flow.Stats, per)
 	return d, nil
+}
+
+func (d *Datapath) createGrace() error {
+	inner := &ebpf.MapSpec{Name: "loupe_grace_in", Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1}
+	var err error
+	if d.graceInner, err = ebpf.NewMap(inner); err != nil {
+		return fmt.Errorf("create grace-period map: %w", err)
+	}
+	d.grace, err = ebpf.NewMap(&ebpf.MapSpec{
+		Name: "loupe_grace", Type: ebpf.ArrayOfMaps, KeySize: 4, ValueSize: 4, MaxEntries: 1, InnerMap: inner,
+	})
+	if err != nil {
+		return fmt.Errorf("create grace-period map: %w", err)
+	}
+	return nil
 }
 
 func boolByte(b bool) uint8 {
@@ -140,22 +152,23 @@ func (d *Datapath) Options() Options { return d.opts }
 // CPUs is the number of per-CPU copies each per-CPU table entry has.
 func (d *Datapath) CPUs() int { return d.ncpu }
 
-// Rotate installs the standby table as the one the programs write, waits
-// until no program can still write the previous one, then reads and deletes
-// every entry of the previous one, calling fn for each. The per-CPU values
-// (one per possible CPU, or a single one for shared tables) are only valid
-// during the call. Rotate must not be called concurrently with itself.
+// Rotate makes the programs write the standby table, waits until no
+// program can still write the previous one, then reads and deletes every
+// entry of the previous one, calling fn for each. The per-CPU values (one
+// per possible CPU, or a single one for shared tables) are only valid during
+// the call. Rotate must not be called concurrently with itself.
 func (d *Datapath) Rotate(fn func(k *flow.Key, perCPU []flow.Stats)) (int, error) {
-	next := 1 - d.active
-	// An update of an array-of-maps returns only after an RCU grace
-	// period (the kernel's maybe_wait_bpf_programs): every program that
-	// could have looked up the old table has finished when it returns.
-	if err := d.objs.FlowTables.Update(uint32(0), d.tables[next], ebpf.UpdateAny); err != nil {
+	prev := d.active
+	if err := d.objs.ActiveTable.Set(prev ^ 1); err != nil {
 		return 0, fmt.Errorf("swap flow tables: %w", err)
 	}
-	prev := d.tables[d.active]
-	d.active = next
-	return d.drain(prev, fn)
+	d.active = prev ^ 1
+	// Returns after an RCU grace period: every program that could have
+	// read the old active_table has finished.
+	if err := d.grace.Update(uint32(0), d.graceInner, ebpf.UpdateAny); err != nil {
+		return 0, fmt.Errorf("wait for running programs: %w", err)
+	}
+	return d.drain(d.tables[prev], fn)
 }
 
 func (d *Datapath) drain(m *ebpf.Map, fn func(k *flow.Key, perCPU []flow.Stats)) (int, error) {
@@ -250,7 +263,7 @@ func statsFromBPF(s *flow.Stats, b *flowsFlowStats) {
 // MemoryBytes is the kernel memory the datapath's maps use, as the kernel
 // accounts it (memlock in fdinfo), and the part of it that is flow tables.
 func (d *Datapath) MemoryBytes() (total, tables uint64, err error) {
-	maps := []*ebpf.Map{d.objs.FlowTables, d.objs.FlowEvents, d.objs.Counters, d.tables[0], d.tables[1]}
+	maps := []*ebpf.Map{d.tables[0], d.tables[1], d.objs.FlowEvents, d.objs.Counters}
 	for i, m := range maps {
 		info, err := m.Info()
 		if err != nil {
@@ -258,7 +271,7 @@ func (d *Datapath) MemoryBytes() (total, tables uint64, err error) {
 		}
 		n, _ := info.Memlock()
 		total += n
-		if i >= 3 {
+		if i < 2 {
 			tables += n
 		}
 	}
@@ -269,9 +282,9 @@ func (d *Datapath) MemoryBytes() (total, tables uint64, err error) {
 // them alive in the kernel until they are closed too.
 func (d *Datapath) Close() error {
 	var errs []error
-	for _, t := range d.tables {
-		if t != nil {
-			errs = append(errs, t.Close())
+	for _, m := range []*ebpf.Map{d.grace, d.graceInner} {
+		if m != nil {
+			errs = append(errs, m.Close())
 		}
 	}
 	errs = append(errs, d.objs.Close())

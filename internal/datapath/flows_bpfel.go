@@ -21,16 +21,15 @@ const (
 	flowsCounterCOUNTER_RINGBUF_FULL  flowsCounter = 2
 	flowsCounterCOUNTER_LOST_PACKETS  flowsCounter = 3
 	flowsCounterCOUNTER_LOST_BYTES    flowsCounter = 4
-	flowsCounterCOUNTER_NO_TABLE      flowsCounter = 5
-	flowsCounterCOUNTER_TRUNCATED_L2  flowsCounter = 6
-	flowsCounterCOUNTER_TRUNCATED_L3  flowsCounter = 7
-	flowsCounterCOUNTER_TRUNCATED_L4  flowsCounter = 8
-	flowsCounterCOUNTER_BAD_IPV4IHL   flowsCounter = 9
-	flowsCounterCOUNTER_VLAN_DEPTH    flowsCounter = 10
-	flowsCounterCOUNTER_IPV6EXT_DEPTH flowsCounter = 11
-	flowsCounterCOUNTER_FRAGMENTS     flowsCounter = 12
-	flowsCounterCOUNTER_PULLED        flowsCounter = 13
-	flowsCounterCOUNTER_MAX           flowsCounter = 14
+	flowsCounterCOUNTER_TRUNCATED_L2  flowsCounter = 5
+	flowsCounterCOUNTER_TRUNCATED_L3  flowsCounter = 6
+	flowsCounterCOUNTER_TRUNCATED_L4  flowsCounter = 7
+	flowsCounterCOUNTER_BAD_IPV4IHL   flowsCounter = 8
+	flowsCounterCOUNTER_VLAN_DEPTH    flowsCounter = 9
+	flowsCounterCOUNTER_IPV6EXT_DEPTH flowsCounter = 10
+	flowsCounterCOUNTER_FRAGMENTS     flowsCounter = 11
+	flowsCounterCOUNTER_PULLED        flowsCounter = 12
+	flowsCounterCOUNTER_MAX           flowsCounter = 13
 )
 
 type flowsFlowEvent struct {
@@ -73,9 +72,11 @@ type flowsFlowStats struct {
 const (
 	flowsMapCounters        = "counters"
 	flowsMapFlowEvents      = "flow_events"
-	flowsMapFlowTables      = "flow_tables"
+	flowsMapFlowsA          = "flows_a"
+	flowsMapFlowsB          = "flows_b"
 	flowsProgFlowsEgress    = "flows_egress"
 	flowsProgFlowsIngress   = "flows_ingress"
+	flowsVarActiveTable     = "active_table"
 	flowsVarCfgSharedTable  = "cfg_shared_table"
 	flowsVarUnusedCounter   = "unused_counter"
 	flowsVarUnusedFlowEvent = "unused_flow_event"
@@ -133,13 +134,15 @@ type flowsProgramSpecs struct {
 type flowsMapSpecs struct {
 	Counters   *ebpf.MapSpec `ebpf:"counters"`
 	FlowEvents *ebpf.MapSpec `ebpf:"flow_events"`
-	FlowTables *ebpf.MapSpec `ebpf:"flow_tables"`
+	FlowsA     *ebpf.MapSpec `ebpf:"flows_a"`
+	FlowsB     *ebpf.MapSpec `ebpf:"flows_b"`
 }
 
 // flowsVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type flowsVariableSpecs struct {
+	ActiveTable     *ebpf.VariableSpec `ebpf:"active_table"`
 	CfgSharedTable  *ebpf.VariableSpec `ebpf:"cfg_shared_table"`
 	UnusedCounter   *ebpf.VariableSpec `ebpf:"unused_counter"`
 	UnusedFlowEvent *ebpf.VariableSpec `ebpf:"unused_flow_event"`
@@ -167,14 +170,16 @@ func (o *flowsObjects) Close() error {
 type flowsMaps struct {
 	Counters   *ebpf.Map `ebpf:"counters"`
 	FlowEvents *ebpf.Map `ebpf:"flow_events"`
-	FlowTables *ebpf.Map `ebpf:"flow_tables"`
+	FlowsA     *ebpf.Map `ebpf:"flows_a"`
+	FlowsB     *ebpf.Map `ebpf:"flows_b"`
 }
 
 func (m *flowsMaps) Close() error {
 	return _FlowsClose(
 		m.Counters,
 		m.FlowEvents,
-		m.FlowTables,
+		m.FlowsA,
+		m.FlowsB,
 	)
 }
 
@@ -182,6 +187,7 @@ func (m *flowsMaps) Close() error {
 //
 // It can be passed to loadFlowsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type flowsVariables struct {
+	ActiveTable     *ebpf.Variable `ebpf:"active_table"`
 	CfgSharedTable  *ebpf.Variable `ebpf:"cfg_shared_table"`
 	UnusedCounter   *ebpf.Variable `ebpf:"unused_counter"`
 	UnusedFlowEvent *ebpf.Variable `ebpf:"unused_flow_event"`

@@ -158,7 +158,7 @@ func (s *Store) merge(ctx context.Context, inputs []entry) error {
 		replaces = append(replaces, sg.replaces...)
 	}
 	b := newBatch(int(total))
-	for _, sg := range segs {
+	for i, sg := range segs {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -169,9 +169,10 @@ func (s *Store) merge(ctx context.Context, inputs []entry) error {
 			}
 			return fmt.Errorf("store: compaction: %w", err)
 		}
-	}
-	for _, sg := range segs {
+		// Unmap each input once copied: only one input's pages count
+		// against the agent's memory at a time.
 		sg.release()
+		segs[i] = nil
 	}
 	segs = nil
 	slices.Sort(replaces)

@@ -234,16 +234,41 @@ func (s *Store) recover() error {
 	return nil
 }
 
+// Batch gathers the records of one segment in their columnar form (about
+// 70 bytes a record plus dictionaries), so that a sink can hand records over
+// as they come instead of keeping flow.Record copies until it writes.
+type Batch struct{ b *batch }
+
+// NewBatch returns an empty batch.
+func NewBatch() *Batch { return &Batch{b: newBatch(0)} }
+
+// Add appends a copy of r.
+func (b *Batch) Add(r *flow.Record) { b.b.add(r) }
+
+// Len is the number of records in the batch.
+func (b *Batch) Len() int { return b.b.n }
+
 // Write stores batch as one new segment. When Write returns nil the records
 // are durable; after a crash during Write either all of them or none are
 // present. Write also applies retention. A batch is not retried internally:
 // on error the records were not stored, except for the error that says the
 // final directory fsync failed, when they are visible but maybe not durable.
 func (s *Store) Write(ctx context.Context, batch []flow.Record) error {
+	b := newBatch(len(batch))
+	for i := range batch {
+		b.add(&batch[i])
+	}
+	return s.write(ctx, b)
+}
+
+// WriteBatch is Write for a Batch. The batch must not be reused.
+func (s *Store) WriteBatch(ctx context.Context, b *Batch) error { return s.write(ctx, b.b) }
+
+func (s *Store) write(ctx context.Context, b *batch) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if len(batch) == 0 {
+	if b.n == 0 {
 		return s.applyRetention()
 	}
 	s.writeMu.Lock()
@@ -252,13 +277,9 @@ func (s *Store) Write(ctx context.Context, batch []flow.Record) error {
 	if err != nil {
 		return err
 	}
-	b := newBatch(len(batch))
-	for i := range batch {
-		b.add(&batch[i])
-	}
 	e, err := writeSegment(s.dir, id, nil, b)
 	if err != nil {
-		return fmt.Errorf("store: write batch of %d records: %w", len(batch), err)
+		return fmt.Errorf("store: write batch of %d records: %w", b.n, err)
 	}
 	s.mu.Lock()
 	next := s.m.clone()
@@ -268,13 +289,13 @@ func (s *Store) Write(ctx context.Context, batch []flow.Record) error {
 	published := s.m == next
 	if published {
 		s.count.Writes++
-		s.count.WrittenRecords += uint64(len(batch))
+		s.count.WrittenRecords += uint64(b.n)
 		s.count.ExpiredSegments += uint64(len(expired))
 	}
 	s.mu.Unlock()
 	if !published {
 		os.Remove(filepath.Join(s.dir, segName(id)))
-		return fmt.Errorf("store: write batch of %d records: %w", len(batch), err)
+		return fmt.Errorf("store: write batch of %d records: %w", b.n, err)
 	}
 	s.removeSegments(expired, "expired")
 	select {
@@ -282,7 +303,7 @@ func (s *Store) Write(ctx context.Context, batch []flow.Record) error {
 	default:
 	}
 	if err != nil {
-		return fmt.Errorf("store: batch of %d records written but not confirmed durable: %w", len(batch), err)
+		return fmt.Errorf("store: batch of %d records written but not confirmed durable: %w", b.n, err)
 	}
 	return nil
 }

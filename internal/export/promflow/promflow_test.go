@@ -21,7 +21,7 @@ func TestTotalsAndSeriesCap(t *testing.T) {
 	ctx := context.Background()
 	s.Write(ctx, []flow.Record{
 		rec("eth0", flow.Ingress, 2, 200), rec("eth0", flow.Ingress, 1, 50), rec("eth0", flow.Egress, 4, 400),
-		rec("veth1", flow.Egress, 1, 10), // third series: the cap
+		rec("veth1", flow.Egress, 1, 10),                                    // third series: the cap
 		rec("veth2", flow.Egress, 5, 500), rec("veth3", flow.Ingress, 1, 1), // folded
 	})
 	want := `

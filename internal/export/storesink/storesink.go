@@ -11,32 +11,42 @@ import (
 	"loupe/internal/store"
 )
 
-// maxPending bounds the records held between two writes, so that a large
-// eviction is written in several segments instead of held in memory whole.
-const maxPending = 32768
+const (
+	// maxPending bounds the records held between two writes, so that a
+	// very large eviction is written as several segments.
+	maxPending = 1 << 17
+	// compactMaxRecords caps merged segments. A merge holds its output in
+	// memory (about 70 bytes a record), so this bounds the agent's memory
+	// during compaction; 10 million records still make fewer than 100
+	// segments, which queries read in parallel.
+	compactMaxRecords = 1 << 17
+)
 
 // Sink writes to a store.Store.
 type Sink struct {
 	st      *store.Store
-	pending []flow.Record
+	pending *store.Batch
 }
 
 // Open opens (creating if needed) the store at dir.
 func Open(dir string, retention time.Duration, log *slog.Logger) (*Sink, error) {
-	st, err := store.Open(dir, store.Options{Retention: retention, Logger: log})
+	st, err := store.Open(dir, store.Options{Retention: retention, Logger: log, CompactMaxRecords: compactMaxRecords})
 	if err != nil {
 		return nil, err
 	}
-	return &Sink{st: st}, nil
+	return &Sink{st: st, pending: store.NewBatch()}, nil
 }
 
 // Name implements export.Sink.
 func (s *Sink) Name() string { return "store" }
 
-// Write implements export.Sink.
+// Write implements export.Sink. Records are encoded into the pending
+// segment at once, so the batch slice can be reused.
 func (s *Sink) Write(ctx context.Context, batch []flow.Record) error {
-	s.pending = append(s.pending, batch...)
-	if len(s.pending) >= maxPending {
+	for i := range batch {
+		s.pending.Add(&batch[i])
+	}
+	if s.pending.Len() >= maxPending {
 		return s.Flush(ctx)
 	}
 	return nil
@@ -44,13 +54,12 @@ func (s *Sink) Write(ctx context.Context, batch []flow.Record) error {
 
 // Flush implements export.Sink: one segment per eviction.
 func (s *Sink) Flush(ctx context.Context) error {
-	if len(s.pending) == 0 {
+	if s.pending.Len() == 0 {
 		return nil
 	}
-	err := s.st.Write(ctx, s.pending)
-	clear(s.pending) // drop string references
-	s.pending = s.pending[:0]
-	return err
+	b := s.pending
+	s.pending = store.NewBatch()
+	return s.st.WriteBatch(ctx, b)
 }
 
 // Close implements export.Sink.
