@@ -104,11 +104,22 @@ func protoName(p uint8) string {
 	return strconv.Itoa(int(p))
 }
 
-func openReader(dir string) (*store.Reader, error) {
-	if _, err := os.Stat(dir); err != nil {
-		return nil, fmt.Errorf("store %s: %w", dir, err)
+// open validates the filters and opens the store; the returned report is
+// filled by the query.
+func (q *queryFlags) open(now time.Time) (*store.Reader, store.Query, *store.Report, error) {
+	sq, err := q.query(now)
+	if err != nil {
+		return nil, sq, nil, err
 	}
-	return store.OpenReader(dir)
+	if _, err := os.Stat(q.store); err != nil {
+		return nil, sq, nil, fmt.Errorf("store %s: %w", q.store, err)
+	}
+	rd, err := store.OpenReader(q.store)
+	if err != nil {
+		return nil, sq, nil, err
+	}
+	sq.Report = &store.Report{}
+	return rd, sq, sq.Report, nil
 }
 
 func flowsCmd(args []string, stdout, stderr io.Writer) error {
@@ -119,16 +130,10 @@ func flowsCmd(args []string, stdout, stderr io.Writer) error {
 	if err := parse(fs, args, stdout); err != nil {
 		return err
 	}
-	sq, err := q.query(time.Now())
+	rd, sq, rep, err := q.open(time.Now())
 	if err != nil {
 		return err
 	}
-	rd, err := openReader(q.store)
-	if err != nil {
-		return err
-	}
-	var rep store.Report
-	sq.Report = &rep
 
 	w := bufio.NewWriterSize(stdout, 64<<10)
 	defer w.Flush()
@@ -152,7 +157,7 @@ func flowsCmd(args []string, stdout, stderr io.Writer) error {
 	if tw != nil {
 		tw.Flush()
 	}
-	reportSkipped(stderr, &rep)
+	reportSkipped(stderr, rep)
 	return err
 }
 
@@ -172,16 +177,10 @@ func topCmd(args []string, stdout, stderr io.Writer) error {
 	if *n < 1 {
 		return fmt.Errorf("-n %d: want at least 1", *n)
 	}
-	sq, err := q.query(time.Now())
+	rd, sq, rep, err := q.open(time.Now())
 	if err != nil {
 		return err
 	}
-	rd, err := openReader(q.store)
-	if err != nil {
-		return err
-	}
-	var rep store.Report
-	sq.Report = &rep
 	rows, err := rd.Top(context.Background(), sq, group, *n)
 	if err != nil {
 		return err
@@ -211,7 +210,7 @@ func topCmd(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t\n", humanBytes(r.Bytes), r.Packets, r.Flows)
 	}
 	tw.Flush()
-	reportSkipped(stderr, &rep)
+	reportSkipped(stderr, rep)
 	return nil
 }
 
