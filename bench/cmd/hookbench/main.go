@@ -1,0 +1,158 @@
+// Command hookbench is the benchmarks' handle on the kernel side of Loupe.
+// It works on the interfaces of the network namespace it runs in (start it
+// with `ip netns exec NS hookbench ...`).
+//
+//	hookbench attach -iface IF
+//	    Attach the empty TC program (datapath.LoadBaseline) with TCX at the
+//	    ingress and egress of IF, print "attached", and hold it until
+//	    SIGINT or SIGTERM. This is the "qdisc-only" configuration: the
+//	    hook's own cost without the flow program.
+//	hookbench stats -iface IF
+//	    Print one line per program attached with TCX to IF:
+//	    "DIRECTIONS PROG_ID NAME RUN_CNT RUN_TIME_NS RECURSION_MISSES"
+//	    (DIRECTIONS is "ingress", "egress" or "ingress,egress").
+//	    The counters only move while kernel.bpf_stats_enabled is 1.
+//	hookbench mem -budget N
+//	    Load the flow datapath with per-CPU tables, then with shared
+//	    tables, of N flows each, and print per kind
+//	    "KIND TABLES_BYTES TOTAL_BYTES CPUS": the kernel's memlock
+//	    accounting of both flow tables (active and standby) and of all maps.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+
+	"loupe/internal/datapath"
+)
+
+func main() {
+	log.SetFlags(0)
+	if len(os.Args) < 2 {
+		log.Fatal("usage: hookbench attach|stats|mem [flags]")
+	}
+	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
+	iface := fs.String("iface", "", "interface")
+	budget := fs.Int("budget", 100000, "flow budget (mem)")
+	_ = fs.Parse(os.Args[2:])
+	var err error
+	switch os.Args[1] {
+	case "attach":
+		err = attach(*iface)
+	case "stats":
+		err = stats(*iface)
+	case "mem":
+		err = mem(*budget)
+	default:
+		err = fmt.Errorf("unknown command %q", os.Args[1])
+	}
+	if err != nil {
+		log.Fatal("hookbench: ", err)
+	}
+}
+
+func ifindex(name string) (int, error) {
+	if name == "" {
+		return 0, fmt.Errorf("need -iface")
+	}
+	ifi, err := net.InterfaceByName(name)
+	if err != nil {
+		return 0, err
+	}
+	return ifi.Index, nil
+}
+
+func attach(name string) error {
+	idx, err := ifindex(name)
+	if err != nil {
+		return err
+	}
+	prog, err := datapath.LoadBaseline()
+	if err != nil {
+		return err
+	}
+	defer prog.Close()
+	for _, at := range []ebpf.AttachType{ebpf.AttachTCXIngress, ebpf.AttachTCXEgress} {
+		l, err := link.AttachTCX(link.TCXOptions{Interface: idx, Program: prog, Attach: at})
+		if err != nil {
+			return fmt.Errorf("attach %s to %s: %w", at, name, err)
+		}
+		defer l.Close()
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	fmt.Println("attached")
+	<-sig
+	return nil
+}
+
+func stats(name string) error {
+	idx, err := ifindex(name)
+	if err != nil {
+		return err
+	}
+	// One program may sit at both hooks (the empty one does): its
+	// counters are per program, so each program is printed once.
+	dirs := map[ebpf.ProgramID]string{}
+	var order []ebpf.ProgramID
+	for _, d := range []struct {
+		name string
+		at   ebpf.AttachType
+	}{{"ingress", ebpf.AttachTCXIngress}, {"egress", ebpf.AttachTCXEgress}} {
+		res, err := link.QueryPrograms(link.QueryOptions{Target: idx, Attach: d.at})
+		if err != nil {
+			return fmt.Errorf("query %s programs of %s: %w", d.name, name, err)
+		}
+		for _, ap := range res.Programs {
+			if dirs[ap.ID] == "" {
+				order = append(order, ap.ID)
+				dirs[ap.ID] = d.name
+			} else {
+				dirs[ap.ID] += "," + d.name
+			}
+		}
+	}
+	for _, id := range order {
+		p, err := ebpf.NewProgramFromID(id)
+		if err != nil {
+			return fmt.Errorf("open program %d: %w", id, err)
+		}
+		info, err := p.Info()
+		if err != nil {
+			p.Close()
+			return err
+		}
+		st, err := p.Stats()
+		p.Close()
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%s %d %s %d %d %d\n", dirs[id], id, info.Name, st.RunCount, st.Runtime.Nanoseconds(), st.RecursionMisses)
+	}
+	return nil
+}
+
+func mem(budget int) error {
+	for _, k := range []datapath.TableKind{datapath.PerCPU, datapath.Shared} {
+		dp, err := datapath.Load(datapath.Options{FlowBudget: budget, Tables: k})
+		if err != nil {
+			return err
+		}
+		total, tables, err := dp.MemoryBytes()
+		cpus := dp.CPUs()
+		dp.Close()
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%s %d %d %d\n", k, tables, total, cpus)
+	}
+	return nil
+}

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Runs Loupe's benchmarks and writes their results to bench/RESULTS.md.
+# Benchmarks, not tests: run as root on a machine prepared with
+# `./scripts/deps.sh bench`. The whole suite takes about 12 minutes here.
+#
+#   bench/run.sh             every benchmark, in this order:
+#   bench/run.sh NAME...     only these:
+#     iperf     iperf3 TCP throughput: untraced, empty hook, agent
+#     bpfstats  BPF run time per packet (bpf_stats) under a 64-byte UDP flood
+#     monitor   monitoring rate under small packets: Loupe, tcpdump, pmacctd
+#     tables    per-CPU versus shared flow tables: pps, ns/packet, memory
+#     rss       agent RSS with 100 000 active flows
+#     store     the store query benchmark (go run ./bench/store)
+#
+# Knobs (environment): BENCH_IPERF_ROUNDS (5), BENCH_IPERF_SECONDS (10),
+# BENCH_ROUNDS (3, bpfstats and tables), BENCH_RSS_SECONDS (30).
+#
+# Each benchmark runs as its own process with its own namespaces (unique
+# names) and an EXIT trap that stops what it started and deletes them; a
+# failed benchmark does not stop the others, but makes run.sh exit 1.
+set -euo pipefail
+BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(dirname "$BENCH_DIR")
+cd "$ROOT"
+. scripts/env.sh
+
+ALL=(iperf bpfstats monitor tables rss store)
+
+usage() {
+	echo "usage: bench/run.sh [${ALL[*]}]..." >&2
+	exit 2
+}
+
+names=("$@")
+((${#names[@]})) || names=("${ALL[@]}")
+for n in "${names[@]}"; do
+	[[ " ${ALL[*]} " == *" $n "* ]] || usage
+done
+
+if [[ -z ${BENCH_BIN_DIR:-} ]]; then
+	# The top level: check the machine, build once, run each benchmark.
+	if ((EUID != 0)); then
+		echo "bench/run.sh: needs root (network namespaces, BPF, bpf_stats)" >&2
+		exit 1
+	fi
+	missing=()
+	for t in go ip iperf3 tcpreplay tcpdump pmacctd python3 taskset timeout; do
+		command -v "$t" >/dev/null || missing+=("$t")
+	done
+	if ((${#missing[@]})); then
+		echo "bench/run.sh: missing ${missing[*]}: run ./scripts/deps.sh bench" >&2
+		exit 1
+	fi
+	BENCH_BIN_DIR=$(mktemp -d /tmp/loupe-bench-bin.XXXXXX)
+	trap 'rm -rf "$BENCH_BIN_DIR"' EXIT
+	export BENCH_BIN_DIR
+	# The commit the binaries are built from, for the results.
+	BENCH_COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo "none")
+	if [[ -n $(git status --porcelain -- . ':!bench' 2>/dev/null | head -1) ]]; then
+		BENCH_COMMIT="$BENCH_COMMIT + uncommitted changes"
+	fi
+	export BENCH_COMMIT
+	echo "bench: building $BENCH_COMMIT into $BENCH_BIN_DIR" >&2
+	CGO_ENABLED=0 go build -trimpath -o "$BENCH_BIN_DIR/loupe" ./cmd/loupe
+	CGO_ENABLED=0 go build -trimpath -o "$BENCH_BIN_DIR/" ./bench/cmd/...
+	# A benchmark runs in the background so that a signal to run.sh can be
+	# passed on to it (as SIGTERM: background processes of a script ignore
+	# SIGINT), and its EXIT trap cleans up.
+	child=""
+	stop_child() {
+		echo "bench: interrupted: stopping ${child:-nothing}" >&2
+		[[ -z $child ]] || kill -TERM "$child" 2>/dev/null || true
+		[[ -z $child ]] || wait "$child" 2>/dev/null || true
+		exit 130
+	}
+	trap stop_child INT TERM
+	failed=()
+	start=$SECONDS
+	for n in "${names[@]}"; do
+		echo "bench: === $n ===" >&2
+		t0=$SECONDS
+		"$BENCH_DIR/run.sh" "$n" &
+		child=$!
+		if ! wait "$child"; then
+			echo "bench: $n FAILED" >&2
+			failed+=("$n")
+		fi
+		child=""
+		echo "bench: $n took $((SECONDS - t0)) s" >&2
+	done
+	echo "bench: all done in $((SECONDS - start)) s; results in bench/RESULTS.md" >&2
+	if ((${#failed[@]})); then
+		echo "bench: failed: ${failed[*]}" >&2
+		exit 1
+	fi
+	exit 0
+fi
+
+# One benchmark, in its own process.
+((${#names[@]} == 1)) || usage
+BIN=$BENCH_BIN_DIR
+RUN_ID=$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
+WORK=$(mktemp -d "/tmp/loupe-bench-${names[0]}.XXXXXX")
+. "$BENCH_DIR/lib.sh"
+trap 'rc=$?; trap - EXIT INT TERM; bench_cleanup; rm -rf "$WORK"; exit $rc' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+. "$BENCH_DIR/${names[0]}.sh"
+"bench_${names[0]}"
