@@ -157,7 +157,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (err error) {
 
 func tableKind(s string) (datapath.TableKind, error) {
 	switch s {
-	case "percpu", "auto", "":
+	case "auto", "":
+		return datapath.AutoTables()
+	case "percpu":
 		return datapath.PerCPU, nil
 	case "shared":
 		return datapath.Shared, nil
