@@ -67,7 +67,7 @@ func Default() Config {
 	return Config{
 		CacheActiveTimeout: 5 * time.Second,
 		FlowBudget:         65536,
-		RingbufSize:        4 << 20,
+		RingbufSize:        1 << 20,
 		MapType:            "auto",
 		AttachMode:         "auto",
 		AttachPosition:     "head",

@@ -74,7 +74,7 @@ func TestDefault(t *testing.T) {
 	want := Config{
 		CacheActiveTimeout: 5 * time.Second,
 		FlowBudget:         65536,
-		RingbufSize:        4 * 1024 * 1024,
+		RingbufSize:        1024 * 1024,
 		MapType:            "auto",
 		AttachMode:         "auto",
 		AttachPosition:     "head",
@@ -373,7 +373,7 @@ func TestFlagHelp(t *testing.T) {
 	}
 	for _, want := range []string{
 		"-flow-budget int\n    \tmax distinct flows in the kernel map per eviction interval, 16..16777216 (flow_budget, LOUPE_FLOW_BUDGET) (default 65536)\n",
-		"-ringbuf-size size\n", "(default 4MiB)",
+		"-ringbuf-size size\n", "(default 1MiB)",
 		"-iface glob\n", "repeatable, comma-separated (interfaces, LOUPE_INTERFACES)\n",
 		"-exclude glob\n", "-export target\n", "-cache-active-timeout duration\n",
 		"-store string\n", "(store.path, LOUPE_STORE_PATH) (default \"/var/lib/loupe/flows\")",
@@ -424,7 +424,7 @@ func TestPrintConfig(t *testing.T) {
 			}
 		})
 	}
-	for _, want := range []string{"ringbuf_size: 4MiB\n", "retention: 24h\n", "interfaces: []\n", "cache_active_timeout: 5s\n"} {
+	for _, want := range []string{"ringbuf_size: 1MiB\n", "retention: 24h\n", "interfaces: []\n", "cache_active_timeout: 5s\n"} {
 		if s := Default().String(); !strings.Contains(s, want) {
 			t.Errorf("Default().String() lacks %q:\n%s", want, s)
 		}

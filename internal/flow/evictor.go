@@ -79,6 +79,8 @@ type Evictor struct {
 	cutoff     uint64
 	lastEvict  time.Time
 	wallOffset int64
+	// lastFullWarn rate-limits the log line about a full table.
+	lastFullWarn time.Time
 
 	evictTimer, evictFull, evictShutdown atomic.Uint64
 	flows, records, stale, outErrs       atomic.Uint64
@@ -142,6 +144,7 @@ func (e *Evictor) Run(ctx context.Context) error {
 			}
 			e.addEvent(&ev)
 			if ev.Reason == ReasonMapFull && forced == nil {
+				e.warnFull()
 				wait := e.cfg.MinForcedGap - time.Since(e.lastEvict)
 				if wait <= 0 {
 					e.evict(ctx, EvictMapFull)
@@ -150,6 +153,16 @@ func (e *Evictor) Run(ctx context.Context) error {
 				}
 			}
 		}
+	}
+}
+
+// warnFull says, at most once a minute, that the table is too small: every
+// packet still counts, but early evictions cost CPU and store writes.
+func (e *Evictor) warnFull() {
+	if now := time.Now(); now.Sub(e.lastFullWarn) >= time.Minute {
+		e.lastFullWarn = now
+		e.log.Warn("flow table full: flows go through the ring buffer and force early evictions; raise flow_budget above the number of active flows",
+			"forced_evictions", e.evictFull.Load())
 	}
 }
 
