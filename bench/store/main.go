@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"loupe/internal/flow"
+	"loupe/internal/export/storesink"
 	"loupe/internal/store"
 )
 
@@ -44,6 +45,7 @@ func main() {
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the query phase here")
 	refUnix := flag.Int64("ref", 0, "end of the generated hour, unix seconds (default: now); fixes the data for a given seed")
 	queryOnly := flag.Bool("query-only", false, "reuse the store in -dir and only run the queries (for profiling; not for RESULTS.md)")
+	compactMax := flag.Int("compact-max", storesink.CompactMaxRecords, "largest merged segment, in records (default: what the agent uses)")
 	flag.Parse()
 	log.SetFlags(0)
 	if *queryOnly {
@@ -87,7 +89,7 @@ func main() {
 		defer csvw.Flush()
 	}
 
-	s, err := store.Open(storeDir, store.Options{})
+	s, err := store.Open(storeDir, store.Options{CompactMaxRecords: *compactMax})
 	if err != nil {
 		log.Fatal(err)
 	}

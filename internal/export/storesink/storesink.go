@@ -15,11 +15,12 @@ const (
 	// maxPending bounds the records held between two writes, so that a
 	// very large eviction is written as several segments.
 	maxPending = 1 << 17
-	// compactMaxRecords caps merged segments. A merge holds its output in
+	// CompactMaxRecords caps merged segments. A merge holds its output in
 	// memory (about 70 bytes a record), so this bounds the agent's memory
 	// during compaction; 10 million records still make fewer than 100
-	// segments, which queries read in parallel.
-	compactMaxRecords = 1 << 17
+	// segments, which queries read in parallel. bench/store measures the
+	// store with this setting.
+	CompactMaxRecords = 1 << 17
 )
 
 // Sink writes to a store.Store.
@@ -30,7 +31,7 @@ type Sink struct {
 
 // Open opens (creating if needed) the store at dir.
 func Open(dir string, retention time.Duration, log *slog.Logger) (*Sink, error) {
-	st, err := store.Open(dir, store.Options{Retention: retention, Logger: log, CompactMaxRecords: compactMaxRecords})
+	st, err := store.Open(dir, store.Options{Retention: retention, Logger: log, CompactMaxRecords: CompactMaxRecords})
 	if err != nil {
 		return nil, err
 	}
