@@ -29,8 +29,8 @@ import (
 	"syscall"
 	"time"
 
-	"loupe/internal/flow"
 	"loupe/internal/export/storesink"
+	"loupe/internal/flow"
 	"loupe/internal/store"
 )
 
