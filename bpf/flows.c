@@ -40,9 +40,8 @@ char __license[] SEC("license") = "Dual BSD/GPL";
 /* 1 when the tables are one shared hash (atomic adds) instead of per-CPU. */
 volatile const __u8 cfg_shared_table = 0;
 
-/* The flow table template: both tables userspace creates have this shape.
- * The map type (per-CPU or shared hash) and max_entries (the flow budget)
- * are set from Go before the tables are created. */
+/* The two flow tables. Their type (per-CPU or shared hash) and max_entries
+ * (the flow budget) are set from Go before load. */
 struct flow_table {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
 	__uint(max_entries, 1);
