@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -187,10 +188,19 @@ func (d *Datapath) Rotate(fn func(k *flow.Key, perCPU []flow.Stats)) (int, error
 	// Returns after an RCU grace period: every program that could have
 	// read the old active_table has finished.
 	if err := d.grace.Update(uint32(0), d.graceInner, ebpf.UpdateAny); err != nil {
-		return 0, fmt.Errorf("wait for running programs: %w", err)
+		// Never leave the old table undrained: it becomes the active one
+		// again at the next swap. A program runs for microseconds, so
+		// waiting far longer is a safe, if unproven, grace period.
+		time.Sleep(graceFallback)
+		n, derr := d.drain(d.tables[prev], fn)
+		return n, errors.Join(fmt.Errorf("wait for running programs (drained after %v instead): %w", graceFallback, err), derr)
 	}
 	return d.drain(d.tables[prev], fn)
 }
+
+// graceFallback is how long Rotate waits when the kernel refuses the
+// grace-period map update.
+const graceFallback = 50 * time.Millisecond
 
 func (d *Datapath) drain(m *ebpf.Map, fn func(k *flow.Key, perCPU []flow.Stats)) (int, error) {
 	per := len(d.stats)
