@@ -74,6 +74,7 @@ func writeStore(t *testing.T) string {
 		mk("10.0.0.1", "192.0.2.9", 5353, 53, 17, 500, time.Minute),
 		mk("2001:db8::1", "2001:db8::2", 1000, 80, 6, 7000, time.Minute),
 		mk("10.0.0.3", "10.0.1.1", 40002, 22, 6, 99999, 3*time.Hour), // old
+		mk("10.0.0.4", "10.0.1.1", 8, 0, 1, 84, 3*time.Hour),         // ICMP echo, old
 	}
 	if err := st.Write(context.Background(), recs); err != nil {
 		t.Fatal(err)
@@ -109,9 +110,9 @@ func TestFlowsFilters(t *testing.T) {
 		args []string
 		want int
 	}{
-		{nil, 5},
+		{nil, 6},
 		{[]string{"--since", "1h"}, 4},
-		{[]string{"--src", "10.0.0.0/24"}, 4},
+		{[]string{"--src", "10.0.0.0/24"}, 5},
 		{[]string{"--src", "10.0.0.1"}, 2},
 		{[]string{"--dst", "10.0.1.1", "--since", "1h"}, 2},
 		{[]string{"--port", "443"}, 2},
@@ -128,7 +129,11 @@ func TestFlowsFilters(t *testing.T) {
 	if code, _, errOut := run(t, "flows", "--store", filepath.Join(dir, "missing")); code != 1 || !strings.Contains(errOut, "store") {
 		t.Errorf("missing store: exit %d %q", code, errOut)
 	}
-	code, out, _ := run(t, "flows", "--store", dir, "--since", "1h", "--port", "53")
+	code, out, _ := run(t, "flows", "--store", dir, "--proto", "icmp")
+	if code != 0 || !strings.Contains(out, "icmp 8/0") {
+		t.Errorf("icmp row without type/code:\n%s", out)
+	}
+	code, out, _ = run(t, "flows", "--store", dir, "--since", "1h", "--port", "53")
 	if code != 0 || !strings.Contains(out, "10.0.0.1:5353") || !strings.Contains(out, "192.0.2.9:53") {
 		t.Errorf("table output:\n%s", out)
 	}

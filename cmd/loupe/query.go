@@ -95,6 +95,15 @@ func parseProto(s string) (uint8, error) {
 	return uint8(n), nil
 }
 
+// protoColumn names the protocol, with the type and code for ICMP, which
+// the record carries in the port fields.
+func protoColumn(r *flow.Record) string {
+	if (r.Proto == 1 || r.Proto == 58) && r.SrcIP().IsValid() {
+		return fmt.Sprintf("%s %d/%d", protoName(r.Proto), r.SrcPort, r.DstPort)
+	}
+	return protoName(r.Proto)
+}
+
 func protoName(p uint8) string {
 	for name, n := range protoNames {
 		if n == p {
@@ -150,7 +159,7 @@ func flowsCmd(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n",
-			r.LastSeen.Local().Format("2006-01-02 15:04:05.000"), r.Iface, r.Direction, protoName(r.Proto),
+			r.LastSeen.Local().Format("2006-01-02 15:04:05.000"), r.Iface, r.Direction, protoColumn(r),
 			endpoint(r.SrcIP(), r.SrcPort, r), endpoint(r.DstIP(), r.DstPort, r), r.Packets, r.Bytes, tcpFlags(r))
 		return nil
 	})
