@@ -39,10 +39,9 @@ func TestInterfaceChurn(t *testing.T) {
 	// A faster churn: pairs deleted right after creation, some before the
 	// agent gets to them. Nothing may leak either way.
 	var quick strings.Builder
-	for i := range 50 {
+	for range 50 {
 		n := testutil.UniqueName("lq")
 		fmt.Fprintf(&quick, "link add %sa type veth peer name %sb\nlink del %sa\n", n, n, n)
-		_ = i
 	}
 	ipBatch(t, ns, quick.String())
 
