@@ -51,7 +51,12 @@ type Config struct {
 	AttachPosition     string        `yaml:"attach_position" env:"LOUPE_ATTACH_POSITION" flag:"attach-position" help:"where to attach among other programs: head or tail"`
 	Store              Store         `yaml:"store"`
 	Listen             string        `yaml:"listen" env:"LOUPE_LISTEN" flag:"listen" help:"HTTP listen address host:port, or none to disable"`
-	Export             []string      `yaml:"export" env:"LOUPE_EXPORT" flag:"export" arg:"target" help:"sink target to export flows to: json:PATH or json:- (stdout)"`
+	Export             []string      `yaml:"export" env:"LOUPE_EXPORT" flag:"export" arg:"target" help:"target to export flows to: ipfix+udp://HOST:PORT, ipfix+tcp://HOST:PORT, kafka://BROKER[,BROKER]/TOPIC[?format=protobuf|json], otlp://HOST:PORT, json:PATH or json:- (stdout)"`
+	Delivery           Delivery      `yaml:"delivery"`
+	IPFIX              IPFIX         `yaml:"ipfix"`
+	Kafka              Kafka         `yaml:"kafka"`
+	OTLP               OTLP          `yaml:"otlp"`
+	Prometheus         Prometheus    `yaml:"prometheus"`
 	LogLevel           string        `yaml:"log_level" env:"LOUPE_LOG_LEVEL" flag:"log-level" help:"log level: debug, info, warn or error"`
 	LogFormat          string        `yaml:"log_format" env:"LOUPE_LOG_FORMAT" flag:"log-format" help:"log format: text or json"`
 }
@@ -60,6 +65,66 @@ type Config struct {
 type Store struct {
 	Path      string        `yaml:"path" env:"LOUPE_STORE_PATH" flag:"store" help:"flow store directory, or none to disable the store"`
 	Retention time.Duration `yaml:"retention" env:"LOUPE_STORE_RETENTION" flag:"store-retention" help:"how long the store keeps flows, at least 1m"`
+}
+
+// Delivery tunes the queue in front of every network exporter (IPFIX,
+// Kafka, OTLP): each exporter has its own queue with these settings.
+type Delivery struct {
+	QueueSize       int           `yaml:"queue_size" env:"LOUPE_EXPORT_QUEUE_SIZE" flag:"export-queue-size" help:"flow records each network exporter holds while its collector is slow or away; more are dropped and counted, 1..16777216"`
+	BatchSize       int           `yaml:"batch_size" env:"LOUPE_EXPORT_BATCH_SIZE" flag:"export-batch-size" help:"most flow records per send, 1..queue_size"`
+	MaxLinger       time.Duration `yaml:"max_linger" env:"LOUPE_EXPORT_MAX_LINGER" flag:"export-max-linger" help:"longest a record waits for a fuller batch, 1ms..1m"`
+	RetryMax        time.Duration `yaml:"retry_max" env:"LOUPE_EXPORT_RETRY_MAX" flag:"export-retry-max" help:"longest back-off between retries of a failed send, 100ms..10m"`
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout" env:"LOUPE_EXPORT_SHUTDOWN_TIMEOUT" flag:"export-shutdown-timeout" help:"how long shutdown waits for exporters to deliver what they hold, 0s..10m"`
+}
+
+// IPFIX configures the ipfix+udp and ipfix+tcp exporters.
+type IPFIX struct {
+	MTU               int           `yaml:"mtu" env:"LOUPE_IPFIX_MTU" flag:"ipfix-mtu" help:"largest IPFIX message in bytes, 512..65535 (over UDP keep it below the path MTU minus IP and UDP headers)"`
+	TemplateRefresh   time.Duration `yaml:"template_refresh" env:"LOUPE_IPFIX_TEMPLATE_REFRESH" flag:"ipfix-template-refresh" help:"how often templates are resent over UDP, 1s..24h"`
+	ObservationDomain int           `yaml:"observation_domain" env:"LOUPE_IPFIX_OBSERVATION_DOMAIN" flag:"ipfix-observation-domain" help:"IPFIX observation domain ID, 0..4294967295"`
+	EnterpriseNumber  int           `yaml:"enterprise_number" env:"LOUPE_IPFIX_ENTERPRISE_NUMBER" flag:"ipfix-enterprise-number" help:"private enterprise number of Loupe's own information elements (32473 is the documentation PEN of RFC 5612), 1..4294967295"`
+}
+
+// Kafka configures the kafka:// exporter.
+type Kafka struct {
+	Compression   string        `yaml:"compression" env:"LOUPE_KAFKA_COMPRESSION" flag:"kafka-compression" help:"record batch compression: none, gzip, snappy, lz4 or zstd"`
+	BatchMaxBytes uint64        `yaml:"batch_max_bytes" env:"LOUPE_KAFKA_BATCH_MAX_BYTES" arg:"size" flag:"kafka-batch-max-bytes" help:"largest record batch sent to one partition, a size 1KiB..64MiB"`
+	Linger        time.Duration `yaml:"linger" env:"LOUPE_KAFKA_LINGER" flag:"kafka-linger" help:"how long the producer waits to fill a batch, 0s..10s"`
+	ClientID      string        `yaml:"client_id" env:"LOUPE_KAFKA_CLIENT_ID" flag:"kafka-client-id" help:"client ID sent to the brokers"`
+	TLS           TLS           `yaml:"tls" env:"LOUPE_KAFKA_TLS_" flag:"kafka-tls-"`
+	SASL          SASL          `yaml:"sasl"`
+}
+
+// SASL configures Kafka authentication.
+type SASL struct {
+	Mechanism    string `yaml:"mechanism" env:"LOUPE_KAFKA_SASL_MECHANISM" flag:"kafka-sasl-mechanism" help:"SASL mechanism: none, plain, scram-sha-256 or scram-sha-512"`
+	Username     string `yaml:"username" env:"LOUPE_KAFKA_SASL_USERNAME" flag:"kafka-sasl-username" help:"SASL user name"`
+	PasswordFile string `yaml:"password_file" env:"LOUPE_KAFKA_SASL_PASSWORD_FILE" flag:"kafka-sasl-password-file" help:"file holding the SASL password (never given inline, so it stays out of process listings and config dumps)"`
+}
+
+// OTLP configures the otlp:// exporter.
+type OTLP struct {
+	Compression string   `yaml:"compression" env:"LOUPE_OTLP_COMPRESSION" flag:"otlp-compression" help:"gRPC compression: none or gzip"`
+	Headers     []string `yaml:"headers" env:"LOUPE_OTLP_HEADERS" flag:"otlp-header" arg:"key=value" help:"gRPC metadata key=value sent with every export, e.g. for a collector's auth"`
+	TLS         TLS      `yaml:"tls" env:"LOUPE_OTLP_TLS_" flag:"otlp-tls-"`
+}
+
+// TLS configures a client's TLS. Its env and flag tags are suffixes of the
+// section's (LOUPE_KAFKA_TLS_ + CA_FILE, kafka-tls- + ca-file).
+type TLS struct {
+	Enabled            bool   `yaml:"enabled" env:"ENABLED" flag:"enabled" help:"connect with TLS"`
+	CAFile             string `yaml:"ca_file" env:"CA_FILE" flag:"ca-file" help:"PEM file of the CAs that sign the server's certificate (default: the system's)"`
+	CertFile           string `yaml:"cert_file" env:"CERT_FILE" flag:"cert-file" help:"PEM client certificate, for mutual TLS"`
+	KeyFile            string `yaml:"key_file" env:"KEY_FILE" flag:"key-file" help:"PEM key of cert_file"`
+	ServerName         string `yaml:"server_name" env:"SERVER_NAME" flag:"server-name" help:"name to verify the server's certificate against (default: the host dialled)"`
+	InsecureSkipVerify bool   `yaml:"insecure_skip_verify" env:"INSECURE_SKIP_VERIFY" flag:"insecure-skip-verify" help:"accept any server certificate (testing only)"`
+}
+
+// Prometheus configures the flow metrics on the HTTP listener.
+type Prometheus struct {
+	MaxSeries  int      `yaml:"max_series" env:"LOUPE_PROMETHEUS_MAX_SERIES" flag:"prometheus-max-series" help:"hard cap on flow metric label sets; past it new ones fold into an \"other\" series, 1..1000000"`
+	Keys       []string `yaml:"keys" env:"LOUPE_PROMETHEUS_KEYS" flag:"prometheus-key" arg:"key" help:"extra aggregation key (label) of the flow metrics: src_port, dst_port, src_group, dst_group, eth_type"`
+	CIDRGroups []string `yaml:"cidr_groups" env:"LOUPE_PROMETHEUS_CIDR_GROUPS" flag:"prometheus-cidr-group" arg:"name=cidr" help:"named address group for src_group and dst_group, as name=cidr; repeat a name to add prefixes; the longest prefix wins"`
 }
 
 // Default returns the configuration used when nothing overrides a key.
@@ -75,9 +140,31 @@ func Default() Config {
 			Path:      "/var/lib/loupe/flows",
 			Retention: 24 * time.Hour,
 		},
-		Listen:    "127.0.0.1:9464",
-		LogLevel:  "info",
-		LogFormat: "text",
+		Listen: "127.0.0.1:9464",
+		Delivery: Delivery{
+			QueueSize:       65536,
+			BatchSize:       4096,
+			MaxLinger:       time.Second,
+			RetryMax:        30 * time.Second,
+			ShutdownTimeout: 5 * time.Second,
+		},
+		IPFIX: IPFIX{
+			MTU:               1400,
+			TemplateRefresh:   10 * time.Minute,
+			ObservationDomain: 1,
+			EnterpriseNumber:  32473,
+		},
+		Kafka: Kafka{
+			Compression:   "lz4",
+			BatchMaxBytes: 1 << 20,
+			Linger:        10 * time.Millisecond,
+			ClientID:      "loupe",
+			SASL:          SASL{Mechanism: "none"},
+		},
+		OTLP:       OTLP{Compression: "none"},
+		Prometheus: Prometheus{MaxSeries: 4096},
+		LogLevel:   "info",
+		LogFormat:  "text",
 	}
 }
 
@@ -141,6 +228,8 @@ func valueNode(k kind, v any) *yaml.Node {
 		return n
 	case kindInt:
 		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: formatText(k, v)}
+	case kindBool:
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: formatText(k, v)}
 	case kindSize:
 		if s := formatText(k, v); !strings.HasSuffix(s, "B") {
 			return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: s}

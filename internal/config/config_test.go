@@ -64,10 +64,13 @@ func yamlFor(t *testing.T, key, text string) string {
 		}
 		value = "[" + strings.Join(q, ", ") + "]"
 	}
-	if section, sub, ok := strings.Cut(key, "."); ok {
-		return section + ":\n  " + sub + ": " + value + "\n"
+	parts := strings.Split(key, ".")
+	var b strings.Builder
+	for i, p := range parts[:len(parts)-1] {
+		b.WriteString(strings.Repeat("  ", i) + p + ":\n")
 	}
-	return key + ": " + value + "\n"
+	b.WriteString(strings.Repeat("  ", len(parts)-1) + parts[len(parts)-1] + ": " + value + "\n")
+	return b.String()
 }
 
 func TestDefault(t *testing.T) {
@@ -80,8 +83,15 @@ func TestDefault(t *testing.T) {
 		AttachPosition:     "head",
 		Store:              Store{Path: "/var/lib/loupe/flows", Retention: 24 * time.Hour},
 		Listen:             "127.0.0.1:9464",
-		LogLevel:           "info",
-		LogFormat:          "text",
+		Delivery: Delivery{QueueSize: 65536, BatchSize: 4096, MaxLinger: time.Second,
+			RetryMax: 30 * time.Second, ShutdownTimeout: 5 * time.Second},
+		IPFIX: IPFIX{MTU: 1400, TemplateRefresh: 10 * time.Minute, ObservationDomain: 1, EnterpriseNumber: 32473},
+		Kafka: Kafka{Compression: "lz4", BatchMaxBytes: 1 << 20, Linger: 10 * time.Millisecond,
+			ClientID: "loupe", SASL: SASL{Mechanism: "none"}},
+		OTLP:       OTLP{Compression: "none"},
+		Prometheus: Prometheus{MaxSeries: 4096},
+		LogLevel:   "info",
+		LogFormat:  "text",
 	}
 	d := Default()
 	if !reflect.DeepEqual(d, want) {
@@ -139,6 +149,39 @@ func keyCases() []keyCase {
 		{"store.retention", "2h30m", func(c *Config) { c.Store.Retention = 150 * time.Minute }},
 		{"listen", "[::1]:9000", func(c *Config) { c.Listen = "[::1]:9000" }},
 		{"export", "json:/var/log/flows.json,json:-", func(c *Config) { c.Export = []string{"json:/var/log/flows.json", "json:-"} }},
+		{"delivery.queue_size", "1000", func(c *Config) { c.Delivery.QueueSize = 1000 }},
+		{"delivery.batch_size", "100", func(c *Config) { c.Delivery.BatchSize = 100 }},
+		{"delivery.max_linger", "50ms", func(c *Config) { c.Delivery.MaxLinger = 50 * time.Millisecond }},
+		{"delivery.retry_max", "1m", func(c *Config) { c.Delivery.RetryMax = time.Minute }},
+		{"delivery.shutdown_timeout", "0s", func(c *Config) { c.Delivery.ShutdownTimeout = 0 }},
+		{"ipfix.mtu", "9000", func(c *Config) { c.IPFIX.MTU = 9000 }},
+		{"ipfix.template_refresh", "30s", func(c *Config) { c.IPFIX.TemplateRefresh = 30 * time.Second }},
+		{"ipfix.observation_domain", "4294967295", func(c *Config) { c.IPFIX.ObservationDomain = 1<<32 - 1 }},
+		{"ipfix.enterprise_number", "12345", func(c *Config) { c.IPFIX.EnterpriseNumber = 12345 }},
+		{"kafka.compression", "zstd", func(c *Config) { c.Kafka.Compression = "zstd" }},
+		{"kafka.batch_max_bytes", "4MiB", func(c *Config) { c.Kafka.BatchMaxBytes = 4 << 20 }},
+		{"kafka.linger", "0s", func(c *Config) { c.Kafka.Linger = 0 }},
+		{"kafka.client_id", "node-7", func(c *Config) { c.Kafka.ClientID = "node-7" }},
+		{"kafka.tls.enabled", "true", func(c *Config) { c.Kafka.TLS.Enabled = true }},
+		{"kafka.tls.ca_file", "/etc/ca.pem", func(c *Config) { c.Kafka.TLS.CAFile = "/etc/ca.pem" }},
+		{"kafka.tls.cert_file", "/etc/c.pem", func(c *Config) { c.Kafka.TLS.CertFile = "/etc/c.pem" }},
+		{"kafka.tls.key_file", "/etc/k.pem", func(c *Config) { c.Kafka.TLS.KeyFile = "/etc/k.pem" }},
+		{"kafka.tls.server_name", "kafka.example", func(c *Config) { c.Kafka.TLS.ServerName = "kafka.example" }},
+		{"kafka.tls.insecure_skip_verify", "true", func(c *Config) { c.Kafka.TLS.InsecureSkipVerify = true }},
+		{"kafka.sasl.mechanism", "scram-sha-512", func(c *Config) { c.Kafka.SASL.Mechanism = "scram-sha-512" }},
+		{"kafka.sasl.username", "loupe", func(c *Config) { c.Kafka.SASL.Username = "loupe" }},
+		{"kafka.sasl.password_file", "/run/secrets/kafka", func(c *Config) { c.Kafka.SASL.PasswordFile = "/run/secrets/kafka" }},
+		{"otlp.compression", "gzip", func(c *Config) { c.OTLP.Compression = "gzip" }},
+		{"otlp.headers", "authorization=Bearer x,x-tenant=a", func(c *Config) { c.OTLP.Headers = []string{"authorization=Bearer x", "x-tenant=a"} }},
+		{"otlp.tls.enabled", "true", func(c *Config) { c.OTLP.TLS.Enabled = true }},
+		{"otlp.tls.ca_file", "/etc/ca.pem", func(c *Config) { c.OTLP.TLS.CAFile = "/etc/ca.pem" }},
+		{"otlp.tls.cert_file", "/etc/c.pem", func(c *Config) { c.OTLP.TLS.CertFile = "/etc/c.pem" }},
+		{"otlp.tls.key_file", "/etc/k.pem", func(c *Config) { c.OTLP.TLS.KeyFile = "/etc/k.pem" }},
+		{"otlp.tls.server_name", "otel.example", func(c *Config) { c.OTLP.TLS.ServerName = "otel.example" }},
+		{"otlp.tls.insecure_skip_verify", "true", func(c *Config) { c.OTLP.TLS.InsecureSkipVerify = true }},
+		{"prometheus.max_series", "100", func(c *Config) { c.Prometheus.MaxSeries = 100 }},
+		{"prometheus.keys", "dst_port,dst_group", func(c *Config) { c.Prometheus.Keys = []string{"dst_port", "dst_group"} }},
+		{"prometheus.cidr_groups", "lan=10.0.0.0/8,lan=fd00::/8", func(c *Config) { c.Prometheus.CIDRGroups = []string{"lan=10.0.0.0/8", "lan=fd00::/8"} }},
 		{"log_level", "debug", func(c *Config) { c.LogLevel = "debug" }},
 		{"log_format", "json", func(c *Config) { c.LogFormat = "json" }},
 	}
@@ -154,7 +197,8 @@ func TestEachKeyFromEachSource(t *testing.T) {
 		sources := map[string]func() (Config, string, error){
 			"file": func() (Config, string, error) { return run(t, yamlFor(t, tc.key, tc.text), nil) },
 			"env":  func() (Config, string, error) { return run(t, "", []string{f.env + "=" + tc.text}) },
-			"flag": func() (Config, string, error) { return run(t, "", nil, "--"+f.flag, tc.text) },
+			// --flag=value: a boolean flag takes no separate argument.
+			"flag": func() (Config, string, error) { return run(t, "", nil, "--"+f.flag+"="+tc.text) },
 		}
 		for name, load := range sources {
 			t.Run(tc.key+"/"+name, func(t *testing.T) {
@@ -305,8 +349,22 @@ func TestExportSyntax(t *testing.T) {
 		{"json", "missing path"},
 		{"", `unknown sink ""`},
 		{"JSON:-", `unknown sink "JSON:-"`},
-		{"ipfix+udp://collector:4739", `unknown sink "ipfix+udp://collector:4739"`},
-		{"otlp://localhost:4317", `unknown sink "otlp://localhost:4317"`},
+		{"ipfix+udp://collector:4739", ""},
+		{"ipfix+tcp://[2001:db8::1]:4739", ""},
+		{"ipfix+udp://collector", "invalid address"},
+		{"ipfix+udp://collector:0", `invalid port "0"`},
+		{"ipfix+udp://:4739", "missing host"},
+		{"ipfix+udp:collector:4739", "missing //"},
+		{"ipfix+sctp://collector:4739", `unknown sink "ipfix+sctp://collector:4739"`},
+		{"otlp://localhost:4317", ""},
+		{"otlp://localhost:4317/v1/logs", `invalid port "4317/v1/logs"`},
+		{"kafka://b1:9092,b2:9092/flows", ""},
+		{"kafka://b1:9092/flows?format=json", ""},
+		{"kafka://b1:9092/flows?format=avro", "format must be one of protobuf, json"},
+		{"kafka://b1:9092/flows?acks=0", `unknown option "acks"`},
+		{"kafka://b1:9092", `invalid topic ""`},
+		{"kafka://b1/flows", "broker: invalid address"},
+		{"kafka://user:pw@b1:9092/flows", "credentials do not belong in the URL"},
 		{"/var/log/flows.json", `unknown sink "/var/log/flows.json"`},
 	} {
 		t.Run(tc.target, func(t *testing.T) {
@@ -321,7 +379,7 @@ func TestExportSyntax(t *testing.T) {
 	}
 	// Through Load, the error names the key and the offending value.
 	_, _, err := run(t, "", nil, "--export", "json:-", "--export", "kafka://b:9092")
-	if err == nil || !strings.Contains(err.Error(), `export: unknown sink "kafka://b:9092"`) {
+	if err == nil || !strings.Contains(err.Error(), `export: invalid target "kafka://b:9092": invalid topic ""`) {
 		t.Fatalf("error %v", err)
 	}
 }

@@ -125,7 +125,13 @@ func invalidCases() []struct{ key, text, want string } {
 		{"listen", "127.0.0.1:70000", `invalid port "70000" in "127.0.0.1:70000": want a number 0-65535`},
 		{"listen", ":http", `invalid port "http"`},
 		{"listen", "NONE", `invalid address "NONE"`},
-		{"export", "kafka://broker:9092", `unknown sink "kafka://broker:9092" (known: json:PATH or json:- (stdout))`},
+		{"export", "sflow://collector:6343", `unknown sink "sflow://collector:6343" (known: json:PATH or json:- (stdout); ipfix+udp://HOST:PORT;`},
+		{"export", "kafka://broker:9092", `invalid target "kafka://broker:9092": invalid topic "" (want kafka://BROKER[,BROKER]/TOPIC[?format=protobuf|json])`},
+		{"prometheus.keys", "dst_ip", `must be one of src_port, dst_port, src_group, dst_group, eth_type, got "dst_ip"`},
+		{"prometheus.cidr_groups", "lan=10.0.0.0/33", `invalid group "lan=10.0.0.0/33"`},
+		{"prometheus.cidr_groups", "other=10.0.0.0/8", `invalid group "other=10.0.0.0/8": the name "other" is reserved`},
+		{"otlp.headers", "Authorization=x", `invalid header key "Authorization"`},
+		{"ipfix.mtu", "100", "must be between 512 and 65535, got 100"},
 		{"export", "json:", `invalid target "json:": missing path (want json:PATH or json:- (stdout))`},
 		{"export", "json:-,json:-", `duplicate target "json:-"`},
 		{"log_level", "trace", `must be one of debug, info, warn, error, got "trace"`},
@@ -159,6 +165,15 @@ func TestInvalidValuesNameKeyAndSource(t *testing.T) {
 			checkErr(t, "Validate", c.Validate(), "config: "+tc.key+": "+tc.want)
 		})
 	}
+}
+
+func TestInvalidBoolean(t *testing.T) {
+	_, path, err := run(t, "kafka:\n  tls:\n    enabled: yes\n", nil)
+	checkErr(t, "file", err, "config file "+path+": line 3: kafka.tls.enabled: invalid boolean \"yes\" (want true or false)")
+	_, _, err = run(t, "", []string{"LOUPE_OTLP_TLS_ENABLED=on"})
+	checkErr(t, "env", err, "config: environment variable LOUPE_OTLP_TLS_ENABLED: otlp.tls.enabled: invalid boolean \"on\"")
+	_, _, err = run(t, "", nil, "--kafka-tls-enabled=maybe")
+	checkErr(t, "flag", err, `invalid boolean value "maybe" for -kafka-tls-enabled`)
 }
 
 func checkErr(t *testing.T, source string, err error, want string) {

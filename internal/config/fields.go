@@ -18,6 +18,7 @@ const (
 	kindInt                  // int
 	kindDuration             // time.Duration, Go syntax
 	kindSize                 // uint64, bytes with an optional KiB/MiB/GiB suffix
+	kindBool                 // bool: true or false
 )
 
 // field describes one leaf key of Config, read from its struct tags.
@@ -52,8 +53,10 @@ func (f field) ptr(c *Config) any {
 // A malformed tag is a programming error, caught by the tests, so it panics.
 func fields() []field {
 	var out []field
-	var walk func(t reflect.Type, prefix string, index []int)
-	walk = func(t reflect.Type, prefix string, index []int) {
+	// A section's env and flag tags, if any, prefix its keys' tags, so
+	// that one struct (TLS) can serve several sections.
+	var walk func(t reflect.Type, prefix, envPrefix, flagPrefix string, index []int)
+	walk = func(t reflect.Type, prefix, envPrefix, flagPrefix string, index []int) {
 		for i := range t.NumField() {
 			sf := t.Field(i)
 			name := sf.Tag.Get("yaml")
@@ -62,25 +65,25 @@ func fields() []field {
 			}
 			idx := append(append([]int(nil), index...), i)
 			if sf.Type.Kind() == reflect.Struct && sf.Type != reflect.TypeFor[time.Duration]() {
-				walk(sf.Type, prefix+name+".", idx)
+				walk(sf.Type, prefix+name+".", envPrefix+sf.Tag.Get("env"), flagPrefix+sf.Tag.Get("flag"), idx)
 				continue
 			}
 			f := field{
 				key:   prefix + name,
-				env:   sf.Tag.Get("env"),
-				flag:  sf.Tag.Get("flag"),
+				env:   envPrefix + sf.Tag.Get("env"),
+				flag:  flagPrefix + sf.Tag.Get("flag"),
 				help:  sf.Tag.Get("help"),
 				arg:   sf.Tag.Get("arg"),
 				kind:  kindOf(sf.Type),
 				index: idx,
 			}
-			if f.env == "" || f.flag == "" || f.help == "" {
+			if sf.Tag.Get("env") == "" || sf.Tag.Get("flag") == "" || f.help == "" {
 				panic(fmt.Sprintf("config: field %s needs env, flag and help tags", sf.Name))
 			}
 			out = append(out, f)
 		}
 	}
-	walk(reflect.TypeFor[Config](), "", nil)
+	walk(reflect.TypeFor[Config](), "", "", "", nil)
 	return out
 }
 
@@ -96,6 +99,8 @@ func kindOf(t reflect.Type) kind {
 		return kindDuration
 	case reflect.TypeFor[uint64]():
 		return kindSize
+	case reflect.TypeFor[bool]():
+		return kindBool
 	}
 	panic(fmt.Sprintf("config: unsupported field type %v", t))
 }
@@ -121,6 +126,12 @@ func parseText(k kind, s string) (any, error) {
 		return d, nil
 	case kindSize:
 		return parseSize(s)
+	case kindBool:
+		b, err := strconv.ParseBool(strings.TrimSpace(s))
+		if err != nil {
+			return nil, fmt.Errorf("invalid boolean %q (want true or false)", s)
+		}
+		return b, nil
 	}
 	return s, nil
 }
@@ -204,6 +215,8 @@ func formatText(k kind, v any) string {
 		return formatDuration(v.(time.Duration))
 	case kindSize:
 		return formatSize(v.(uint64))
+	case kindBool:
+		return strconv.FormatBool(v.(bool))
 	}
 	return v.(string)
 }

@@ -35,6 +35,8 @@ func BindFlags(fs *flag.FlagSet) *Flags {
 			fs.StringVar(p, fd.flag, *p, usage)
 		case *int:
 			fs.IntVar(p, fd.flag, *p, usage)
+		case *bool:
+			fs.BoolVar(p, fd.flag, *p, usage)
 		case *time.Duration:
 			fs.DurationVar(p, fd.flag, *p, usage)
 		case *uint64:

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
+	"net/url"
 	"path"
 	"slices"
 	"strconv"
@@ -54,10 +56,117 @@ func checkValue(key string, v any) error {
 		return checkListen(v.(string))
 	case "export":
 		return checkExports(v.([]string))
+	case "delivery.queue_size", "delivery.batch_size":
+		return checkInt(v.(int), 1, 1<<24)
+	case "delivery.max_linger":
+		return checkDuration(v.(time.Duration), time.Millisecond, time.Minute)
+	case "delivery.retry_max":
+		return checkDuration(v.(time.Duration), 100*time.Millisecond, 10*time.Minute)
+	case "delivery.shutdown_timeout":
+		return checkDuration(v.(time.Duration), 0, 10*time.Minute)
+	case "ipfix.mtu":
+		return checkInt(v.(int), 512, 65535)
+	case "ipfix.template_refresh":
+		return checkDuration(v.(time.Duration), time.Second, 24*time.Hour)
+	case "ipfix.observation_domain":
+		return checkInt(v.(int), 0, 1<<32-1)
+	case "ipfix.enterprise_number":
+		return checkInt(v.(int), 1, 1<<32-1)
+	case "kafka.compression":
+		return checkOneOf(v.(string), "none", "gzip", "snappy", "lz4", "zstd")
+	case "kafka.batch_max_bytes":
+		if n := v.(uint64); n < 1<<10 || n > 64<<20 {
+			return fmt.Errorf("must be between 1KiB and 64MiB, got %s", formatSize(n))
+		}
+	case "kafka.linger":
+		return checkDuration(v.(time.Duration), 0, 10*time.Second)
+	case "kafka.client_id":
+		if v.(string) == "" {
+			return errors.New("must not be empty")
+		}
+	case "kafka.sasl.mechanism":
+		return checkOneOf(v.(string), "none", "plain", "scram-sha-256", "scram-sha-512")
+	case "otlp.compression":
+		return checkOneOf(v.(string), "none", "gzip")
+	case "otlp.headers":
+		return checkHeaders(v.([]string))
+	case "prometheus.max_series":
+		return checkInt(v.(int), 1, 1_000_000)
+	case "prometheus.keys":
+		for _, k := range v.([]string) {
+			if err := checkOneOf(k, PrometheusKeys()...); err != nil {
+				return err
+			}
+		}
+	case "prometheus.cidr_groups":
+		_, err := ParseCIDRGroups(v.([]string))
+		return err
 	case "log_level":
 		return checkOneOf(v.(string), "debug", "info", "warn", "error")
 	case "log_format":
 		return checkOneOf(v.(string), "text", "json")
+	}
+	return nil
+}
+
+func checkInt(n, min, max int) error {
+	if n < min || n > max {
+		return fmt.Errorf("must be between %d and %d, got %d", min, max, n)
+	}
+	return nil
+}
+
+// PrometheusKeys lists the aggregation keys prometheus.keys accepts.
+func PrometheusKeys() []string {
+	return []string{"src_port", "dst_port", "src_group", "dst_group", "eth_type"}
+}
+
+// CIDRGroup is one named set of prefixes of prometheus.cidr_groups.
+type CIDRGroup struct {
+	Name     string
+	Prefixes []netip.Prefix
+}
+
+// ParseCIDRGroups parses NAME=CIDR entries, merging the prefixes of
+// entries that repeat a name, in order of first appearance.
+func ParseCIDRGroups(entries []string) ([]CIDRGroup, error) {
+	var groups []CIDRGroup
+	for _, e := range entries {
+		name, cidr, ok := strings.Cut(e, "=")
+		name = strings.TrimSpace(name)
+		if !ok || name == "" {
+			return nil, fmt.Errorf("invalid group %q: want name=cidr, e.g. internal=10.0.0.0/8", e)
+		}
+		if name == "other" {
+			return nil, fmt.Errorf("invalid group %q: the name \"other\" is reserved for addresses in no group", e)
+		}
+		p, err := netip.ParsePrefix(strings.TrimSpace(cidr))
+		if err != nil {
+			return nil, fmt.Errorf("invalid group %q: %v", e, err)
+		}
+		i := slices.IndexFunc(groups, func(g CIDRGroup) bool { return g.Name == name })
+		if i < 0 {
+			groups = append(groups, CIDRGroup{Name: name})
+			i = len(groups) - 1
+		}
+		groups[i].Prefixes = append(groups[i].Prefixes, p.Masked())
+	}
+	return groups, nil
+}
+
+// checkHeaders checks gRPC metadata entries key=value. gRPC keys are
+// lowercase ASCII letters, digits and - _ .
+func checkHeaders(headers []string) error {
+	for _, h := range headers {
+		k, _, ok := strings.Cut(h, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("invalid header %q: want key=value", h)
+		}
+		for _, c := range k {
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+				return fmt.Errorf("invalid header key %q: gRPC keys are lowercase letters, digits, '-', '_' and '.'", k)
+			}
+		}
 	}
 	return nil
 }
@@ -139,7 +248,63 @@ type exportScheme struct {
 func exportSchemes() []exportScheme {
 	return []exportScheme{
 		{"json", "json:PATH or json:- (stdout)", checkJSONTarget},
+		{"ipfix+udp", "ipfix+udp://HOST:PORT", checkHostPortTarget},
+		{"ipfix+tcp", "ipfix+tcp://HOST:PORT", checkHostPortTarget},
+		{"kafka", "kafka://BROKER[,BROKER]/TOPIC[?format=protobuf|json]", checkKafkaTarget},
+		{"otlp", "otlp://HOST:PORT", checkHostPortTarget},
 	}
+}
+
+// checkHostPortTarget checks "//HOST:PORT" with nothing after it. The
+// exporter parses the target again when it starts; this check is here so
+// that a typo fails at load time with the key's name.
+func checkHostPortTarget(rest string) error {
+	hostport, ok := strings.CutPrefix(rest, "//")
+	if !ok {
+		return errors.New("missing //")
+	}
+	return checkHostPort(hostport)
+}
+
+func checkHostPort(hostport string) error {
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return fmt.Errorf("invalid address %q", hostport)
+	}
+	if host == "" {
+		return errors.New("missing host")
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return fmt.Errorf("invalid port %q", port)
+	}
+	return nil
+}
+
+func checkKafkaTarget(rest string) error {
+	u, err := url.Parse("kafka:" + rest)
+	if err != nil {
+		return err
+	}
+	if u.User != nil {
+		return errors.New("credentials do not belong in the URL: use kafka.sasl")
+	}
+	for _, b := range strings.Split(u.Host, ",") {
+		if err := checkHostPort(b); err != nil {
+			return fmt.Errorf("broker: %v", err)
+		}
+	}
+	if topic := strings.TrimPrefix(u.Path, "/"); topic == "" || strings.Contains(topic, "/") {
+		return fmt.Errorf("invalid topic %q", topic)
+	}
+	for k, v := range u.Query() {
+		if k != "format" {
+			return fmt.Errorf("unknown option %q", k)
+		}
+		if err := checkOneOf(v[len(v)-1], "protobuf", "json"); err != nil {
+			return fmt.Errorf("format %v", err)
+		}
+	}
+	return nil
 }
 
 func checkJSONTarget(rest string) error {
