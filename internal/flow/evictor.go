@@ -126,16 +126,21 @@ func (e *Evictor) Run(ctx context.Context) error {
 	defer ticker.Stop()
 	var forced <-chan time.Time // armed when a full table waits for MinForcedGap
 	events := e.cfg.Events
+	// ctx only says when to stop: an eviction under way when it is
+	// cancelled must still hand its records to the sinks (a sink that
+	// honours its context would otherwise drop them), so evictions run
+	// under a context that is never cancelled.
+	outCtx := context.WithoutCancel(ctx)
 
 	for {
 		select {
 		case <-ctx.Done():
 			return e.shutdown(events)
 		case <-ticker.C:
-			e.evict(ctx, EvictTimer)
+			e.evict(outCtx, EvictTimer)
 			forced = nil
 		case <-forced:
-			e.evict(ctx, EvictMapFull)
+			e.evict(outCtx, EvictMapFull)
 			forced = nil
 		case ev, ok := <-events:
 			if !ok {
@@ -147,7 +152,7 @@ func (e *Evictor) Run(ctx context.Context) error {
 				e.warnFull()
 				wait := e.cfg.MinForcedGap - time.Since(e.lastEvict)
 				if wait <= 0 {
-					e.evict(ctx, EvictMapFull)
+					e.evict(outCtx, EvictMapFull)
 				} else {
 					forced = time.After(wait)
 				}

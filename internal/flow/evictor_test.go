@@ -245,3 +245,47 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// ctxCheckingOutput fails writes whose context is done, as the store does.
+type ctxCheckingOutput struct {
+	collector
+	onWrite func()
+}
+
+func (c *ctxCheckingOutput) Write(ctx context.Context, b []Record) error {
+	if c.onWrite != nil {
+		c.onWrite()
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return c.collector.Write(ctx, b)
+}
+
+// A shutdown that arrives while a timer eviction is writing must not make
+// the sinks drop that eviction's records.
+func TestEvictorShutdownDuringEvictionLosesNothing(t *testing.T) {
+	clock := newFakeClock()
+	table := &fakeTable{}
+	ctx, cancel := context.WithCancel(context.Background())
+	out := &ctxCheckingOutput{}
+	var once sync.Once
+	out.onWrite = func() { once.Do(cancel) } // shutdown lands mid-eviction
+	ev := NewEvictor(EvictorConfig{Table: table, Out: out, Interval: 5 * time.Millisecond, Clock: clock, BatchSize: 2})
+	for p := range uint16(5) {
+		table.put(key(p), Stats{Packets: 1, Bytes: 10, FirstSeen: clock.Mono() + 1, LastSeen: clock.Mono() + 1})
+	}
+	done := make(chan error, 1)
+	go func() { done <- ev.Run(ctx) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("evictor did not stop")
+	}
+	if recs, _ := out.snapshot(); len(recs) != 5 {
+		t.Fatalf("sinks got %d records, want all 5", len(recs))
+	}
+}
