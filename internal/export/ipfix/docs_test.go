@@ -1,0 +1,41 @@
+package ipfix
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+)
+
+// docRow is the row docs/exporters/ipfix.md must hold for e.
+func docRow(e Element) string {
+	pen, sent := "0 (IANA)", ""
+	if e.Enterprise {
+		pen = "32473 (`EnterpriseNumber`)"
+	}
+	if !e.Sent {
+		sent = " (reserved, not sent)"
+	}
+	return fmt.Sprintf("| `%s`%s | %d | %s | %s (%d) | %s |", e.Name, sent, e.ID, pen, e.Type, e.Length, e.Description)
+}
+
+// TestDocsListEveryElement keeps the operators' element table equal to the
+// code: every element, in order, row for row. LOUPE_PRINT_DOC_TABLE=1
+// prints the table to paste.
+func TestDocsListEveryElement(t *testing.T) {
+	var rows []string
+	for _, e := range Elements() {
+		rows = append(rows, docRow(e))
+	}
+	table := strings.Join(rows, "\n")
+	if os.Getenv("LOUPE_PRINT_DOC_TABLE") == "1" {
+		fmt.Println(table)
+	}
+	doc, err := os.ReadFile("../../../docs/exporters/ipfix.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(doc), table) {
+		t.Fatalf("docs/exporters/ipfix.md does not hold the element table; it should read:\n%s", table)
+	}
+}

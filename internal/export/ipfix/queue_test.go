@@ -1,0 +1,91 @@
+package ipfix
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"loupe/internal/export/delivery"
+)
+
+// TestThroughQueueTCPCollectorLate runs the client behind the delivery
+// queue, as the agent does, with the collector down at first: the queue
+// retries the failed sends, and once the collector listens every record
+// arrives exactly once, in order, and the queue counts them all as sent.
+func TestThroughQueueTCPCollectorLate(t *testing.T) {
+	probe, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := probe.Addr().String()
+	probe.Close() // the port is free and nobody listens: dials are refused
+
+	c, err := New("ipfix+tcp://"+addr, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := delivery.New(c.Target().String(), c, delivery.Options{
+		BatchSize: 300, RetryMin: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond, ShutdownTimeout: 20 * time.Second,
+	})
+	const total = 2000
+	ctx := context.Background()
+	for first := 0; first < total; first += 500 {
+		if err := q.Write(ctx, idBatch(first, 500)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := q.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Wait (bounded) for the first refused send before the collector starts.
+	for i := 0; q.Stats().SendErrors == 0; i++ {
+		if i == 1000 {
+			t.Fatal("the queue never tried to send")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	ln := listenTCP(t, addr)
+	got := make(chan session, 1)
+	go func() {
+		var s session
+		defer func() { got <- s }()
+		conn, err := ln.Accept()
+		if err != nil {
+			s.err = err
+			return
+		}
+		defer conn.Close()
+		_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+		d := newDecoder()
+		for len(s.ids) < total {
+			msg, err := readMessage(conn)
+			if err == nil {
+				err = s.consume(d, msg)
+			}
+			if err != nil {
+				s.err = err
+				return
+			}
+		}
+	}()
+	s := <-got
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s.err != nil || !s.templates {
+		t.Fatalf("collector: %v, templates first %v", s.err, s.templates)
+	}
+	for i, id := range s.ids {
+		if id != i+1 {
+			t.Fatalf("record %d has id %d", i, id)
+		}
+	}
+	st := q.Stats()
+	if st.Sent != total || st.Dropped() != 0 || st.SendErrors == 0 {
+		t.Fatalf("queue stats: %+v", st)
+	}
+	t.Logf("%d records after %d refused sends: %s", len(s.ids), st.SendErrors, strconv.Itoa(s.messages)+" messages")
+}

@@ -1,0 +1,336 @@
+package ipfix
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"loupe/internal/flow"
+	"loupe/internal/testutil"
+)
+
+// peerRecords returns n records for the real-collector tests: IPv4 and
+// IPv6 alternating, with ICMP/ICMPv6 every fifth, ARP every fiftieth,
+// both directions, 64-bit byte counts, and distinct values in every field.
+// The packet count identifies a record (1..n).
+func peerRecords(n int) []flow.Record {
+	recs := numbered(n, true)
+	for i := range recs {
+		r := &recs[i]
+		r.Direction = flow.Direction((i / 2) % 2)
+		r.IfIndex = uint32(2 + i%3)
+		r.Proto = 6
+		r.TCPFlags = uint16(i) & 0x1ff
+		if i%5 == 0 {
+			r.Proto, r.SrcPort, r.DstPort, r.TCPFlags = 1, 8, uint16(i%16), 0
+			if r.EtherType == flow.EtherTypeIPv6 {
+				r.Proto, r.SrcPort = 58, 128
+			}
+		}
+		if i%50 == 49 {
+			r.Key = flow.Key{EtherType: 0x0806, IfIndex: r.IfIndex, Direction: r.Direction}
+			r.TCPFlags = 0
+		}
+		r.SrcMAC = [6]byte{0x02, 0, 0, 0, byte(i >> 8), byte(i)}
+		r.DstMAC = [6]byte{0x02, 0xee, 0, 0, byte(i >> 8), byte(i)}
+		r.Bytes = 1<<33 + uint64(i)
+		r.DSCP = uint8(i % 64)
+		r.Sampling = uint32(1 + i%4)
+		r.FirstSeen = t0.Add(time.Duration(i) * time.Millisecond)
+		r.LastSeen = t0.Add(time.Second + time.Duration(2*i)*time.Millisecond)
+	}
+	return recs
+}
+
+// tsharkExpect lists, per tshark EK field, the values the records must
+// show, in record order (tshark flattens a packet's records field by field).
+func tsharkExpect(recs []flow.Record) map[string][]string {
+	want := map[string][]string{}
+	add := func(k, v string) { want["cflow_cflow_"+k] = append(want["cflow_cflow_"+k], v) }
+	ts := func(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000000000Z") }
+	for i := range recs {
+		r := &recs[i]
+		ip := r.EtherType == flow.EtherTypeIPv4 || r.EtherType == flow.EtherTypeIPv6
+		switch r.EtherType {
+		case flow.EtherTypeIPv4:
+			add("srcaddr", r.SrcIP().String())
+			add("dstaddr", r.DstIP().String())
+		case flow.EtherTypeIPv6:
+			add("srcaddrv6", r.SrcIP().String())
+			add("dstaddrv6", r.DstIP().String())
+		}
+		if ip {
+			icmp := r.Proto == 1 || r.Proto == 58
+			sp, dp := r.SrcPort, r.DstPort
+			if icmp {
+				sp, dp = 0, 0
+			}
+			add("srcport", strconv.Itoa(int(sp)))
+			add("dstport", strconv.Itoa(int(dp)))
+			add("protocol", strconv.Itoa(int(r.Proto)))
+			add("tcpflags", fmt.Sprintf("0x%04x", r.TCPFlags))
+			add("ip_dscp", strconv.Itoa(int(r.DSCP)))
+			if r.EtherType == flow.EtherTypeIPv4 {
+				code := uint16(0)
+				if icmp {
+					code = r.SrcPort<<8 | r.DstPort
+				}
+				add("icmp_type_code_ipv4", fmt.Sprintf("0x%04x", code))
+			} else {
+				t, c := 0, 0
+				if icmp {
+					t, c = int(r.SrcPort), int(r.DstPort)
+				}
+				add("icmp_ipv6_type", strconv.Itoa(t))
+				add("icmp_ipv6_code", strconv.Itoa(c))
+			}
+		}
+		add("octets", strconv.FormatUint(r.Bytes, 10))
+		add("packets", strconv.FormatUint(r.Packets, 10))
+		add("abstimestart", ts(r.FirstSeen))
+		add("abstimeend", ts(r.LastSeen))
+		in, out := r.IfIndex, uint32(0)
+		if r.Direction == flow.Egress {
+			in, out = 0, r.IfIndex
+		}
+		add("inputint", strconv.Itoa(int(in)))
+		add("outputint", strconv.Itoa(int(out)))
+		add("direction", strconv.Itoa(int(r.Direction)))
+		add("srcmac", net.HardwareAddr(r.SrcMAC[:]).String())
+		add("dstmac", net.HardwareAddr(r.DstMAC[:]).String())
+		add("ethernet_type", strconv.Itoa(int(r.EtherType)))
+		s := r.Sampling
+		add("enterprise_private_entry", fmt.Sprintf("%02x:%02x:%02x:%02x", s>>24, s>>16&0xff, s>>8&0xff, s&0xff))
+	}
+	return want
+}
+
+// tshark is a live capture on lo, printing EK JSON per packet.
+type tshark struct {
+	lines chan map[string]json.RawMessage
+	probe *net.UDPConn // sends the start and end markers
+	port  int          // the marker port
+}
+
+// startTshark captures filter plus UDP markers on lo, decoding decodeAs
+// (e.g. "udp.port==P,cflow"), and returns once tshark has seen a marker:
+// from then on nothing sent is missed.
+func startTshark(t *testing.T, filter, decodeAs string) *tshark {
+	t.Helper()
+	testutil.RequirePrivileged(t) // capturing on lo needs CAP_NET_RAW
+	bin := testutil.RequirePeer(t, "tshark")
+	mark := listenUDP(t, "udp4", "127.0.0.1:0") // bound, so markers draw no ICMP errors
+	port := mark.LocalAddr().(*net.UDPAddr).Port
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, bin, "-i", "lo", "-l", "-n", "-B", "16", "-T", "ek",
+		"-f", fmt.Sprintf("(%s) or udp port %d", filter, port), "-d", decodeAs)
+	// tshark captures through a dumpcap child: stop the whole process
+	// group, or a killed tshark leaves dumpcap capturing.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ts := &tshark{lines: make(chan map[string]json.RawMessage, 4096), port: port}
+	go func() {
+		defer close(ts.lines)
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 1<<20), 64<<20)
+		for sc.Scan() {
+			var pkt struct {
+				Layers map[string]json.RawMessage `json:"layers"`
+			}
+			if json.Unmarshal(sc.Bytes(), &pkt) == nil && pkt.Layers != nil {
+				ts.lines <- pkt.Layers
+			}
+		}
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("tshark stderr: %s", stderr.String())
+		}
+	})
+	ts.probe, err = net.DialUDP("udp4", nil, mark.LocalAddr().(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ts.probe.Close() })
+	for i := 0; ; i++ { // at most 30 s
+		if i == 300 {
+			t.Fatalf("tshark captured no marker: %s", stderr.String())
+		}
+		_, _ = ts.probe.Write([]byte("start"))
+		select {
+		case l, ok := <-ts.lines:
+			if !ok {
+				t.Fatalf("tshark exited: %s", stderr.String())
+			}
+			if ts.isMarker(l, "start") {
+				return ts
+			}
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (ts *tshark) isMarker(l map[string]json.RawMessage, what string) bool {
+	var udp struct {
+		Port string `json:"udp_udp_dstport"`
+	}
+	var data struct {
+		Data string `json:"data_data_data"`
+	}
+	_ = json.Unmarshal(l["udp"], &udp)
+	_ = json.Unmarshal(l["data"], &data)
+	return udp.Port == strconv.Itoa(ts.port) && strings.ReplaceAll(data.Data, ":", "") == fmt.Sprintf("%x", what)
+}
+
+// collect returns the cflow layers of every packet until the end marker.
+func (ts *tshark) collect(t *testing.T) []map[string]json.RawMessage {
+	t.Helper()
+	if _, err := ts.probe.Write([]byte("end")); err != nil {
+		t.Fatal(err)
+	}
+	var out []map[string]json.RawMessage
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case l, ok := <-ts.lines:
+			if !ok {
+				t.Fatal("tshark exited before the end marker")
+			}
+			if ts.isMarker(l, "end") {
+				return out
+			}
+			if c, ok := l["cflow"]; ok {
+				var f map[string]json.RawMessage
+				if err := json.Unmarshal(c, &f); err != nil {
+					t.Fatal(err)
+				}
+				out = append(out, f)
+			}
+		case <-deadline:
+			t.Fatalf("no end marker after %d cflow packets", len(out))
+		}
+	}
+}
+
+// values reads an EK field, a string or an array of strings or booleans.
+func values(raw json.RawMessage) []string {
+	var list []any
+	if json.Unmarshal(raw, &list) != nil {
+		var one any
+		_ = json.Unmarshal(raw, &one)
+		list = []any{one}
+	}
+	out := make([]string, len(list))
+	for i, v := range list {
+		out[i] = fmt.Sprint(v)
+	}
+	return out
+}
+
+// assertTshark compares what tshark decoded with recs, field by field and
+// record by record, and the headers' sequence numbers and domain.
+func assertTshark(t *testing.T, pkts []map[string]json.RawMessage, recs []flow.Record, domain uint32) {
+	t.Helper()
+	want := tsharkExpect(recs)
+	got := map[string][]string{}
+	seq := 0
+	for i, p := range pkts {
+		for k := range want {
+			if v, ok := p[k]; ok {
+				got[k] = append(got[k], values(v)...)
+			}
+		}
+		// Over TCP a frame can hold several messages: one header each.
+		seqs, doms, counts := values(p["cflow_cflow_sequence"]), values(p["cflow_cflow_od_id"]), 0
+		if raw, ok := p["cflow_cflow_packets"]; ok {
+			counts = len(values(raw))
+		}
+		if len(seqs) == 1 && seqs[0] != strconv.Itoa(seq) {
+			t.Errorf("packet %d: sequence %s, want %d", i, seqs[0], seq)
+		}
+		for _, d := range doms {
+			if d != strconv.Itoa(int(domain)) {
+				t.Errorf("packet %d: observation domain %s", i, d)
+			}
+		}
+		seq += counts
+	}
+	if seq != len(recs) {
+		t.Errorf("tshark decoded %d records, %d sent", seq, len(recs))
+	}
+	for k, w := range want {
+		g := got[k]
+		if len(g) != len(w) {
+			t.Errorf("%s: %d values, want %d", k, len(g), len(w))
+			continue
+		}
+		for i := range w {
+			if g[i] != w[i] {
+				t.Errorf("%s: value %d is %s, want %s", k, i, g[i], w[i])
+				break
+			}
+		}
+	}
+}
+
+// TestTsharkDecodesUDP has tshark decode 500 records (IPv4, IPv6, ICMP,
+// ARP) sent over UDP in MTU-sized messages, field by field.
+func TestTsharkDecodesUDP(t *testing.T) {
+	col := listenUDP(t, "udp4", "127.0.0.1:0") // bound and never read: the capture is the collector
+	port := col.LocalAddr().(*net.UDPAddr).Port
+	ts := startTshark(t, fmt.Sprintf("udp port %d", port), fmt.Sprintf("udp.port==%d,cflow", port))
+	c := newClient(t, fmt.Sprintf("ipfix+udp://127.0.0.1:%d", port), Options{ObservationDomain: 4242})
+	recs := peerRecords(500)
+	send(t, c, recs)
+	pkts := ts.collect(t)
+	if len(pkts) < 2 {
+		t.Fatalf("%d messages: the records were not split", len(pkts))
+	}
+	assertTshark(t, pkts, recs, 4242)
+}
+
+// TestTsharkDecodesTCP is the same over TCP, through a collector that
+// reads and discards the stream.
+func TestTsharkDecodesTCP(t *testing.T) {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		conn, err := ln.Accept()
+		if err == nil {
+			_, _ = io.Copy(io.Discard, conn)
+			conn.Close()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	ts := startTshark(t, fmt.Sprintf("tcp port %d", port), fmt.Sprintf("tcp.port==%d,cflow", port))
+	c := newClient(t, fmt.Sprintf("ipfix+tcp://127.0.0.1:%d", port), Options{ObservationDomain: 7})
+	recs := peerRecords(500)
+	send(t, c, recs)
+	pkts := ts.collect(t)
+	assertTshark(t, pkts, recs, 7)
+}
