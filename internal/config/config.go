@@ -79,8 +79,8 @@ type Delivery struct {
 
 // IPFIX configures the ipfix+udp and ipfix+tcp exporters.
 type IPFIX struct {
-	MTU               int           `yaml:"mtu" env:"LOUPE_IPFIX_MTU" flag:"ipfix-mtu" help:"largest IPFIX message in bytes, 512..65535 (over UDP keep it below the path MTU minus IP and UDP headers)"`
-	TemplateRefresh   time.Duration `yaml:"template_refresh" env:"LOUPE_IPFIX_TEMPLATE_REFRESH" flag:"ipfix-template-refresh" help:"how often templates are resent over UDP, 1s..24h"`
+	MTU               int           `yaml:"mtu" env:"LOUPE_IPFIX_MTU" flag:"ipfix-mtu" help:"largest IPFIX message in bytes, 512..65535, or 0 for 1400 over UDP (fits a 1500-byte path) and 8192 over TCP"`
+	TemplateRefresh   time.Duration `yaml:"template_refresh" env:"LOUPE_IPFIX_TEMPLATE_REFRESH" flag:"ipfix-template-refresh" help:"how often templates are resent over UDP (also after every 100 messages), 1s..24h"`
 	ObservationDomain int           `yaml:"observation_domain" env:"LOUPE_IPFIX_OBSERVATION_DOMAIN" flag:"ipfix-observation-domain" help:"IPFIX observation domain ID, 0..4294967295"`
 	EnterpriseNumber  int           `yaml:"enterprise_number" env:"LOUPE_IPFIX_ENTERPRISE_NUMBER" flag:"ipfix-enterprise-number" help:"private enterprise number of Loupe's own information elements (32473 is the documentation PEN of RFC 5612), 1..4294967295"`
 }
@@ -149,8 +149,7 @@ func Default() Config {
 			ShutdownTimeout: 5 * time.Second,
 		},
 		IPFIX: IPFIX{
-			MTU:               1400,
-			TemplateRefresh:   10 * time.Minute,
+			TemplateRefresh:   time.Minute,
 			ObservationDomain: 1,
 			EnterpriseNumber:  32473,
 		},

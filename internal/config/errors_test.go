@@ -127,9 +127,9 @@ func invalidCases() []struct{ key, text, want string } {
 		{"listen", "NONE", `invalid address "NONE"`},
 		{"export", "sflow://collector:6343", `unknown sink "sflow://collector:6343" (known: json:PATH or json:- (stdout); ipfix+udp://HOST:PORT;`},
 		{"export", "kafka://broker:9092", `invalid target "kafka://broker:9092": invalid topic "" (want kafka://BROKER[,BROKER]/TOPIC[?format=protobuf|json])`},
-		{"prometheus.keys", "dst_ip", `must be one of src_port, dst_port, src_group, dst_group, eth_type, got "dst_ip"`},
-		{"prometheus.cidr_groups", "lan=10.0.0.0/33", `invalid group "lan=10.0.0.0/33"`},
-		{"prometheus.cidr_groups", "other=10.0.0.0/8", `invalid group "other=10.0.0.0/8": the name "other" is reserved`},
+		{"prometheus.keys", "dst_ip", `unknown key "dst_ip" (valid: `},
+		{"prometheus.cidr_groups", "lan=10.0.0.0/33", `group "lan": "10.0.0.0/33" is not a CIDR prefix`},
+
 		{"otlp.headers", "Authorization=x", `invalid header key "Authorization"`},
 		{"ipfix.mtu", "100", "must be between 512 and 65535, got 100"},
 		{"export", "json:", `invalid target "json:": missing path (want json:PATH or json:- (stdout))`},
@@ -202,5 +202,13 @@ func TestValidateReportsEveryKey(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q lacks %q", err, want)
 		}
+	}
+}
+
+func TestPrometheusGroupKeyNeedsGroups(t *testing.T) {
+	_, _, err := run(t, "prometheus:\n  keys: [dst_group]\n", nil)
+	checkErr(t, "file", err, "config: prometheus.keys: src_group and dst_group need cidr_groups")
+	if _, _, err := run(t, "", []string{"LOUPE_PROMETHEUS_KEYS=dst_group", "LOUPE_PROMETHEUS_CIDR_GROUPS=lan=10.0.0.0/8"}); err != nil {
+		t.Fatalf("group key with groups: %v", err)
 	}
 }

@@ -4,13 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"net/url"
 	"path"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"loupe/internal/export/promflow"
 )
 
 // Validate checks every key of c and reports all invalid ones, each as
@@ -23,7 +24,22 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("config: %s: %w", f.key, err))
 		}
 	}
+	if len(errs) == 0 {
+		errs = append(errs, c.checkPrometheus())
+	}
 	return errors.Join(errs...)
+}
+
+// checkPrometheus checks what no single key can: group keys need groups,
+// and groups need a group key.
+func (c *Config) checkPrometheus() error {
+	keys, _ := promflow.ParseKeys(c.Prometheus.Keys)
+	groups, _ := promflow.ParseGroups(c.Prometheus.CIDRGroups)
+	opts := promflow.Options{MaxSeries: c.Prometheus.MaxSeries, Keys: keys, Groups: groups}
+	if err := opts.Validate(); err != nil {
+		return fmt.Errorf("config: prometheus.%w", err)
+	}
+	return nil
 }
 
 // checkValue checks the value v of key. The message does not name the key:
@@ -65,7 +81,9 @@ func checkValue(key string, v any) error {
 	case "delivery.shutdown_timeout":
 		return checkDuration(v.(time.Duration), 0, 10*time.Minute)
 	case "ipfix.mtu":
-		return checkInt(v.(int), 512, 65535)
+		if v.(int) != 0 {
+			return checkInt(v.(int), 512, 65535)
+		}
 	case "ipfix.template_refresh":
 		return checkDuration(v.(time.Duration), time.Second, 24*time.Hour)
 	case "ipfix.observation_domain":
@@ -93,14 +111,11 @@ func checkValue(key string, v any) error {
 	case "prometheus.max_series":
 		return checkInt(v.(int), 1, 1_000_000)
 	case "prometheus.keys":
-		for _, k := range v.([]string) {
-			if err := checkOneOf(k, PrometheusKeys()...); err != nil {
-				return err
-			}
-		}
+		_, err := promflow.ParseKeys(v.([]string))
+		return unprefixed(err, "keys: ")
 	case "prometheus.cidr_groups":
-		_, err := ParseCIDRGroups(v.([]string))
-		return err
+		_, err := promflow.ParseGroups(v.([]string))
+		return unprefixed(err, "cidr_groups: ")
 	case "log_level":
 		return checkOneOf(v.(string), "debug", "info", "warn", "error")
 	case "log_format":
@@ -109,49 +124,20 @@ func checkValue(key string, v any) error {
 	return nil
 }
 
+// unprefixed drops the prefix with which another package's error names the
+// key, since our callers name it themselves.
+func unprefixed(err error, prefix string) error {
+	if err == nil {
+		return nil
+	}
+	return errors.New(strings.TrimPrefix(err.Error(), prefix))
+}
+
 func checkInt(n, min, max int) error {
 	if n < min || n > max {
 		return fmt.Errorf("must be between %d and %d, got %d", min, max, n)
 	}
 	return nil
-}
-
-// PrometheusKeys lists the aggregation keys prometheus.keys accepts.
-func PrometheusKeys() []string {
-	return []string{"src_port", "dst_port", "src_group", "dst_group", "eth_type"}
-}
-
-// CIDRGroup is one named set of prefixes of prometheus.cidr_groups.
-type CIDRGroup struct {
-	Name     string
-	Prefixes []netip.Prefix
-}
-
-// ParseCIDRGroups parses NAME=CIDR entries, merging the prefixes of
-// entries that repeat a name, in order of first appearance.
-func ParseCIDRGroups(entries []string) ([]CIDRGroup, error) {
-	var groups []CIDRGroup
-	for _, e := range entries {
-		name, cidr, ok := strings.Cut(e, "=")
-		name = strings.TrimSpace(name)
-		if !ok || name == "" {
-			return nil, fmt.Errorf("invalid group %q: want name=cidr, e.g. internal=10.0.0.0/8", e)
-		}
-		if name == "other" {
-			return nil, fmt.Errorf("invalid group %q: the name \"other\" is reserved for addresses in no group", e)
-		}
-		p, err := netip.ParsePrefix(strings.TrimSpace(cidr))
-		if err != nil {
-			return nil, fmt.Errorf("invalid group %q: %v", e, err)
-		}
-		i := slices.IndexFunc(groups, func(g CIDRGroup) bool { return g.Name == name })
-		if i < 0 {
-			groups = append(groups, CIDRGroup{Name: name})
-			i = len(groups) - 1
-		}
-		groups[i].Prefixes = append(groups[i].Prefixes, p.Masked())
-	}
-	return groups, nil
 }
 
 // checkHeaders checks gRPC metadata entries key=value. gRPC keys are

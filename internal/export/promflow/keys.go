@@ -1,0 +1,181 @@
+package promflow
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"loupe/internal/flow"
+)
+
+// Key is an optional aggregation key: a label added to the traffic counters
+// next to the default iface, direction and proto. The set is fixed, and
+// every key has a bounded number of values (ports 65 536, groups as many as
+// configured), so that no configuration can turn the counters into per-flow
+// series; addresses are deliberately not offered: use CIDR groups.
+type Key uint8
+
+// The aggregation keys. Their label name is Key.String.
+const (
+	// KeyEthType labels the EtherType: ipv4, ipv6, arp, or 0x%04x.
+	KeyEthType Key = iota + 1
+	// KeySrcPort and KeyDstPort label the transport ports of TCP, UDP,
+	// UDP-Lite and SCTP, in decimal; "none" for every other protocol
+	// (the flow key's ICMP type and code are not ports).
+	KeySrcPort
+	KeyDstPort
+	// KeySrcGroup and KeyDstGroup label the name of the CIDR group (see
+	// Group) the address falls into: the group of the longest matching
+	// prefix, "other" when no prefix matches, "none" for non-IP flows.
+	KeySrcGroup
+	KeyDstGroup
+	// KeyDSCP labels the DSCP of the flow's last packet (0-63); "none" for
+	// non-IP flows.
+	KeyDSCP
+
+	keyCount = iota + 1 // one past the last key
+)
+
+var keyNames = [keyCount]string{
+	KeyEthType:  "eth_type",
+	KeySrcPort:  "src_port",
+	KeyDstPort:  "dst_port",
+	KeySrcGroup: "src_group",
+	KeyDstGroup: "dst_group",
+	KeyDSCP:     "dscp",
+}
+
+// String returns the key's name, which is also its label name.
+func (k Key) String() string {
+	if k > 0 && int(k) < len(keyNames) {
+		return keyNames[k]
+	}
+	return fmt.Sprintf("key(%d)", uint8(k))
+}
+
+func (k Key) valid() bool { return k > 0 && int(k) < len(keyNames) }
+
+// KeyNames lists the valid key names, in label order.
+func KeyNames() []string {
+	out := make([]string, 0, keyCount-1)
+	for k := Key(1); k < keyCount; k++ {
+		out = append(out, k.String())
+	}
+	return out
+}
+
+// ParseKeys converts key names (prometheus.keys in the configuration) into
+// Keys. Names are case-sensitive, like label names; a name may appear once.
+func ParseKeys(names []string) ([]Key, error) {
+	out := make([]Key, 0, len(names))
+	var seen [keyCount]bool
+	for _, name := range names {
+		k, ok := parseKey(strings.TrimSpace(name))
+		if !ok {
+			return nil, fmt.Errorf("keys: unknown key %q (valid: %s)", name, strings.Join(KeyNames(), ", "))
+		}
+		if seen[k] {
+			return nil, fmt.Errorf("keys: %q listed twice", name)
+		}
+		seen[k] = true
+		out = append(out, k)
+	}
+	return out, nil
+}
+
+func parseKey(name string) (Key, bool) {
+	for k := Key(1); k < keyCount; k++ {
+		if keyNames[k] == name {
+			return k, true
+		}
+	}
+	return 0, false
+}
+
+// Label values with a fixed meaning. "other" is also the value of every
+// label but direction in the fold series, which is recognisable by
+// proto="other": no flow has that protocol.
+const (
+	// Other is the label value of the fold series (and of an address that
+	// no CIDR group covers).
+	Other = "other"
+	// None is the label value of a key that does not apply to the flow:
+	// the protocol of a non-IP flow, the ports of ICMP.
+	None = "none"
+	// UnknownIface is the iface label of records whose interface name the
+	// agent could not resolve.
+	UnknownIface = "unknown"
+)
+
+// Sentinels in seriesKey for "does not apply", outside the values' ranges.
+const (
+	protoNone = 0x100   // non-IP flow
+	portNone  = 0x10000 // protocol without ports
+	dscpNone  = 0xff    // non-IP flow
+	groupNone = 0       // no address (non-IP, or header cut short)
+	groupOut  = 1       // an address no group covers: "other"
+	groupBase = 2       // index of the first configured group
+)
+
+// protoLabel names the protocols most dashboards filter on; others keep
+// their IANA number, which is unambiguous.
+func protoLabel(p uint16) string {
+	switch p {
+	case protoNone:
+		return None
+	case 1:
+		return "icmp"
+	case 2:
+		return "igmp"
+	case 6:
+		return "tcp"
+	case 17:
+		return "udp"
+	case 47:
+		return "gre"
+	case 50:
+		return "esp"
+	case 58:
+		return "icmpv6"
+	case 132:
+		return "sctp"
+	case 136:
+		return "udplite"
+	}
+	return strconv.Itoa(int(p))
+}
+
+// hasPorts reports whether the flow key's port fields are transport ports.
+func hasPorts(proto uint8) bool {
+	switch proto {
+	case 6, 17, 132, 136:
+		return true
+	}
+	return false
+}
+
+func ethTypeLabel(t uint16) string {
+	switch t {
+	case flow.EtherTypeIPv4:
+		return "ipv4"
+	case flow.EtherTypeIPv6:
+		return "ipv6"
+	case 0x0806:
+		return "arp"
+	}
+	return fmt.Sprintf("0x%04x", t)
+}
+
+func portLabel(p uint32) string {
+	if p == portNone {
+		return None
+	}
+	return strconv.Itoa(int(p))
+}
+
+func dscpLabel(d uint8) string {
+	if d == dscpNone {
+		return None
+	}
+	return strconv.Itoa(int(d))
+}
