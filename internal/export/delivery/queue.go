@@ -322,14 +322,18 @@ func (q *Queue) deliver(batch []flow.Record) {
 		if len(failed) > len(pending) {
 			failed = pending // a buggy client must not make us invent records
 		}
-		q.sent.Add(uint64(len(pending) - len(failed)))
-		q.settle(len(pending) - len(failed))
+		// Records that left the batch were delivered or rejected; only
+		// the delivered ones count as sent.
+		settled := uint64(len(pending) - len(failed))
 		if r, ok := q.client.(Rejecter); ok {
-			if n := r.Rejected(); n > 0 {
+			if n := min(r.Rejected(), settled); n > 0 {
+				settled -= n
 				q.droppedRejected.Add(n)
 				q.log.Warn("collector rejected records", "rejected", n, "err", err)
 			}
 		}
+		q.sent.Add(settled)
+		q.settle(len(pending) - len(failed))
 		if len(failed) == 0 {
 			q.batches.Add(1)
 			if err != nil {

@@ -1,0 +1,254 @@
+package otlp
+
+import (
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
+
+	"loupe/internal/flow"
+)
+
+// maxRecordBytes bounds the encoded size of one log record, attributes
+// included (a test measures the worst case against it).
+const maxRecordBytes = 700
+
+// Field numbers of the OTLP messages the encoder writes
+// (opentelemetry/proto/{collector/logs,logs,common}/v1/*.proto).
+const (
+	fRequestResourceLogs = 1 // ExportLogsServiceRequest.resource_logs
+	fResourceLogsRes     = 1 // ResourceLogs.resource
+	fResourceLogsScope   = 2 // ResourceLogs.scope_logs
+	fScopeLogsScope      = 1 // ScopeLogs.scope
+	fScopeLogsRecords    = 2 // ScopeLogs.log_records
+	fLogTime             = 1 // LogRecord.time_unix_nano (fixed64)
+	fLogAttributes       = 6 // LogRecord.attributes
+	fLogObserved         = 11
+	fLogEventName        = 12
+	fKeyValueKey         = 1
+	fKeyValueValue       = 2
+	fAnyString           = 1 // AnyValue.string_value
+	fAnyInt              = 3 // AnyValue.int_value
+)
+
+// logEncoder writes ExportLogsServiceRequests in protobuf wire format
+// straight from flow records, into one buffer reused between requests.
+//
+// It does not fill the generated message structs and marshal them: with
+// 20 attributes a record is some 60 nested messages, and protobuf-go's
+// table-driven marshalling took 3.9 to 5.9 µs a record on this machine
+// even with every struct reused (BenchmarkEncode of that first version),
+// a whole core at 200 000 records/s. Writing the same bytes directly
+// takes 0.3 to 0.5 µs and allocates nothing. The output is canonical: a
+// test decodes it with protobuf-go and checks that marshalling the result
+// gives back the same bytes.
+type logEncoder struct {
+	buf      []byte
+	headroom int // bytes reserved before the records for the envelope
+	// envelope fields that never change, pre-encoded with their tags
+	resource, scope, eventName []byte
+	keys                       [nAttrs][]byte // KeyValue.key field of each attribute
+}
+
+func newLogEncoder(res *resourcepb.Resource, scope *commonpb.InstrumentationScope) (*logEncoder, error) {
+	e := &logEncoder{}
+	var err error
+	if e.resource, err = appendMessageField(nil, fResourceLogsRes, res); err != nil {
+		return nil, err
+	}
+	if e.scope, err = appendMessageField(nil, fScopeLogsScope, scope); err != nil {
+		return nil, err
+	}
+	e.eventName = protowire.AppendString(protowire.AppendTag(nil, fLogEventName, protowire.BytesType), EventName)
+	for i := range nAttrs {
+		e.keys[i] = protowire.AppendString(protowire.AppendTag(nil, fKeyValueKey, protowire.BytesType), attrKeys[i])
+	}
+	// Two tags and two lengths (at most 10 bytes each) around them.
+	e.headroom = len(e.resource) + len(e.scope) + 2*(1+protowire.SizeVarint(1<<63))
+	return e, nil
+}
+
+func appendMessageField(b []byte, num protowire.Number, m proto.Message) ([]byte, error) {
+	enc, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("otlp: encode %T: %w", m, err)
+	}
+	b = protowire.AppendTag(b, num, protowire.BytesType)
+	return protowire.AppendBytes(b, enc), nil
+}
+
+// build encodes batch, observed at now, as one request. The bytes are
+// valid until the next build.
+//
+// The records are written first, after room for the envelope
+// (request > ResourceLogs > resource, ScopeLogs > scope), whose lengths are
+// only known once they are; the envelope is then written just before them.
+func (e *logEncoder) build(batch []flow.Record, now time.Time) []byte {
+	if cap(e.buf) < e.headroom {
+		e.buf = make([]byte, 0, e.headroom+len(batch)*maxRecordBytes)
+	}
+	b := e.buf[:e.headroom]
+	observed := unixNano(now)
+	for i := range batch {
+		b = e.appendRecord(b, &batch[i], observed)
+	}
+	records := len(b) - e.headroom
+
+	scopeLogsLen := len(e.scope) + records
+	resourceLogsLen := len(e.resource) + 1 + protowire.SizeVarint(uint64(scopeLogsLen)) + scopeLogsLen
+	var h1buf, h2buf [16]byte
+	h1 := protowire.AppendTag(h1buf[:0], fRequestResourceLogs, protowire.BytesType)
+	h1 = protowire.AppendVarint(h1, uint64(resourceLogsLen))
+	h2 := protowire.AppendTag(h2buf[:0], fResourceLogsScope, protowire.BytesType)
+	h2 = protowire.AppendVarint(h2, uint64(scopeLogsLen))
+	start := e.headroom - len(h1) - len(e.resource) - len(h2) - len(e.scope)
+	w := start
+	w += copy(b[w:], h1)
+	w += copy(b[w:], e.resource)
+	w += copy(b[w:], h2)
+	copy(b[w:], e.scope)
+	e.buf = b
+	return b[start:]
+}
+
+// appendRecord appends one ScopeLogs.log_records field. The attributes it
+// writes, and when, are the contract docs/exporters/otlp.md documents.
+func (e *logEncoder) appendRecord(b []byte, r *flow.Record, observed uint64) []byte {
+	b = protowire.AppendTag(b, fScopeLogsRecords, protowire.BytesType)
+	// A record is over 127 bytes (its keys alone are) and, with interface
+	// names of at most 15 bytes, under maxRecordBytes: its length takes
+	// two bytes. Reserve them; patchLength handles the other cases.
+	b = append(b, 0, 0)
+	start := len(b)
+
+	// Zero scalars are left out, as protobuf-go leaves them out.
+	if ts := unixNano(r.LastSeen); ts != 0 {
+		b = protowire.AppendTag(b, fLogTime, protowire.Fixed64Type)
+		b = protowire.AppendFixed64(b, ts)
+	}
+	if r.Iface != "" {
+		b = appendStr(b, e.keys[aIface], r.Iface)
+	}
+	b = appendStr(b, e.keys[aDirection], IODirection(r.Direction))
+	ip := networkType(r.EtherType) != ""
+	if ip {
+		b = appendStr(b, e.keys[aNetType], networkType(r.EtherType))
+		b = appendStr(b, e.keys[aTransport], Transport(r.Proto))
+		var tmp [48]byte
+		if a := r.SrcIP(); a.IsValid() {
+			b = appendStr(b, e.keys[aSrcAddr], a.AppendTo(tmp[:0]))
+		}
+		if hasPorts(r.Proto) {
+			b = e.appendInt(b, aSrcPort, int64(r.SrcPort))
+		}
+		if a := r.DstIP(); a.IsValid() {
+			b = appendStr(b, e.keys[aDstAddr], a.AppendTo(tmp[:0]))
+		}
+		if hasPorts(r.Proto) {
+			b = e.appendInt(b, aDstPort, int64(r.DstPort))
+		}
+		b = e.appendInt(b, aProto, int64(r.Proto))
+		if isICMP(r.Proto) {
+			b = e.appendInt(b, aICMPType, int64(r.SrcPort))
+			b = e.appendInt(b, aICMPCode, int64(r.DstPort))
+		}
+	}
+	b = e.appendInt(b, aPackets, int64(r.Packets))
+	b = e.appendInt(b, aBytes, int64(r.Bytes))
+	b = e.appendInt(b, aStart, int64(unixNano(r.FirstSeen)))
+	if ip {
+		if r.Proto == protoTCP {
+			b = e.appendInt(b, aTCPFlags, int64(r.TCPFlags))
+		}
+		b = e.appendInt(b, aDSCP, int64(r.DSCP))
+	}
+	b = e.appendInt(b, aSampling, int64(r.Sampling))
+	b = e.appendInt(b, aIfIndex, int64(r.IfIndex))
+	var mac [17]byte
+	b = appendStr(b, e.keys[aSrcMAC], appendMAC(mac[:0], r.SrcMAC))
+	b = appendStr(b, e.keys[aDstMAC], appendMAC(mac[:0], r.DstMAC))
+	b = e.appendInt(b, aEthType, int64(r.EtherType))
+	if observed != 0 {
+		b = protowire.AppendTag(b, fLogObserved, protowire.Fixed64Type)
+		b = protowire.AppendFixed64(b, observed)
+	}
+	b = append(b, e.eventName...)
+	return patchLength(b, start)
+}
+
+// patchLength writes the length of b[start:] into the two bytes reserved
+// before start, moving the content if the length needs another size.
+func patchLength(b []byte, start int) []byte {
+	n := len(b) - start
+	size := protowire.SizeVarint(uint64(n))
+	if size != 2 {
+		if size > 2 {
+			b = append(b, make([]byte, size-2)...)
+		}
+		copy(b[start-2+size:], b[start:start+n])
+		b = b[:start-2+size+n]
+	}
+	protowire.AppendVarint(b[start-2:start-2], uint64(n))
+	return b
+}
+
+// appendStr appends a string attribute: LogRecord.attributes { key, value
+// { string_value } }. The value is a string or the bytes of one.
+func appendStr[S string | []byte](b []byte, key []byte, v S) []byte {
+	anyLen := 1 + protowire.SizeVarint(uint64(len(v))) + len(v)
+	kvLen := len(key) + 1 + protowire.SizeVarint(uint64(anyLen)) + anyLen
+	b = append(b, tagAttributes)
+	b = appendVarint(b, uint64(kvLen))
+	b = append(b, key...)
+	b = append(b, tagKeyValueValue)
+	b = appendVarint(b, uint64(anyLen))
+	b = append(b, tagAnyString)
+	b = appendVarint(b, uint64(len(v)))
+	return append(b, v...)
+}
+
+// appendInt appends an integer attribute: { key, value { int_value } }.
+func (e *logEncoder) appendInt(b []byte, attr int, v int64) []byte {
+	key := e.keys[attr]
+	anyLen := 1 + protowire.SizeVarint(uint64(v))
+	kvLen := len(key) + 1 + protowire.SizeVarint(uint64(anyLen)) + anyLen
+	b = append(b, tagAttributes)
+	b = appendVarint(b, uint64(kvLen))
+	b = append(b, key...)
+	b = append(b, tagKeyValueValue)
+	b = appendVarint(b, uint64(anyLen))
+	b = append(b, tagAnyInt)
+	return appendVarint(b, uint64(v))
+}
+
+// One-byte tags of the attribute fields (field numbers under 16).
+const (
+	tagAttributes    = fLogAttributes<<3 | byte(protowire.BytesType)
+	tagKeyValueValue = fKeyValueValue<<3 | byte(protowire.BytesType)
+	tagAnyString     = fAnyString<<3 | byte(protowire.BytesType)
+	tagAnyInt        = fAnyInt<<3 | byte(protowire.VarintType)
+)
+
+// appendVarint is protowire.AppendVarint in a form the compiler inlines:
+// the values here are mostly under 128, and the call was a third of the
+// encoder's time.
+func appendVarint(b []byte, v uint64) []byte {
+	for v >= 0x80 {
+		b = append(b, byte(v)|0x80)
+		v >>= 7
+	}
+	return append(b, byte(v))
+}
+
+// unixNano is t in Unix nanoseconds, 0 for the zero time (whose UnixNano
+// is undefined), which OTLP reads as "unknown".
+func unixNano(t time.Time) uint64 {
+	if t.IsZero() {
+		return 0
+	}
+	return uint64(t.UnixNano())
+}
