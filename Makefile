@@ -11,9 +11,10 @@ VMLINUX_ROOTS = "struct __sk_buff" __u8 __u16 __u32 __u64 __s8 __s16 __s32 __s64
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/loupe ./cmd/loupe
 
-# Regenerate the committed BPF objects (needs clang-19: scripts/deps.sh generate).
+# Regenerate the committed BPF objects and the protobuf Go code (needs clang-19
+# and protoc: scripts/deps.sh generate).
 generate:
-	$(GO) generate ./internal/datapath/
+	$(GO) generate ./internal/datapath/ ./internal/export/kafka/
 
 check-generated:
 	./scripts/check-generated.sh

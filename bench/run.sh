@@ -11,9 +11,11 @@
 #     tables    per-CPU versus shared flow tables: pps, ns/packet, memory
 #     rss       agent RSS with 100 000 active flows
 #     store     the store query benchmark (go run ./bench/store)
+#     export    records/s each exporter sustains on one core, CPU per 10 000/s
 #
 # Knobs (environment): BENCH_IPERF_ROUNDS (5), BENCH_IPERF_SECONDS (10),
-# BENCH_ROUNDS (3, bpfstats and tables), BENCH_RSS_SECONDS (30).
+# BENCH_ROUNDS (3, bpfstats and tables), BENCH_RSS_SECONDS (30),
+# BENCH_EXPORT_RECORDS (2000000).
 #
 # Each benchmark runs as its own process with its own namespaces (unique
 # names) and an EXIT trap that stops what it started and deletes them; a
@@ -24,7 +26,7 @@ ROOT=$(dirname "$BENCH_DIR")
 cd "$ROOT"
 . scripts/env.sh
 
-ALL=(iperf bpfstats monitor tables rss store)
+ALL=(iperf bpfstats monitor tables rss store export)
 
 usage() {
 	echo "usage: bench/run.sh [${ALL[*]}]..." >&2

@@ -11,7 +11,7 @@ import os
 import re
 import sys
 
-ORDER = ["iperf", "bpfstats", "monitor", "tables", "rss", "store"]
+ORDER = ["iperf", "bpfstats", "monitor", "tables", "rss", "store", "export"]
 
 HEADER = """# Loupe benchmark results
 

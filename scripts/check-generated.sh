@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
-# Regenerates the BPF objects with the pinned clang and fails if they differ
-# from what is committed: the committed objects must be exactly what the
-# committed C sources produce.
+# Regenerates the BPF objects (pinned clang) and the protobuf schema's Go
+# code (Debian's protoc, protoc-gen-go pinned in go.mod) and fails if they
+# differ from what is committed: committed generated files must be exactly
+# what the committed sources produce.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/deps.sh generate
 . scripts/env.sh
-go generate ./internal/datapath/
-if ! git diff --exit-code --stat -- internal/datapath/; then
-	echo "generated BPF objects differ from the committed ones: run 'make generate' and commit" >&2
+go generate ./internal/datapath/ ./internal/export/kafka/
+if ! git diff --exit-code --stat -- internal/datapath/ internal/export/kafka/flowpb/; then
+	echo "generated files differ from the committed ones: run 'make generate' and commit" >&2
+	exit 1
+fi
+if [ -n "$(git status --porcelain -- internal/datapath/ internal/export/kafka/flowpb/)" ]; then
+	echo "generation created files that are not committed:" >&2
+	git status --porcelain -- internal/datapath/ internal/export/kafka/flowpb/ >&2
 	exit 1
 fi

@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # Installs what Loupe needs on Debian 12 / Ubuntu 22.04+, as root. Idempotent.
 #   deps.sh run        Go toolchain (to build the agent)
-#   deps.sh test       + iproute2, ping, capsh: what the test suite drives
-#   deps.sh generate   + clang-19, llvm-19, bpftool: regenerate BPF objects
-#   deps.sh bench      + iperf3, tcpreplay, tcpdump, pmacct, perf, python3
+#   deps.sh test       + iproute2, ping, capsh: what the test suite drives,
+#                      and the real collectors the exporter tests talk to:
+#                      tshark, nfdump, pmacct, Prometheus, a JDK and the
+#                      Apache Kafka jars (scripts/peers/kafka.sh)
+#   deps.sh generate   + clang-19, llvm-19, bpftool, protoc: regenerate BPF
+#                      objects and the protobuf schema's Go code
+#   deps.sh bench      + iperf3, tcpreplay, tcpdump, pmacct, perf, python3,
+#                      a JDK and the Kafka jars
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,9 +16,9 @@ purpose=${1:-run}
 packages=(ca-certificates curl unzip make git)
 case "$purpose" in
 run) ;;
-test) packages+=(iproute2 iputils-ping libcap2-bin procps) ;;
-generate) packages+=(clang-19 llvm-19 bpftool) ;;
-bench) packages+=(iproute2 iputils-ping iperf3 tcpreplay tcpdump pmacct linux-perf python3 procps) ;;
+test) packages+=(iproute2 iputils-ping libcap2-bin procps tshark nfdump pmacct prometheus openjdk-17-jre-headless maven) ;;
+generate) packages+=(clang-19 llvm-19 bpftool protobuf-compiler) ;;
+bench) packages+=(iproute2 iputils-ping iperf3 tcpreplay tcpdump pmacct linux-perf python3 procps openjdk-17-jre-headless maven) ;;
 *)
 	echo "usage: $0 run|test|generate|bench" >&2
 	exit 2
@@ -27,6 +32,8 @@ done
 if ((${#missing[@]})); then
 	echo "deps: installing ${missing[*]}" >&2
 	export DEBIAN_FRONTEND=noninteractive
+	# tshark asks whether non-root users may capture: they may not.
+	echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
 	apt-get update -qq
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
@@ -50,3 +57,9 @@ if [ -z "$have" ] || older "$have" "$want"; then
 	chmod +x /usr/local/go/bin/* /usr/local/go/pkg/tool/*/*
 	echo "deps: Go installed in /usr/local/go; add /usr/local/go/bin to PATH" >&2
 fi
+
+# The Kafka broker the exporter tests and benchmarks start: jars from Maven
+# Central, cached outside the repository.
+case "$purpose" in
+test | bench) scripts/peers/kafka.sh ;;
+esac

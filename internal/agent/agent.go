@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,9 +23,10 @@ import (
 	"loupe/internal/config"
 	"loupe/internal/datapath"
 	"loupe/internal/export"
-	"loupe/internal/export/jsonl"
+	"loupe/internal/export/delivery"
 	"loupe/internal/export/promflow"
 	"loupe/internal/export/storesink"
+	"loupe/internal/export/targets"
 	"loupe/internal/flow"
 )
 
@@ -58,7 +60,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (err error) {
 			"cpus", dp.CPUs(), "table_memory_bytes", tbl, "total_memory_bytes", total)
 	}
 
-	sinks, prom, err := openSinks(cfg, log)
+	sinks, queues, prom, err := openSinks(cfg, log)
 	if err != nil {
 		return err
 	}
@@ -105,7 +107,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (err error) {
 	if cfg.Listen != config.None {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		reg.MustRegister(newHealthCollector(dp, mgr, ev, fan, cfg, log), prom)
+		reg.MustRegister(newHealthCollector(dp, mgr, ev, fan, cfg, log), newExportCollector(queues), prom)
 		if srv, err = serveHTTP(cfg.Listen, reg, log); err != nil {
 			return err
 		}
@@ -167,38 +169,52 @@ func tableKind(s string) (datapath.TableKind, error) {
 	return 0, fmt.Errorf("map_type %q: want auto, percpu or shared", s)
 }
 
-func openSinks(cfg config.Config, log *slog.Logger) ([]export.Sink, *promflow.Sink, error) {
+// openSinks opens the store, every --export target and the Prometheus
+// flow metrics, in that order. Network exporters come with their delivery
+// queues, returned for the metrics.
+func openSinks(cfg config.Config, log *slog.Logger) ([]export.Sink, []*delivery.Queue, *promflow.Sink, error) {
 	var sinks []export.Sink
-	closeAll := func() {
+	var queues []*delivery.Queue
+	fail := func(err error) ([]export.Sink, []*delivery.Queue, *promflow.Sink, error) {
 		for _, s := range sinks {
 			s.Close()
 		}
+		return nil, nil, nil, err
 	}
 	if cfg.Store.Path != config.None {
 		s, err := storesink.Open(cfg.Store.Path, cfg.Store.Retention, log)
 		if err != nil {
-			return nil, nil, err
+			return fail(err)
 		}
 		sinks = append(sinks, s)
 	}
 	for _, target := range cfg.Export {
-		scheme, rest, _ := strings.Cut(target, ":")
-		switch scheme {
-		case "json":
-			s, err := jsonl.Open(rest)
-			if err != nil {
-				closeAll()
-				return nil, nil, err
-			}
-			sinks = append(sinks, s)
-		default:
-			closeAll()
-			return nil, nil, fmt.Errorf("export %q: unsupported sink", target)
+		s, q, err := targets.Open(target, cfg, log)
+		if err != nil {
+			return fail(err)
+		}
+		sinks = append(sinks, s)
+		if q != nil {
+			queues = append(queues, q)
 		}
 	}
-	prom := promflow.New(promflow.Options{})
+	keys, err := promflow.ParseKeys(cfg.Prometheus.Keys)
+	if err != nil {
+		return fail(fmt.Errorf("prometheus.%w", err))
+	}
+	groups, err := promflow.ParseGroups(cfg.Prometheus.CIDRGroups)
+	if err != nil {
+		return fail(fmt.Errorf("prometheus.%w", err))
+	}
+	if len(groups) > 0 && !slices.Contains(cfg.Prometheus.Keys, "src_group") && !slices.Contains(cfg.Prometheus.Keys, "dst_group") {
+		log.Warn("prometheus.cidr_groups are set but unused: add src_group or dst_group to prometheus.keys")
+	}
+	prom, err := promflow.Open(promflow.Options{MaxSeries: cfg.Prometheus.MaxSeries, Keys: keys, Groups: groups, Logger: log})
+	if err != nil {
+		return fail(fmt.Errorf("prometheus.%w", err))
+	}
 	sinks = append(sinks, prom)
-	return sinks, prom, nil
+	return sinks, queues, prom, nil
 }
 
 func sinkNames(f *export.Fanout) string {

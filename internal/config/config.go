@@ -89,7 +89,7 @@ type IPFIX struct {
 type Kafka struct {
 	Compression   string        `yaml:"compression" env:"LOUPE_KAFKA_COMPRESSION" flag:"kafka-compression" help:"record batch compression: none, gzip, snappy, lz4 or zstd"`
 	BatchMaxBytes uint64        `yaml:"batch_max_bytes" env:"LOUPE_KAFKA_BATCH_MAX_BYTES" arg:"size" flag:"kafka-batch-max-bytes" help:"largest record batch sent to one partition, a size 1KiB..64MiB"`
-	Linger        time.Duration `yaml:"linger" env:"LOUPE_KAFKA_LINGER" flag:"kafka-linger" help:"how long the producer waits to fill a batch, 0s..10s"`
+	Linger        time.Duration `yaml:"linger" env:"LOUPE_KAFKA_LINGER" flag:"kafka-linger" help:"how long the producer waits to fill a partition's batch, 0s..10s (0: send as soon as the delivery queue hands over a batch)"`
 	ClientID      string        `yaml:"client_id" env:"LOUPE_KAFKA_CLIENT_ID" flag:"kafka-client-id" help:"client ID sent to the brokers"`
 	TLS           TLS           `yaml:"tls" env:"LOUPE_KAFKA_TLS_" flag:"kafka-tls-"`
 	SASL          SASL          `yaml:"sasl"`
@@ -154,9 +154,8 @@ func Default() Config {
 			EnterpriseNumber:  32473,
 		},
 		Kafka: Kafka{
-			Compression:   "lz4",
+			Compression:   "zstd",
 			BatchMaxBytes: 1 << 20,
-			Linger:        10 * time.Millisecond,
 			ClientID:      "loupe",
 			SASL:          SASL{Mechanism: "none"},
 		},

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 
 	"loupe/internal/flow"
@@ -83,15 +84,21 @@ func (f *Fanout) Flush(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Close closes every sink.
+// Close closes every sink, all at once: each network exporter may wait up
+// to its shutdown deadline for its collector, and these waits must not add
+// up.
 func (f *Fanout) Close() error {
-	var errs []error
-	for _, s := range f.sinks {
-		if err := s.Close(); err != nil {
-			s.errors.Add(1)
-			errs = append(errs, fmt.Errorf("close %s: %w", s.Name(), err))
-		}
+	errs := make([]error, len(f.sinks))
+	var wg sync.WaitGroup
+	for i, s := range f.sinks {
+		wg.Go(func() {
+			if err := s.Close(); err != nil {
+				s.errors.Add(1)
+				errs[i] = fmt.Errorf("close %s: %w", s.Name(), err)
+			}
+		})
 	}
+	wg.Wait()
 	return errors.Join(errs...)
 }
 

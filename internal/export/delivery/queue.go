@@ -232,6 +232,9 @@ func (q *Queue) Close() error {
 		if err := q.client.Close(); err != nil {
 			q.closeErr = errors.Join(q.closeErr, err)
 		}
+		st := q.Stats()
+		q.log.Info("exporter closed", "sent", st.Sent, "dropped_queue_full", st.DroppedQueueFull,
+			"dropped_rejected", st.DroppedRejected, "dropped_shutdown", st.DroppedShutdown, "send_errors", st.SendErrors)
 	})
 	return q.closeErr
 }

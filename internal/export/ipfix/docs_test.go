@@ -38,4 +38,20 @@ func TestDocsListEveryElement(t *testing.T) {
 	if !strings.Contains(string(doc), table) {
 		t.Fatalf("docs/exporters/ipfix.md does not hold the element table; it should read:\n%s", table)
 	}
+
+	// The README lists the enterprise elements, the ones no collector
+	// documents.
+	var enterprise []string
+	for _, e := range Elements() {
+		if e.Enterprise {
+			enterprise = append(enterprise, docRow(e))
+		}
+	}
+	readme, err := os.ReadFile("../../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := strings.Join(enterprise, "\n"); !strings.Contains(string(readme), want) {
+		t.Fatalf("README.md does not hold the enterprise element table; it should read:\n%s", want)
+	}
 }

@@ -1,0 +1,228 @@
+package kafka
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"loupe/internal/export/kafka/flowpb"
+	"loupe/internal/flow"
+)
+
+// flowKey returns the key of test flow f: IPv4 TCP for even f, IPv6 UDP for
+// odd f, an ARP (non-IP) flow for every f divisible by 7, with fields that
+// differ between flows in every position.
+func flowKey(f int) flow.Key {
+	k := flow.Key{
+		IfIndex:   uint32(2 + f%3),
+		Direction: flow.Direction(f / 2 % 2), // both directions for IPv4 and IPv6
+		SrcPort:   uint16(10000 + f),
+		DstPort:   uint16(443 + f%5),
+	}
+	binary.BigEndian.PutUint16(k.SrcMAC[4:], uint16(f))
+	k.SrcMAC[0] = 0x02
+	k.DstMAC = [6]byte{0x02, 0xaa, 0xbb, 0xcc, byte(f >> 8), byte(f)}
+	switch {
+	case f%7 == 0:
+		k.EtherType, k.SrcPort, k.DstPort = 0x0806, 0, 0
+	case f%2 == 0:
+		k.EtherType, k.Proto = flow.EtherTypeIPv4, 6
+		k.SrcAddr = netip.AddrFrom4([4]byte{10, 1, byte(f >> 8), byte(f)}).As16()
+		k.DstAddr = netip.AddrFrom4([4]byte{192, 0, 2, byte(f)}).As16()
+	default:
+		k.EtherType, k.Proto = flow.EtherTypeIPv6, 17
+		k.SrcAddr = netip.MustParseAddr(fmt.Sprintf("2001:db8::%x", f)).As16()
+		k.DstAddr = netip.MustParseAddr(fmt.Sprintf("fd00:1:2:3::%x", f+1)).As16()
+	}
+	return k
+}
+
+// testRecords returns flows×perFlow records, the records of one flow
+// spread over the batch (record j of every flow, then record j+1). Every
+// record has a unique Packets value (its index + 1), so a consumer can
+// tell each one apart.
+func testRecords(flows, perFlow int) []flow.Record {
+	base := time.Date(2026, 11, 21, 10, 0, 0, 123456789, time.UTC)
+	out := make([]flow.Record, 0, flows*perFlow)
+	for j := range perFlow {
+		for f := range flows {
+			i := len(out)
+			first := base.Add(time.Duration(j)*5*time.Second + time.Duration(f)*time.Microsecond)
+			r := flow.Record{
+				Key:       flowKey(f),
+				Iface:     fmt.Sprintf("veth%d", f%3),
+				Packets:   uint64(i + 1),
+				Bytes:     uint64(i+1)*1500 + uint64(f),
+				FirstSeen: first,
+				LastSeen:  first.Add(time.Duration(i%5000) * time.Millisecond),
+				Sampling:  uint32(1 + f%2),
+			}
+			if r.Proto == 6 {
+				r.TCPFlags = uint16(flow.TCPSyn | flow.TCPAck | (f%2)<<8)
+				r.DSCP = uint8(f % 64)
+			}
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// fromProto converts a decoded message back into a record, checking the
+// lengths the schema promises.
+func fromProto(m *flowpb.FlowRecord) (flow.Record, error) {
+	var r flow.Record
+	r.Iface = m.GetIface()
+	r.IfIndex = m.GetIfindex()
+	switch m.GetDirection() {
+	case flowpb.Direction_DIRECTION_INGRESS:
+		r.Direction = flow.Ingress
+	case flowpb.Direction_DIRECTION_EGRESS:
+		r.Direction = flow.Egress
+	default:
+		return r, fmt.Errorf("direction %v", m.GetDirection())
+	}
+	r.EtherType = uint16(m.GetEthType())
+	if len(m.GetSrcMac()) != 6 || len(m.GetDstMac()) != 6 {
+		return r, fmt.Errorf("mac lengths %d %d", len(m.GetSrcMac()), len(m.GetDstMac()))
+	}
+	copy(r.SrcMAC[:], m.GetSrcMac())
+	copy(r.DstMAC[:], m.GetDstMac())
+	r.Proto = uint8(m.GetProto())
+	for _, a := range []struct {
+		b   []byte
+		dst *[16]byte
+	}{{m.GetSrcAddr(), &r.SrcAddr}, {m.GetDstAddr(), &r.DstAddr}} {
+		switch len(a.b) {
+		case 0:
+		case 4:
+			*a.dst = netip.AddrFrom4([4]byte(a.b)).As16()
+		case 16:
+			*a.dst = [16]byte(a.b)
+		default:
+			return r, fmt.Errorf("address of %d bytes", len(a.b))
+		}
+	}
+	r.SrcPort, r.DstPort = uint16(m.GetSrcPort()), uint16(m.GetDstPort())
+	r.Packets, r.Bytes = m.GetPackets(), m.GetBytes()
+	r.FirstSeen = time.Unix(0, int64(m.GetFirstSeenUnixNano())).UTC()
+	r.LastSeen = time.Unix(0, int64(m.GetLastSeenUnixNano())).UTC()
+	r.TCPFlags, r.DSCP, r.Sampling = uint16(m.GetTcpFlags()), uint8(m.GetDscp()), m.GetSampling()
+	return r, nil
+}
+
+// toProto builds the generated message field by field, independently of
+// AppendProto, to check AppendProto against proto.Marshal.
+func toProto(r *flow.Record) *flowpb.FlowRecord {
+	m := &flowpb.FlowRecord{
+		Iface:     r.Iface,
+		Ifindex:   r.IfIndex,
+		Direction: flowpb.Direction_DIRECTION_INGRESS,
+		EthType:   uint32(r.EtherType),
+		SrcMac:    r.SrcMAC[:],
+		DstMac:    r.DstMAC[:],
+		Proto:     uint32(r.Proto),
+		SrcPort:   uint32(r.SrcPort),
+		DstPort:   uint32(r.DstPort),
+		Packets:   r.Packets,
+		Bytes:     r.Bytes,
+		TcpFlags:  uint32(r.TCPFlags),
+		Dscp:      uint32(r.DSCP),
+		Sampling:  r.Sampling,
+	}
+	if !r.FirstSeen.IsZero() {
+		m.FirstSeenUnixNano = uint64(r.FirstSeen.UnixNano())
+	}
+	if !r.LastSeen.IsZero() {
+		m.LastSeenUnixNano = uint64(r.LastSeen.UnixNano())
+	}
+	if r.Direction == flow.Egress {
+		m.Direction = flowpb.Direction_DIRECTION_EGRESS
+	}
+	if a := r.SrcIP(); a.IsValid() {
+		m.SrcAddr = a.AsSlice()
+	}
+	if a := r.DstIP(); a.IsValid() {
+		m.DstAddr = a.AsSlice()
+	}
+	return m
+}
+
+// consume reads exactly want records from topic (from the start), failing
+// if they do not all arrive within a minute, then reads for one more
+// second to catch records beyond want.
+func consume(t *testing.T, opts []kgo.Opt, topic string, want int) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(append(opts, kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var got []*kgo.Record
+	poll := func(d time.Duration) {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		for ctx.Err() == nil && len(got) < want {
+			fs := cl.PollFetches(ctx)
+			for _, e := range fs.Errors() {
+				if ctx.Err() == nil {
+					t.Fatalf("consume %s partition %d: %v", e.Topic, e.Partition, e.Err)
+				}
+			}
+			got = append(got, fs.Records()...)
+		}
+	}
+	poll(time.Minute)
+	if len(got) < want {
+		t.Fatalf("consumed %d records of %d within a minute", len(got), want)
+	}
+	want = len(got) + 1 // anything more is an extra record
+	poll(time.Second)
+	return got
+}
+
+// topicRecords returns how many records topic holds: the sum of its
+// partitions' end offsets (the topic is new, written without transactions).
+func topicRecords(t *testing.T, opts []kgo.Opt, topic string) int {
+	t.Helper()
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatalf("end offsets of %s: %v", topic, err)
+	}
+	n := 0
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil {
+			t.Fatalf("end offset of %s/%d: %v", topic, o.Partition, o.Err)
+		}
+		n += int(o.Offset)
+	})
+	return n
+}
+
+// testLogger writes the client's log lines into the test's log.
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
