@@ -3,10 +3,12 @@ package delivery
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
+	"loupe/internal/export"
 	"loupe/internal/flow"
 )
 
@@ -316,5 +318,38 @@ func TestLimiterReportsSuppressedEvents(t *testing.T) {
 	l.last = l.last.Add(-2 * time.Hour)
 	if n, ok := l.allow(1); !ok || n != 11 {
 		t.Fatalf("after the interval: %d %v, want 11 true", n, ok)
+	}
+}
+
+// A collector that hangs must not hold up the eviction nor the other
+// exporters behind the same fan-out.
+func TestStuckExporterDoesNotSlowTheOthers(t *testing.T) {
+	stuck := &fakeClient{block: make(chan struct{})}
+	healthy := &fakeClient{}
+	opts := fastOptions()
+	opts.ShutdownTimeout = 100 * time.Millisecond
+	big := opts
+	big.QueueSize = 4000 // holds everything: any loss would be the stuck one's doing
+	qs, qh := New("stuck", stuck, opts), New("healthy", healthy, big)
+	fan := export.NewFanout(slog.New(slog.DiscardHandler), qs, qh)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 20 { // 2000 records: twice the stuck queue's size
+			fan.Write(context.Background(), records(i*100, 100))
+			fan.Flush(context.Background())
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the fan-out blocked behind a stuck collector")
+	}
+	waitFor(t, "the healthy exporter", func() bool { return len(healthy.delivered()) == 2000 })
+	fan.Close()
+	assertInOrder(t, healthy.delivered(), 2000)
+	st := qs.Stats()
+	if st.Sent != 0 || st.DroppedQueueFull != 1000 || st.DroppedShutdown != 1000 {
+		t.Fatalf("stuck exporter %+v: want 1000 dropped when full and 1000 at shutdown", st)
 	}
 }
