@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"loupe/internal/config"
+	"loupe/internal/export/delivery"
 	"loupe/internal/export/targets"
 	"loupe/internal/flow"
 )
@@ -62,7 +63,7 @@ func send(args []string) error {
 			// the next batch is due.
 			due := start.Add(time.Duration(float64(done) / float64(*rate) * float64(time.Second)))
 			time.Sleep(time.Until(due))
-		} else {
+		} else if q != nil {
 			// As fast as it goes, without dropping: keep the queue
 			// from overflowing, so what is measured is delivery.
 			for q.Stats().Queued > capacity-k {
@@ -89,7 +90,10 @@ func send(args []string) error {
 		return err
 	}
 	elapsed, cpu := time.Since(start).Seconds(), cpuTime()-cpu0
-	st := q.Stats()
+	st := delivery.Stats{Sent: uint64(*n)} // a sink without a queue writes synchronously
+	if q != nil {
+		st = q.Stats()
+	}
 	res := result{
 		Target: *target, Records: *n, Sent: st.Sent, Dropped: st.Dropped(),
 		Seconds: elapsed, CPUSeconds: cpu,

@@ -328,8 +328,21 @@ func (c *Client) Close() error {
 		return nil
 	}
 	if c.raw != nil {
-		if err := c.win.poll(c.raw); err == nil && len(c.win.msgs) > 0 {
-			c.log.Warn("closing with unacknowledged records", "records", c.win.records())
+		// The kernel sends what is queued after close too; wait a
+		// little for the collector's acknowledgement so that the
+		// warning below means something.
+		deadline := time.Now().Add(closeAckWait)
+		for {
+			err := c.win.poll(c.raw)
+			if err != nil || len(c.win.msgs) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				c.log.Warn("closing with records the collector has not acknowledged; they may be lost",
+					"records", c.win.records(), "waited", closeAckWait)
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
 	}
 	err := c.conn.Close()
@@ -339,6 +352,10 @@ func (c *Client) Close() error {
 	}
 	return nil
 }
+
+// closeAckWait bounds how long Close waits for the collector to acknowledge
+// what was written.
+const closeAckWait = time.Second
 
 // exportTime is the header's Export Time, seconds since the epoch.
 func exportTime(t time.Time) uint32 { return uint32(t.Unix()) }
