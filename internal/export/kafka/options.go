@@ -2,18 +2,18 @@ package kafka
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"os"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"loupe/internal/export/tlsconf"
 )
 
 // Defaults of Options, chosen by measurement (docs/exporters/kafka.md).
@@ -216,33 +216,13 @@ func retryBackoff(fails int) time.Duration {
 }
 
 func tlsConfig(o TLSOptions) (*tls.Config, error) {
-	cfg := &tls.Config{
-		MinVersion:         tls.VersionTLS12,
+	return tlsconf.Options{
+		CAFile:             o.CAFile,
+		CertFile:           o.CertFile,
+		KeyFile:            o.KeyFile,
 		ServerName:         o.ServerName,
-		InsecureSkipVerify: o.InsecureSkipVerify, //nolint:gosec // an operator's explicit choice, documented as for tests
-	}
-	if o.CAFile != "" {
-		pem, err := os.ReadFile(o.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("tls ca file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("tls ca file %s: no PEM certificate in it", o.CAFile)
-		}
-		cfg.RootCAs = pool
-	}
-	if (o.CertFile == "") != (o.KeyFile == "") {
-		return nil, errors.New("tls: a client certificate needs both a cert file and a key file")
-	}
-	if o.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(o.CertFile, o.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("tls client certificate: %w", err)
-		}
-		cfg.Certificates = []tls.Certificate{cert}
-	}
-	return cfg, nil
+		InsecureSkipVerify: o.InsecureSkipVerify,
+	}.Config()
 }
 
 func saslMechanism(o SASLOptions) (sasl.Mechanism, error) {

@@ -1,8 +1,6 @@
 package otlp
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,6 +13,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding/gzip"
+
+	"loupe/internal/export/tlsconf"
 )
 
 // Defaults of Options.
@@ -166,28 +166,15 @@ func (o *Options) withDefaults() (Options, error) {
 func (o *Options) dialOptions() ([]grpc.DialOption, error) {
 	creds := insecure.NewCredentials()
 	if o.TLS {
-		cfg := &tls.Config{
-			MinVersion:         tls.VersionTLS12,
+		cfg, err := tlsconf.Options{
+			CAFile:             o.CAFile,
+			CertFile:           o.CertFile,
+			KeyFile:            o.KeyFile,
 			ServerName:         o.ServerName,
-			InsecureSkipVerify: o.InsecureSkipVerify, //nolint:gosec // an explicit operator choice
-		}
-		if o.CAFile != "" {
-			pem, err := os.ReadFile(o.CAFile)
-			if err != nil {
-				return nil, fmt.Errorf("otlp: read CA file: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("otlp: CA file %s holds no PEM certificate", o.CAFile)
-			}
-			cfg.RootCAs = pool
-		}
-		if o.CertFile != "" {
-			cert, err := tls.LoadX509KeyPair(o.CertFile, o.KeyFile)
-			if err != nil {
-				return nil, fmt.Errorf("otlp: load client certificate: %w", err)
-			}
-			cfg.Certificates = []tls.Certificate{cert}
+			InsecureSkipVerify: o.InsecureSkipVerify,
+		}.Config()
+		if err != nil {
+			return nil, fmt.Errorf("otlp: %w", err)
 		}
 		creds = credentials.NewTLS(cfg)
 	}

@@ -77,7 +77,7 @@ func TestOptionsDefaultsAndValidation(t *testing.T) {
 			t.Errorf("New(%+v): err %v, want one containing %q", tc.opts, err, tc.want)
 		}
 	}
-	if _, err := New("otlp://127.0.0.1:4317", Options{HostName: "h", TLS: true, CAFile: "/nonexistent/ca.pem"}); err == nil || !strings.Contains(err.Error(), "CA file") {
+	if _, err := New("otlp://127.0.0.1:4317", Options{HostName: "h", TLS: true, CAFile: "/nonexistent/ca.pem"}); err == nil || !strings.Contains(err.Error(), "tls ca file") {
 		t.Errorf("missing CA file: err %v", err)
 	}
 }
