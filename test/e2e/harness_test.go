@@ -16,7 +16,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -55,7 +54,7 @@ type agent struct {
 	cmd     *exec.Cmd
 	dir     string // store, exports, logs
 	listen  string
-	logs    *syncBuffer
+	logs    *testutil.Buffer
 	done    chan error
 	stopped bool
 }
@@ -80,7 +79,7 @@ func startAgent(t *testing.T, ns *testutil.NS, o agentOpts) *agent {
 	if err := os.Chmod(dir, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	a := &agent{t: t, ns: ns, dir: dir, listen: "127.0.0.1:9464", logs: &syncBuffer{}, done: make(chan error, 1)}
+	a := &agent{t: t, ns: ns, dir: dir, listen: "127.0.0.1:9464", logs: &testutil.Buffer{}, done: make(chan error, 1)}
 	args := append([]string{"run",
 		"--store", filepath.Join(dir, "store"),
 		"--export", "json:" + filepath.Join(dir, "flows.jsonl"),
@@ -259,23 +258,6 @@ func (a *agent) metrics() map[string]float64 {
 
 // pid is the agent's process id (ip netns exec and capsh exec into it).
 func (a *agent) pid() int { return a.cmd.Process.Pid }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // totals sums records per direction for one interface.
 type totals struct{ packets, bytes uint64 }

@@ -5,7 +5,6 @@
 package promtest
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -18,7 +17,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -47,7 +45,7 @@ type Server struct {
 	addr    string
 	client  *http.Client
 	targets []string
-	logs    *buffer
+	logs    *testutil.Buffer
 	exited  chan struct{}
 }
 
@@ -73,7 +71,7 @@ func Start(t testing.TB, c Config) *Server {
 		t:       t,
 		targets: c.Targets,
 		client:  &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: dial, DisableKeepAlives: true}},
-		logs:    &buffer{},
+		logs:    &testutil.Buffer{},
 		exited:  make(chan struct{}),
 	}
 	s.addr = c.Listen
@@ -245,21 +243,4 @@ func (s *Server) WaitScraped(t0 time.Time, timeout time.Duration) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	s.t.Fatalf("targets %v not scraped after %v within %v: %s", s.targets, t0.Format(time.RFC3339Nano), timeout, last)
-}
-
-type buffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *buffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *buffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
