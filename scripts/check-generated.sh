@@ -7,6 +7,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/deps.sh generate
 . scripts/env.sh
+# protoc writes its version into the generated file: only the version the
+# committed file was made with (Debian 12's) can reproduce it.
+want_protoc=$(sed -n 's|^// \tprotoc  *v||p' internal/export/kafka/flowpb/flow.pb.go)
+have_protoc=$(protoc --version | awk '{print $2}')
+if [ "$want_protoc" != "$have_protoc" ]; then
+	echo "protoc $have_protoc cannot reproduce flow.pb.go (made with protoc $want_protoc, Debian 12's)" >&2
+	exit 1
+fi
 go generate ./internal/datapath/ ./internal/export/kafka/
 if ! git diff --exit-code --stat -- internal/datapath/ internal/export/kafka/flowpb/; then
 	echo "generated files differ from the committed ones: run 'make generate' and commit" >&2

@@ -53,7 +53,7 @@ func newHealthCollector(dp *datapath.Datapath, mgr *attach.Manager, ev *flow.Evi
 		dpEvents:     d("datapath_events_total", "Datapath anomalies and failures, by counter (bpf/lib/counters.h).", "event"),
 		droppedPkts:  d("dropped_packets_total", "Packets the agent could not account in any flow (ring buffer full)."),
 		droppedB:     d("dropped_bytes_total", "Bytes of dropped_packets_total."),
-		sinkRecords:  d("sink_records_total", "Flow records each sink accepted.", "sink"),
+		sinkRecords:  d("sink_records_total", "Flow records handed to each sink (a network exporter may still drop some: loupe_export_dropped_records_total).", "sink"),
 		sinkErrors:   d("sink_errors_total", "Failed writes and flushes, by sink.", "sink"),
 		scrapeErr:    d("scrape_errors", "Errors reading component state during this scrape.", "component"),
 	}

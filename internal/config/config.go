@@ -81,7 +81,7 @@ type Delivery struct {
 type IPFIX struct {
 	MTU               int           `yaml:"mtu" env:"LOUPE_IPFIX_MTU" flag:"ipfix-mtu" help:"largest IPFIX message in bytes, 512..65535, or 0 for 1400 over UDP (fits a 1500-byte path) and 8192 over TCP"`
 	TemplateRefresh   time.Duration `yaml:"template_refresh" env:"LOUPE_IPFIX_TEMPLATE_REFRESH" flag:"ipfix-template-refresh" help:"how often templates are resent over UDP (also after every 100 messages), 1s..24h"`
-	ObservationDomain int           `yaml:"observation_domain" env:"LOUPE_IPFIX_OBSERVATION_DOMAIN" flag:"ipfix-observation-domain" help:"IPFIX observation domain ID, 0..4294967295"`
+	ObservationDomain int           `yaml:"observation_domain" env:"LOUPE_IPFIX_OBSERVATION_DOMAIN" flag:"ipfix-observation-domain" help:"IPFIX observation domain ID, 1..4294967295"`
 	EnterpriseNumber  int           `yaml:"enterprise_number" env:"LOUPE_IPFIX_ENTERPRISE_NUMBER" flag:"ipfix-enterprise-number" help:"private enterprise number of Loupe's own information elements (32473 is the documentation PEN of RFC 5612), 1..4294967295"`
 }
 
@@ -123,7 +123,7 @@ type TLS struct {
 // Prometheus configures the flow metrics on the HTTP listener.
 type Prometheus struct {
 	MaxSeries  int      `yaml:"max_series" env:"LOUPE_PROMETHEUS_MAX_SERIES" flag:"prometheus-max-series" help:"hard cap on flow metric label sets; past it new ones fold into an \"other\" series, 1..1000000"`
-	Keys       []string `yaml:"keys" env:"LOUPE_PROMETHEUS_KEYS" flag:"prometheus-key" arg:"key" help:"extra aggregation key (label) of the flow metrics: src_port, dst_port, src_group, dst_group, eth_type"`
+	Keys       []string `yaml:"keys" env:"LOUPE_PROMETHEUS_KEYS" flag:"prometheus-key" arg:"key" help:"extra aggregation key (label) of the flow metrics: src_port, dst_port, src_group, dst_group, eth_type, dscp"`
 	CIDRGroups []string `yaml:"cidr_groups" env:"LOUPE_PROMETHEUS_CIDR_GROUPS" flag:"prometheus-cidr-group" arg:"name=cidr" help:"named address group for src_group and dst_group, as name=cidr; repeat a name to add prefixes; the longest prefix wins"`
 }
 

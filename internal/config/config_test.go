@@ -360,6 +360,8 @@ func TestExportSyntax(t *testing.T) {
 		{"otlp://localhost:4317/v1/logs", `invalid port "4317/v1/logs"`},
 		{"kafka://b1:9092,b2:9092/flows", ""},
 		{"kafka://b1:9092/flows?format=json", ""},
+		{"kafka://[::1]:9092,b2:9092/flows", ""},
+		{"kafka://b1:9092,[2001:db8::1]:9092/flows?format=protobuf", ""},
 		{"kafka://b1:9092/flows?format=avro", "format must be one of protobuf, json"},
 		{"kafka://b1:9092/flows?acks=0", `unknown option "acks"`},
 		{"kafka://b1:9092", `invalid topic ""`},

@@ -87,7 +87,7 @@ func checkValue(key string, v any) error {
 	case "ipfix.template_refresh":
 		return checkDuration(v.(time.Duration), time.Second, 24*time.Hour)
 	case "ipfix.observation_domain":
-		return checkInt(v.(int), 0, 1<<32-1)
+		return checkInt(v.(int), 1, 1<<32-1)
 	case "ipfix.enterprise_number":
 		return checkInt(v.(int), 1, 1<<32-1)
 	case "kafka.compression":
@@ -266,23 +266,32 @@ func checkHostPort(hostport string) error {
 	return nil
 }
 
+// checkKafkaTarget checks "//BROKER[,BROKER]/TOPIC[?format=...]". It is
+// split by hand: url.Parse cannot read a broker list that holds bracketed
+// IPv6 addresses.
 func checkKafkaTarget(rest string) error {
-	u, err := url.Parse("kafka:" + rest)
-	if err != nil {
-		return err
+	rest, ok := strings.CutPrefix(rest, "//")
+	if !ok {
+		return errors.New("missing //")
 	}
-	if u.User != nil {
+	rest, query, _ := strings.Cut(rest, "?")
+	brokers, topic, _ := strings.Cut(rest, "/")
+	if strings.Contains(brokers, "@") {
 		return errors.New("credentials do not belong in the URL: use kafka.sasl")
 	}
-	for _, b := range strings.Split(u.Host, ",") {
+	for _, b := range strings.Split(brokers, ",") {
 		if err := checkHostPort(b); err != nil {
 			return fmt.Errorf("broker: %v", err)
 		}
 	}
-	if topic := strings.TrimPrefix(u.Path, "/"); topic == "" || strings.Contains(topic, "/") {
+	if topic == "" || strings.Contains(topic, "/") {
 		return fmt.Errorf("invalid topic %q", topic)
 	}
-	for k, v := range u.Query() {
+	values, err := url.ParseQuery(query)
+	if err != nil {
+		return fmt.Errorf("invalid options %q", query)
+	}
+	for k, v := range values {
 		if k != "format" {
 			return fmt.Errorf("unknown option %q", k)
 		}

@@ -56,3 +56,12 @@ type Rejecter interface {
 type Connector interface {
 	Connected() bool
 }
+
+// Abandoner is implemented by clients that keep records after reporting
+// them delivered, to resend them if the connection breaks (IPFIX over TCP
+// keeps what the collector has not acknowledged). Abandoned is read once,
+// after Close: the records the client had to give up then. The queue moves
+// them from sent to dropped, reason "shutdown".
+type Abandoner interface {
+	Abandoned() uint64
+}

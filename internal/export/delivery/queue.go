@@ -232,6 +232,13 @@ func (q *Queue) Close() error {
 		if err := q.client.Close(); err != nil {
 			q.closeErr = errors.Join(q.closeErr, err)
 		}
+		if a, ok := q.client.(Abandoner); ok {
+			if n := min(a.Abandoned(), q.sent.Load()); n > 0 {
+				q.sent.Add(^(n - 1)) // subtract n
+				q.droppedShutdown.Add(n)
+				q.closeErr = errors.Join(q.closeErr, fmt.Errorf("%d records sent but never acknowledged by the collector", n))
+			}
+		}
 		st := q.Stats()
 		q.log.Info("exporter closed", "sent", st.Sent, "dropped_queue_full", st.DroppedQueueFull,
 			"dropped_rejected", st.DroppedRejected, "dropped_shutdown", st.DroppedShutdown, "send_errors", st.SendErrors)

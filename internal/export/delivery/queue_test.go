@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -351,5 +352,24 @@ func TestStuckExporterDoesNotSlowTheOthers(t *testing.T) {
 	st := qs.Stats()
 	if st.Sent != 0 || st.DroppedQueueFull != 1000 || st.DroppedShutdown != 1000 {
 		t.Fatalf("stuck exporter %+v: want 1000 dropped when full and 1000 at shutdown", st)
+	}
+}
+
+type abandoningClient struct {
+	fakeClient
+}
+
+// Abandoned says the last 40 records it reported delivered never were.
+func (c *abandoningClient) Abandoned() uint64 { return 40 }
+
+func TestAbandonedRecordsMoveFromSentToDropped(t *testing.T) {
+	c := &abandoningClient{}
+	q := New("fake", c, fastOptions())
+	q.Write(context.Background(), records(0, 250))
+	if err := q.Close(); err == nil || !strings.Contains(err.Error(), "40 records sent but never acknowledged") {
+		t.Fatalf("Close: %v", err)
+	}
+	if st := q.Stats(); st.Sent != 210 || st.DroppedShutdown != 40 {
+		t.Fatalf("stats %+v, want 210 sent and 40 dropped at shutdown", st)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -141,6 +142,15 @@ type Client struct {
 
 	connected atomic.Bool
 	rejected  atomic.Uint64
+	abandoned uint64 // set by Close: see Abandoned
+
+	// abort lets a Send's context cut a blocked write short. abortConn
+	// is the connection Send writes to; abortGen changes when a Send
+	// ends, so that a late callback of an earlier Send cannot touch the
+	// next one's writes.
+	abortMu   sync.Mutex
+	abortConn net.Conn
+	abortGen  uint64
 }
 
 // New returns a client for target (see ParseTarget). It does not connect:
@@ -187,12 +197,27 @@ func (c *Client) Send(ctx context.Context, batch []flow.Record) ([]flow.Record, 
 	if len(batch) == 0 {
 		return nil, nil
 	}
+	// Registered before connecting: the templates and the messages a
+	// reconnect resends are writes that the context must cut short too.
+	c.abortMu.Lock()
+	gen := c.abortGen
+	c.abortMu.Unlock()
+	stop := context.AfterFunc(ctx, func() {
+		c.abortMu.Lock()
+		defer c.abortMu.Unlock()
+		if c.abortGen == gen && c.abortConn != nil {
+			_ = c.abortConn.SetWriteDeadline(time.Unix(1, 0))
+		}
+	})
+	defer func() {
+		stop()
+		c.abortMu.Lock()
+		c.abortGen++
+		c.abortMu.Unlock()
+	}()
 	if err := c.ensureConn(ctx); err != nil {
 		return batch, err
 	}
-	conn := c.conn
-	stop := context.AfterFunc(ctx, func() { _ = conn.SetWriteDeadline(time.Unix(1, 0)) })
-	defer stop()
 	for i := 0; i < len(batch); {
 		now := c.opts.Now()
 		withTemplates := c.target.Network == "udp" && (c.needTemplates ||
@@ -277,7 +302,7 @@ func (c *Client) ensureConn(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("ipfix %s: dial: %w", c.target, err)
 	}
-	c.conn = conn
+	c.setConn(conn)
 	if c.target.Network == "udp" {
 		return nil
 	}
@@ -317,41 +342,57 @@ func (c *Client) closeTCP() {
 	if c.raw != nil {
 		c.win.closeConn()
 	}
-	c.conn, c.raw = nil, nil
+	c.setConn(nil)
+	c.raw = nil
 }
 
-// Close implements delivery.Client. Over TCP, records the collector has
-// not acknowledged yet are logged: they are lost if it never reads them.
+// setConn sets the connection Send writes to, and its context may abort.
+func (c *Client) setConn(conn net.Conn) {
+	c.abortMu.Lock()
+	c.conn, c.abortConn = conn, conn
+	c.abortMu.Unlock()
+}
+
+// Close implements delivery.Client. Over TCP it waits up to closeAckWait
+// for the collector to acknowledge what was written; records it has not
+// acknowledged by then, and those still waiting for a reconnect, are lost:
+// Abandoned reports them, and the queue counts them as dropped.
 func (c *Client) Close() error {
 	c.connected.Store(false)
-	if c.conn == nil {
-		return nil
-	}
 	if c.raw != nil {
-		// The kernel sends what is queued after close too; wait a
-		// little for the collector's acknowledgement so that the
-		// warning below means something.
+		// The kernel sends what is queued after close too, but only
+		// an acknowledgement says the collector's host has it.
 		deadline := time.Now().Add(closeAckWait)
 		for {
-			err := c.win.poll(c.raw)
-			if err != nil || len(c.win.msgs) == 0 {
+			if err := c.win.poll(c.raw); err != nil {
+				c.win.closeConn() // the collector went away: all pending
 				break
 			}
-			if time.Now().After(deadline) {
-				c.log.Warn("closing with records the collector has not acknowledged; they may be lost",
-					"records", c.win.records(), "waited", closeAckWait)
+			if len(c.win.msgs[c.win.head:]) == 0 || time.Now().After(deadline) {
 				break
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
+	if n := c.win.records(); n > 0 {
+		c.abandoned = uint64(n)
+		c.log.Warn("closing with records the collector has not acknowledged: they are lost",
+			"records", n, "waited", closeAckWait)
+	}
+	if c.conn == nil {
+		return nil
+	}
 	err := c.conn.Close()
-	c.conn, c.raw = nil, nil
+	c.setConn(nil)
+	c.raw = nil
 	if err != nil {
 		return fmt.Errorf("ipfix %s: close: %w", c.target, err)
 	}
 	return nil
 }
+
+// Abandoned implements delivery.Abandoner: the records Close gave up on.
+func (c *Client) Abandoned() uint64 { return c.abandoned }
 
 // closeAckWait bounds how long Close waits for the collector to acknowledge
 // what was written.

@@ -94,12 +94,12 @@ func (s *session) consume(d *decoder, msg []byte) error {
 // of the two sessions, except those the dead collector's kernel had
 // acknowledged without the collector reading them: no IPFIX exporter can
 // see those, and the test reads them with MSG_PEEK to name them exactly.
-func TestTCPCollectorDiesAndComesBack(t *testing.T) {
-	ln1 := listenTCP(t, "127.0.0.1:0")
-	addr := ln1.Addr().String()
-	// MTU 1400: the stalled collector's queue holds whole messages.
-	c := newClient(t, "ipfix+tcp://"+addr, Options{MTU: 1400, Now: (&fakeClock{now: t0}).Now})
-
+// stallAndKill runs a collector on ln that reads a few hundred records,
+// stops reading, and once a Send blocks dies with unread data (a reset),
+// closing ln. It returns the next record ID, the IDs Send reported
+// delivered, the failed tails, and what the collector read and left unread.
+func stallAndKill(t *testing.T, c *Client, ln1 net.Listener) (int, map[int]bool, [][]flow.Record, session) {
+	t.Helper()
 	const readBeforeStall = 300
 	stalled, die, done1 := make(chan struct{}), make(chan struct{}), make(chan session, 1)
 	go func() {
@@ -195,6 +195,16 @@ func TestTCPCollectorDiesAndComesBack(t *testing.T) {
 		t.Fatalf("first session: %v, templates first %v", s1.err, s1.templates)
 	}
 	ln1.Close()
+	return next, delivered, retry, s1
+}
+
+func TestTCPCollectorDiesAndComesBack(t *testing.T) {
+	ln1 := listenTCP(t, "127.0.0.1:0")
+	addr := ln1.Addr().String()
+	// MTU 1400: the stalled collector's queue holds whole messages.
+	c := newClient(t, "ipfix+tcp://"+addr, Options{MTU: 1400, Now: (&fakeClock{now: t0}).Now})
+
+	next, delivered, retry, s1 := stallAndKill(t, c, ln1)
 
 	// The collector is down: the dial fails and the whole batch fails.
 	batch := idBatch(next, 100)
@@ -268,4 +278,29 @@ func TestTCPCollectorDiesAndComesBack(t *testing.T) {
 	}
 	t.Logf("%d records: %d read by the first collector, %d lost unread in its kernel, %d resent from the window, %d retried by the caller",
 		next, len(s1.ids), len(s1.lostUnrd), resent, len(want)-resent)
+}
+
+// A collector that dies and never comes back: at Close, every record Send
+// reported delivered but the collector's host never acknowledged is
+// reported abandoned, so that the queue counts it as dropped.
+func TestTCPCollectorGoneAtCloseAbandons(t *testing.T) {
+	ln := listenTCP(t, "127.0.0.1:0")
+	c, err := New("ipfix+tcp://"+ln.Addr().String(), Options{MTU: 1400, Now: (&fakeClock{now: t0}).Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, delivered, _, s1 := stallAndKill(t, c, ln)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	reached := len(s1.ids) + len(s1.lostUnrd) // read, or acknowledged and left unread
+	want := len(delivered) - reached
+	if want <= 0 {
+		t.Fatalf("test set-up: %d delivered, %d reached the collector: nothing left unacknowledged", len(delivered), reached)
+	}
+	if got := c.Abandoned(); got != uint64(want) {
+		t.Fatalf("Abandoned() = %d, want %d (%d reported delivered, %d read, %d unread)",
+			got, want, len(delivered), len(s1.ids), len(s1.lostUnrd))
+	}
+	t.Logf("%d reported delivered: %d read, %d acknowledged unread, %d abandoned", len(delivered), len(s1.ids), len(s1.lostUnrd), want)
 }

@@ -4,6 +4,7 @@
 package targets
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -84,6 +85,9 @@ func kafkaOptions(k config.Kafka, log *slog.Logger) (kafka.Options, error) {
 		},
 		Logger: log,
 	}
+	if (k.SASL.Mechanism == "none" || k.SASL.Mechanism == "") && (k.SASL.Username != "" || k.SASL.PasswordFile != "") {
+		return opts, errors.New("kafka.sasl.username or password_file is set but kafka.sasl.mechanism is none")
+	}
 	if k.SASL.Mechanism != "none" && k.SASL.Mechanism != "" {
 		if k.SASL.Username == "" || k.SASL.PasswordFile == "" {
 			return opts, fmt.Errorf("kafka.sasl.mechanism %s needs kafka.sasl.username and kafka.sasl.password_file", k.SASL.Mechanism)
@@ -108,7 +112,8 @@ func otlpOptions(o config.OTLP, log *slog.Logger) otlp.Options {
 		headers[k] = v
 	}
 	return otlp.Options{
-		TLS:                o.TLS.Enabled,
+		// As for Kafka, any TLS setting turns TLS on.
+		TLS:                o.TLS.Enabled || o.TLS.CAFile != "" || o.TLS.CertFile != "" || o.TLS.KeyFile != "" || o.TLS.ServerName != "" || o.TLS.InsecureSkipVerify,
 		CAFile:             o.TLS.CAFile,
 		CertFile:           o.TLS.CertFile,
 		KeyFile:            o.TLS.KeyFile,
