@@ -50,6 +50,7 @@ func TestBrokerKilledAndRestarted(t *testing.T) {
 	killed, drained := make(chan struct{}), make(chan struct{})
 	stop, writerDone := make(chan struct{}), make(chan struct{})
 	t.Cleanup(func() { close(stop); <-writerDone }) // also when the test fails early
+	droppedIDs := map[uint64]bool{}                 // written by the writer goroutine, read after it ends
 	go func() {
 		defer close(writerDone)
 		batch := make([]flow.Record, chunk)
@@ -69,9 +70,16 @@ func TestBrokerKilledAndRestarted(t *testing.T) {
 				}
 			}
 			copy(batch, sent[i:i+chunk])
+			full0 := q.Stats().DroppedQueueFull
 			if err := q.Write(context.Background(), batch); err != nil {
 				t.Error(err)
 				return
+			}
+			// Write keeps a prefix of the batch and drops the rest; this
+			// goroutine is the only writer, so the counter's growth
+			// names the dropped records exactly.
+			for k := range int(q.Stats().DroppedQueueFull - full0) {
+				droppedIDs[batch[chunk-1-k].Packets] = true
 			}
 			clear(batch) // the queue keeps copies, not our slice
 			written.Store(int64(i + chunk))
@@ -144,6 +152,17 @@ func TestBrokerKilledAndRestarted(t *testing.T) {
 		len(got), len(seen), duplicates, missing, late, total-resumeAt, droppedLate)
 	if uint64(missing) > st.Dropped() {
 		t.Errorf("%d records missing but only %d counted as dropped", missing, st.Dropped())
+	}
+	// Exactly: every record is in Kafka or was dropped by a Write, never
+	// both, never neither.
+	for id := uint64(1); id <= total; id++ {
+		if inK, dropped := seen[id] > 0, droppedIDs[id]; inK == dropped {
+			t.Errorf("record %d: in Kafka %v, counted as dropped %v", id, inK, dropped)
+			break
+		}
+	}
+	if uint64(len(droppedIDs)) != st.DroppedQueueFull {
+		t.Errorf("%d records named as dropped, the queue counted %d", len(droppedIDs), st.DroppedQueueFull)
 	}
 	if uint64(len(seen)) < st.Sent {
 		t.Errorf("%d distinct records in Kafka, but the queue counted %d as delivered", len(seen), st.Sent)
