@@ -508,3 +508,26 @@ func TestFieldTags(t *testing.T) {
 		}
 	}
 }
+
+func TestExportListKeepsKafkaBrokerLists(t *testing.T) {
+	const text = "kafka://b1:9092,[::1]:9092/flows?format=json,otlp://o:4317,kafka://k:9092,k2:9092/t2,json:-"
+	want := []string{"kafka://b1:9092,[::1]:9092/flows?format=json", "otlp://o:4317", "kafka://k:9092,k2:9092/t2", "json:-"}
+	for name, args := range map[string][]string{
+		"flag":          {"--export", text},
+		"repeated flag": {"--export", "kafka://b1:9092,[::1]:9092/flows?format=json", "--export", "otlp://o:4317,kafka://k:9092,k2:9092/t2,json:-"},
+	} {
+		c, _, err := run(t, "", nil, args...)
+		if err != nil || !slices.Equal(c.Export, want) {
+			t.Errorf("%s: export %q, %v; want %q", name, c.Export, err, want)
+		}
+	}
+	c, _, err := run(t, "", []string{"LOUPE_EXPORT=" + text})
+	if err != nil || !slices.Equal(c.Export, want) {
+		t.Errorf("env: export %q, %v; want %q", c.Export, err, want)
+	}
+	// Interface globs are split at every comma, as before.
+	c, _, err = run(t, "", nil, "--iface", "eth*,veth*")
+	if err != nil || !slices.Equal(c.Interfaces, []string{"eth*", "veth*"}) {
+		t.Errorf("iface %q, %v", c.Interfaces, err)
+	}
+}

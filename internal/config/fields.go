@@ -140,13 +140,48 @@ func parseText(k kind, s string) (any, error) {
 // list. Empty elements are dropped so that an empty variable means an empty
 // list and a trailing comma is harmless; an empty result is nil so that
 // "no list" has one representation.
+//
+// One comma is not a separator: inside the host part of a target URL
+// (kafka://b1:9092,b2:9092/topic), unless what follows it starts another
+// target (otlp://h:4317,json:-).
 func splitList(list []string, s string) []string {
-	for _, e := range strings.Split(s, ",") {
-		if e = strings.TrimSpace(e); e != "" {
+	var cur string
+	flush := func() {
+		if e := strings.TrimSpace(cur); e != "" {
 			list = append(list, e)
 		}
 	}
+	for i, part := range strings.Split(s, ",") {
+		if i > 0 && inURLHost(cur) && !startsTarget(part) {
+			cur += "," + part
+			continue
+		}
+		if i > 0 {
+			flush()
+		}
+		cur = part
+	}
+	flush()
 	return list
+}
+
+// inURLHost reports whether e ends inside the host part of a URL: it has a
+// "://" with no "/" after it.
+func inURLHost(e string) bool {
+	_, after, ok := strings.Cut(e, "://")
+	return ok && !strings.Contains(after, "/")
+}
+
+// startsTarget reports whether s begins with the scheme of an export
+// target.
+func startsTarget(s string) bool {
+	s = strings.TrimSpace(s)
+	for _, sc := range exportSchemes() {
+		if strings.HasPrefix(s, sc.name+":") {
+			return true
+		}
+	}
+	return false
 }
 
 type sizeUnit struct {
