@@ -48,29 +48,7 @@ func TestThroughQueueTCPCollectorLate(t *testing.T) {
 	}
 
 	ln := listenTCP(t, addr)
-	got := make(chan session, 1)
-	go func() {
-		var s session
-		defer func() { got <- s }()
-		conn, err := ln.Accept()
-		if err != nil {
-			s.err = err
-			return
-		}
-		defer conn.Close()
-		_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
-		d := newDecoder()
-		for len(s.ids) < total {
-			msg, err := readMessage(conn)
-			if err == nil {
-				err = s.consume(d, msg)
-			}
-			if err != nil {
-				s.err = err
-				return
-			}
-		}
-	}()
+	got := collect(ln, func(s *session, _ int) bool { return len(s.ids) >= total })
 	s := <-got
 	if err := q.Close(); err != nil {
 		t.Fatal(err)

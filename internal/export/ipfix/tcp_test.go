@@ -94,6 +94,37 @@ func (s *session) consume(d *decoder, msg []byte) error {
 // of the two sessions, except those the dead collector's kernel had
 // acknowledged without the collector reading them: no IPFIX exporter can
 // see those, and the test reads them with MSG_PEEK to name them exactly.
+// collect accepts one connection on ln and decodes messages until done
+// says so (it is given the session and where the last message's records
+// start) or 20 s pass; the session arrives on the channel.
+func collect(ln net.Listener, done func(s *session, before int) bool) <-chan session {
+	out := make(chan session, 1)
+	go func() {
+		var s session
+		defer func() { out <- s }()
+		conn, err := ln.Accept()
+		if err != nil {
+			s.err = err
+			return
+		}
+		defer conn.Close()
+		_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+		d := newDecoder()
+		for before := 0; !done(&s, before); {
+			before = len(s.ids)
+			msg, err := readMessage(conn)
+			if err == nil {
+				err = s.consume(d, msg)
+			}
+			if err != nil {
+				s.err = fmt.Errorf("after %d records: %w", len(s.ids), err)
+				return
+			}
+		}
+	}()
+	return out
+}
+
 // stallAndKill runs a collector on ln that reads a few hundred records,
 // stops reading, and once a Send blocks dies with unread data (a reset),
 // closing ln. It returns the next record ID, the IDs Send reported
@@ -224,35 +255,15 @@ func TestTCPCollectorDiesAndComesBack(t *testing.T) {
 	for _, id := range append(s1.ids, s1.lostUnrd...) {
 		delete(want, id)
 	}
-	done2 := make(chan session, 1)
-	go func() {
-		var s session
-		defer func() { done2 <- s }()
-		conn, err := ln2.Accept()
-		if err != nil {
-			s.err = err
-			return
-		}
-		defer conn.Close()
-		_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
-		d, seen := newDecoder(), map[int]bool{}
-		for len(seen) < len(want) {
-			before := len(s.ids)
-			msg, err := readMessage(conn)
-			if err == nil {
-				err = s.consume(d, msg)
-			}
-			if err != nil {
-				s.err = fmt.Errorf("after %d of %d records: %w", len(seen), len(want), err)
-				return
-			}
-			for _, id := range s.ids[before:] {
-				if want[id] {
-					seen[id] = true
-				}
+	seen := map[int]bool{}
+	done2 := collect(ln2, func(s *session, before int) bool {
+		for _, id := range s.ids[before:] {
+			if want[id] {
+				seen[id] = true
 			}
 		}
-	}()
+		return len(seen) == len(want)
+	})
 	for _, b := range retry {
 		send(t, c, b)
 	}
