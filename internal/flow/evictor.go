@@ -271,6 +271,8 @@ func (e *Evictor) emit(ctx context.Context, k *Key, s *Stats) {
 		Iface:     name,
 		Packets:   s.Packets,
 		Bytes:     s.Bytes,
+		Segments:  s.Segments,
+		WireBytes: s.WireBytes,
 		FirstSeen: time.Unix(0, int64(s.FirstSeen)+e.wallOffset),
 		LastSeen:  time.Unix(0, int64(s.LastSeen)+e.wallOffset),
 		Sampling:  max(s.Sampling, 1),

@@ -59,6 +59,10 @@ type Key struct {
 	EtherType uint16
 	SrcPort   uint16
 	DstPort   uint16
+	// VlanID is the outermost 802.1Q/802.1ad VLAN ID of the frame (0:
+	// untagged), whether the tag was still in the frame or the kernel had
+	// already moved it into the skb's metadata.
+	VlanID    uint16
 	Proto     uint8
 	Direction Direction
 }
@@ -95,8 +99,16 @@ func AddrBytes(a netip.Addr) [16]byte { return a.As16() }
 
 // Stats are the counters of one flow over one interval.
 type Stats struct {
+	// Packets and Bytes are the buffers that crossed the hook and their
+	// length (skb->len, with a VLAN tag the kernel stripped added back).
 	Packets uint64
 	Bytes   uint64
+	// Segments is the number of wire packets those buffers stand for: a
+	// GSO/GRO super-packet counts as its gso_segs, any other buffer as 1.
+	Segments uint64
+	// WireBytes is Bytes plus the headers of the segments a super-packet
+	// merged: what the segments measured on the wire.
+	WireBytes uint64
 	// FirstSeen and LastSeen are CLOCK_MONOTONIC nanoseconds as read by the
 	// datapath (bpf_ktime_get_ns). Records convert them to wall-clock time.
 	FirstSeen uint64
@@ -123,6 +135,8 @@ func (s *Stats) Add(o *Stats) {
 	}
 	s.Packets += o.Packets
 	s.Bytes += o.Bytes
+	s.Segments += o.Segments
+	s.WireBytes += o.WireBytes
 	s.TCPFlags |= o.TCPFlags
 	if o.FirstSeen < s.FirstSeen {
 		s.FirstSeen = o.FirstSeen
@@ -146,6 +160,8 @@ type Record struct {
 	Iface     string
 	Packets   uint64
 	Bytes     uint64
+	Segments  uint64
+	WireBytes uint64
 	FirstSeen time.Time
 	LastSeen  time.Time
 	Sampling  uint32
