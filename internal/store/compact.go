@@ -19,9 +19,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"math/bits"
-	"os"
-	"path/filepath"
 	"slices"
 )
 
@@ -48,9 +47,13 @@ func (s *Store) pickMerge() ([]entry, error) {
 	maxRec := uint64(s.opts.CompactMaxRecords)
 	maxSpan := uint64(s.opts.CompactMaxSpan)
 	fanIn := s.opts.CompactFanIn
+	maxBytes := int64(math.MaxInt64)
+	if s.opts.MaxSize > 0 {
+		maxBytes = s.opts.MaxSize / 8
+	}
 	tiers := make(map[int][]entry)
 	for _, e := range s.m.entries {
-		if e.records < maxRec && !s.bad[e.id] {
+		if e.records < maxRec && e.size < maxBytes && !s.bad[e.id] {
 			t := tier(e.records)
 			tiers[t] = append(tiers[t], e)
 		}
@@ -75,19 +78,19 @@ func (s *Store) pickMerge() ([]entry, error) {
 			return 1
 		})
 		for i := range segs {
-			sum, lo, hi := uint64(0), segs[i].minFirst, segs[i].maxLast
+			sum, size, lo, hi := uint64(0), int64(0), segs[i].minFirst, segs[i].maxLast
 			j, capped := i, false
 			for j < len(segs) && j-i < fanIn {
 				e := segs[j]
 				nlo, nhi := min(lo, e.minFirst), max(hi, e.maxLast)
-				if sum+e.records > maxRec {
+				if sum+e.records > maxRec || size+e.size > maxBytes {
 					capped = true
 					break
 				}
 				if span(nlo, nhi) > maxSpan {
 					break
 				}
-				sum, lo, hi = sum+e.records, nlo, nhi
+				sum, size, lo, hi = sum+e.records, size+e.size, nlo, nhi
 				j++
 			}
 			if j-i == fanIn || (capped && j-i >= 2) {
@@ -98,15 +101,29 @@ func (s *Store) pickMerge() ([]entry, error) {
 	return nil, nil
 }
 
-func (s *Store) markBad(id uint64, err error) {
+// quarantine drops a damaged segment from the manifest and sets its file
+// aside, so that readers stop meeting it. If the publish fails, the
+// segment stays listed but is never picked for a merge again.
+func (s *Store) quarantine(e entry, cause error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.bad[id] {
-		s.bad[id] = true
-		s.count.CorruptSegments++
+	if !s.m.has(e.id) {
+		s.mu.Unlock()
+		return // retention or another merge got there first
 	}
-	s.log.Error("segment is corrupt; compaction leaves it alone, readers skip and report it",
-		"segment", segName(id), "err", err)
+	next := s.m.clone()
+	next.entries = slices.DeleteFunc(next.entries, func(x entry) bool { return x.id == e.id })
+	err := s.publish(next)
+	published := s.m == next
+	if published {
+		s.setAside(e.id, e.records, cause)
+	} else {
+		s.bad[e.id] = true
+	}
+	s.mu.Unlock()
+	if !published {
+		s.log.Error("segment is damaged and could not be dropped from the manifest; compaction leaves it alone, readers skip and report it",
+			"segment", segName(e.id), "err", cause, "publish_err", err)
+	}
 }
 
 // merge compacts inputs into one new segment. It returns nil without doing
@@ -122,31 +139,27 @@ func (s *Store) merge(ctx context.Context, inputs []entry) error {
 	var total uint64
 	var replaces []uint64
 	for _, e := range inputs {
-		path := filepath.Join(s.dir, segName(e.id))
-		f, err := os.Open(path)
+		path := s.dir.join(segName(e.id))
+		f, err := openSegment(s.dir, e.id)
 		if errors.Is(err, fs.ErrNotExist) {
-			s.mu.Lock()
-			listed := s.m.has(e.id)
-			s.mu.Unlock()
-			if listed {
-				// Not retention racing us: the file vanished behind the
-				// writer's back. Never pick it again (or we would spin).
-				s.markBad(e.id, fmt.Errorf("segment %s: %w", path, err))
-			}
+			// Unless retention raced us (quarantine then does nothing),
+			// the file vanished behind the writer's back: drop it, or
+			// we would pick it again and spin.
+			s.quarantine(e, fmt.Errorf("segment %s: %w", path, err))
 			return nil
 		}
-		if err != nil {
-			return fmt.Errorf("store: compaction: %w", err)
+		var sg *segment
+		if err == nil {
+			sg, err = mapSegment(f, path, true)
+			f.Close()
 		}
-		sg, err := mapSegment(f, path, true)
-		f.Close()
 		if err == nil && (sg.id != e.id || uint64(sg.n) != e.records) {
 			sg.release()
 			err = corruptf(path, "header (id %d, %d records) does not match the manifest (id %d, %d records)",
 				sg.id, sg.n, e.id, e.records)
 		}
-		if errors.Is(err, ErrCorrupt) {
-			s.markBad(e.id, err)
+		if damaged(err) {
+			s.quarantine(e, err)
 			return nil
 		}
 		if err != nil {
@@ -164,7 +177,7 @@ func (s *Store) merge(ctx context.Context, inputs []entry) error {
 		}
 		if err := b.appendSegment(sg); err != nil {
 			if errors.Is(err, ErrCorrupt) {
-				s.markBad(sg.id, err)
+				s.quarantine(inputs[i], err)
 				return nil
 			}
 			return fmt.Errorf("store: compaction: %w", err)
@@ -190,7 +203,7 @@ func (s *Store) merge(ctx context.Context, inputs []entry) error {
 	for _, e := range inputs {
 		if !s.m.has(e.id) {
 			s.mu.Unlock()
-			os.Remove(filepath.Join(s.dir, segName(id)))
+			s.dir.remove(segName(id))
 			return nil
 		}
 	}
@@ -207,7 +220,7 @@ func (s *Store) merge(ctx context.Context, inputs []entry) error {
 	}
 	s.mu.Unlock()
 	if !published {
-		os.Remove(filepath.Join(s.dir, segName(id)))
+		s.dir.remove(segName(id))
 		return fmt.Errorf("store: compaction: %w", err)
 	}
 	s.log.Debug("segments merged", "inputs", len(inputs), "records", out.records, "segment", segName(id))

@@ -7,15 +7,40 @@
 //
 // A store directory holds:
 //
-//	LOCK                the writer's flock (one writer per directory)
-//	MANIFEST            the list of live segments, replaced atomically
-//	seg-<id>.lseg       immutable columnar segment files (format.go)
-//	.tmp-*              files being written; ignored, removed on open
+//	LOCK                   the writer's flock (one writer per directory)
+//	MANIFEST               the list of live segments, replaced atomically
+//	seg-<id>.lseg          immutable columnar segment files (format.go)
+//	seg-<id>.lseg.corrupt  damaged segments the writer set aside
+//	.tmp-<random>-*        files being written; ignored, removed on open
 //
 // Each Write becomes one segment: written to a temp file, fsync'd, renamed,
 // directory fsync'd, then published by a new MANIFEST (same dance). A crash
 // loses at most the batch in flight; nothing is ever modified in place, so
 // older data cannot be damaged by a crash.
+//
+// # Which directories, and who may read them
+//
+// Flow records say who talked to whom, and the writer usually runs as root,
+// so (dir.go):
+//
+//   - Only a Loupe store, or an empty or new directory, is opened: a store
+//     has a MANIFEST that starts with the manifest magic, or (its manifest
+//     lost) only store file names and a valid segment. Anything else is
+//     refused by the writer and by readers alike, and the writer never
+//     creates, deletes or renames a file in it. An empty directory becomes
+//     a store as soon as the writer opens it (LOCK and MANIFEST), so that
+//     readers recognise it before the first record arrives.
+//   - The writer refuses a directory that is not owned by its user or that
+//     group or others can write into: whoever can write there could plant
+//     links that redirect the writer's writes.
+//   - The directory is created 0700 and every file 0600. A store an older
+//     version made world-readable (0755, 0644) is made private when the
+//     writer opens it, with a warning in the log.
+//   - Every file is reached through one open descriptor of the directory,
+//     never through its path, and opened with O_NOFOLLOW; new files are
+//     created with O_EXCL under unpredictable temporary names; LOCK, the one
+//     file opened for writing that may exist already, must be a regular
+//     file of the writer's user with a single link.
 //
 // # Why a custom columnar store
 //
@@ -57,7 +82,24 @@
 //
 // Every segment carries CRC32C checksums: of the header, of each block, and
 // of the whole file. Scan and compaction verify the whole file; Top
-// verifies the header and the blocks it reads. A segment that fails is
-// skipped and listed in the query's Report, never a panic and never an
-// error for the whole query.
+// verifies the header and the blocks it reads. A segment that fails, or
+// that cannot be read at all (permission denied, a directory or a symlink
+// in its place), is skipped and listed in the query's Report, never a panic
+// and never an error for the whole query.
+//
+// The writer quarantines damaged segments: when it opens the store it
+// checks each listed segment's header against the manifest (a few pages
+// each; an emptied or replaced file fails), and compaction verifies what it
+// merges. A damaged segment is dropped from the manifest and renamed to
+// seg-<id>.lseg.corrupt, kept as evidence, and counted (Stats), so that
+// queries stop reporting it.
+//
+// # Retention
+//
+// Retention deletes whole segments: those whose newest record is older
+// than Options.Retention, then, while the live segments take more than
+// Options.MaxSize bytes, the oldest (by newest record) but never the
+// newest. With a size limit, compaction builds no segment bigger than an
+// eighth of it. What retention deleted is counted by reason (age, size) in
+// segments, records and bytes.
 package store

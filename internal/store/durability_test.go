@@ -322,3 +322,120 @@ func copyDir2(t *testing.T, src, dst string) {
 		}
 	}
 }
+
+// TestRetentionBySize: past MaxSize the oldest segments (by newest record)
+// go first, the newest is always kept, and what retention deleted is
+// counted by reason, in segments, records and file bytes.
+func TestRetentionBySize(t *testing.T) {
+	rng := rand.New(rand.NewPCG(33, 34))
+	// Six hours of data, one segment an hour, written out of order: the
+	// third batch is the oldest.
+	bases := []time.Duration{-6, -5, -8, -4, -3, -2}
+	batches := make([][]flow.Record, len(bases))
+	for i, h := range bases {
+		batches[i] = gen(rng, 200+10*i, t0.Add(h*time.Hour))
+	}
+	// Segment sizes, measured: the same batch always encodes alike.
+	sizes := make([]int64, len(batches))
+	{
+		dir := t.TempDir()
+		s := openStore(t, dir, store.Options{NoBackground: true})
+		for i, b := range batches {
+			writeAll(t, s, b, len(b))
+			fi, err := os.Stat(segFiles(t, dir)[i])
+			if err != nil {
+				t.Fatal(err)
+			}
+			sizes[i] = fi.Size()
+		}
+		s.Close()
+	}
+	// Room for the three newest segments (batches 3, 4, 5), not four.
+	limit := sizes[3] + sizes[4] + sizes[5]
+	dir := t.TempDir()
+	clk := &clock{now: t0}
+	s := openStore(t, dir, store.Options{NoBackground: true, MaxSize: limit, Retention: 7 * time.Hour, Now: clk.Now})
+	defer s.Close()
+	for _, b := range batches {
+		writeAll(t, s, b, len(b))
+		if st := s.Stats(); st.DiskBytes > limit {
+			t.Fatalf("%d bytes live, limit %d", st.DiskBytes, limit)
+		}
+	}
+	r := openReader(t, dir)
+	sameRecords(t, "newest three kept", scanAll(t, r, store.NewQuery()), slices.Concat(batches[3], batches[4], batches[5]))
+	st := s.Stats()
+	wantSize := store.Deleted{Segments: 3, Records: uint64(len(batches[0]) + len(batches[1]) + len(batches[2])),
+		Bytes: uint64(sizes[0] + sizes[1] + sizes[2])}
+	if st.Retention[store.RetentionSize] != wantSize || st.Retention[store.RetentionAge] != (store.Deleted{}) || st.ExpiredSegments != 3 {
+		t.Fatalf("retention by size %+v, want %+v; by age %+v", st.Retention[store.RetentionSize], wantSize, st.Retention[store.RetentionAge])
+	}
+	if n := len(segFiles(t, dir)); n != 3 {
+		t.Fatalf("%d segment files left", n)
+	}
+
+	// Age retention counts under its own reason.
+	clk.Set(t0.Add(4*time.Hour + 5*time.Minute)) // batch 3 (t0-4h, ends by t0-2h59m) is older than 7h now
+	if err := s.Maintain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	st = s.Stats()
+	wantAge := store.Deleted{Segments: 1, Records: uint64(len(batches[3])), Bytes: uint64(sizes[3])}
+	if st.Retention[store.RetentionAge] != wantAge || st.Retention[store.RetentionSize] != wantSize || st.ExpiredSegments != 4 {
+		t.Fatalf("retention by age %+v, want %+v; by size %+v", st.Retention[store.RetentionAge], wantAge, st.Retention[store.RetentionSize])
+	}
+	sameRecords(t, "after age retention", scanAll(t, r, store.NewQuery()), slices.Concat(batches[4], batches[5]))
+
+	// A limit below one segment still keeps the newest one.
+	dir = t.TempDir()
+	s2 := openStore(t, dir, store.Options{NoBackground: true, MaxSize: 1})
+	defer s2.Close()
+	for _, b := range batches {
+		writeAll(t, s2, b, len(b))
+	}
+	sameRecords(t, "tiny limit", scanAll(t, openReader(t, dir), store.NewQuery()), batches[5])
+}
+
+// TestMaxSizeCapsMerges: with a size limit, compaction never builds a
+// segment bigger than an eighth of it, so that size retention deletes a
+// small part of the store at a time.
+func TestMaxSizeCapsMerges(t *testing.T) {
+	dir := t.TempDir()
+	opts := compactOpts()
+	opts.CompactFanIn = 2
+	rng := rand.New(rand.NewPCG(35, 36))
+	var recs []flow.Record
+	var sizes int64
+	{
+		s := openStore(t, t.TempDir(), opts)
+		b := gen(rng, 100, t0)
+		writeAll(t, s, b, 100)
+		sizes = s.Stats().DiskBytes
+		s.Close()
+	}
+	opts.MaxSize = 8 * (2*sizes + sizes/2) // room for merges of two, not four
+	s := openStore(t, dir, opts)
+	defer s.Close()
+	for range 16 {
+		b := gen(rng, 100, t0)
+		recs = append(recs, b...)
+		writeAll(t, s, b, 100)
+	}
+	if err := s.Maintain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	st := s.Stats()
+	if st.Compactions == 0 || st.Records != uint64(len(recs)) {
+		t.Fatalf("stats %+v", st)
+	}
+	for _, f := range segFiles(t, dir) {
+		fi, err := os.Stat(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Size() > opts.MaxSize/8 {
+			t.Errorf("%s is %d bytes, more than MaxSize/8 = %d", f, fi.Size(), opts.MaxSize/8)
+		}
+	}
+	sameRecords(t, "after capped merges", scanAll(t, openReader(t, dir), store.NewQuery()), recs)
+}

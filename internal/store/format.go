@@ -67,8 +67,6 @@ import (
 	"hash/crc32"
 	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"time"
 
 	"loupe/internal/flow"
@@ -437,16 +435,14 @@ func (b *batch) encode(w io.Writer, id uint64, replaces []uint64) (int64, error)
 // writeSegment makes the batch durable as segment id: a temp file readers
 // ignore, fsync'd, renamed into place, and the directory fsync'd, so the
 // segment either exists complete under its name or not at all.
-func writeSegment(dir string, id uint64, replaces []uint64, b *batch) (entry, error) {
-	final := filepath.Join(dir, segName(id))
-	tmp := filepath.Join(dir, tmpPrefix+segName(id))
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+func writeSegment(d *storeDir, id uint64, replaces []uint64, b *batch) (entry, error) {
+	f, tmp, err := d.createTemp(segName(id))
 	if err != nil {
 		return entry{}, fmt.Errorf("create segment: %w", err)
 	}
 	fail := func(err error) (entry, error) {
 		f.Close()
-		os.Remove(tmp)
+		d.remove(tmp)
 		return entry{}, err
 	}
 	bw := bufio.NewWriterSize(f, 1<<20)
@@ -455,20 +451,20 @@ func writeSegment(dir string, id uint64, replaces []uint64, b *batch) (entry, er
 		err = bw.Flush()
 	}
 	if err != nil {
-		return fail(fmt.Errorf("write segment %s: %w", tmp, err))
+		return fail(fmt.Errorf("write segment %s: %w", d.join(tmp), err))
 	}
 	if err := f.Sync(); err != nil {
-		return fail(fmt.Errorf("fsync segment %s: %w", tmp, err))
+		return fail(fmt.Errorf("fsync segment %s: %w", d.join(tmp), err))
 	}
 	if err := f.Close(); err != nil {
-		os.Remove(tmp)
-		return entry{}, fmt.Errorf("close segment %s: %w", tmp, err)
+		d.remove(tmp)
+		return entry{}, fmt.Errorf("close segment %s: %w", d.join(tmp), err)
 	}
-	if err := os.Rename(tmp, final); err != nil {
-		os.Remove(tmp)
+	if err := d.rename(tmp, segName(id)); err != nil {
+		d.remove(tmp)
 		return entry{}, fmt.Errorf("rename segment into place: %w", err)
 	}
-	if err := syncDir(dir); err != nil {
+	if err := d.sync(); err != nil {
 		return entry{}, err
 	}
 	return entry{id: id, records: uint64(b.n), minFirst: b.minFirst, maxLast: b.maxLast, size: size}, nil

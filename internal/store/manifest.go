@@ -31,8 +31,6 @@ import (
 	"hash/crc32"
 	"io/fs"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -47,8 +45,11 @@ const (
 	// tmpPrefix starts every file that is not yet in place. Readers ignore
 	// such names and a writer removes them when it opens the directory.
 	tmpPrefix = ".tmp-"
-	segPrefix = "seg-"
-	segSuffix = ".lseg"
+	// quarantineSuffix is appended to a damaged segment's name when the
+	// writer sets it aside: out of every reader's way, kept as evidence.
+	quarantineSuffix = ".corrupt"
+	segPrefix        = "seg-"
+	segSuffix        = ".lseg"
 )
 
 // entry describes one live segment.
@@ -154,9 +155,13 @@ func decodeManifest(b []byte) (*manifest, error) {
 	return m, nil
 }
 
+// maxManifestSize bounds what a reader loads as a manifest: a million
+// segments, far beyond any store.
+const maxManifestSize = 36 + manifestEntry<<20
+
 // readManifest returns fs.ErrNotExist (wrapped) if there is none.
-func readManifest(dir string) (*manifest, error) {
-	b, err := os.ReadFile(filepath.Join(dir, manifestName))
+func readManifest(d *storeDir) (*manifest, error) {
+	b, err := d.readSmall(manifestName, maxManifestSize)
 	if err != nil {
 		return nil, fmt.Errorf("read manifest: %w", err)
 	}
@@ -166,9 +171,8 @@ func readManifest(dir string) (*manifest, error) {
 // writeManifest publishes m atomically and durably. renamed reports whether
 // the new manifest replaced the old one (readers may see it), which is also
 // the case when only the final directory fsync failed.
-func writeManifest(dir string, m *manifest) (renamed bool, err error) {
-	tmp := filepath.Join(dir, tmpPrefix+manifestName)
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+func writeManifest(d *storeDir, m *manifest) (renamed bool, err error) {
+	f, tmp, err := d.createTemp(manifestName)
 	if err != nil {
 		return false, fmt.Errorf("create manifest: %w", err)
 	}
@@ -180,37 +184,26 @@ func writeManifest(dir string, m *manifest) (renamed bool, err error) {
 		err = cerr
 	}
 	if err != nil {
-		os.Remove(tmp)
+		d.remove(tmp)
 		return false, fmt.Errorf("write manifest: %w", err)
 	}
-	if err := os.Rename(tmp, filepath.Join(dir, manifestName)); err != nil {
-		os.Remove(tmp)
+	// Renaming over a symlink replaces the link, never its target.
+	if err := d.rename(tmp, manifestName); err != nil {
+		d.remove(tmp)
 		return false, fmt.Errorf("publish manifest: %w", err)
 	}
-	return true, syncDir(dir)
+	return true, d.sync()
 }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
+// listSegments returns the ids of the segment files present in d.
+func listSegments(d *storeDir) ([]uint64, error) {
+	names, err := d.names()
 	if err != nil {
-		return fmt.Errorf("open store directory for fsync: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync store directory: %w", err)
-	}
-	return nil
-}
-
-// listSegments returns the ids of the segment files present in dir.
-func listSegments(dir string) ([]uint64, error) {
-	des, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("list store directory: %w", err)
+		return nil, err
 	}
 	var ids []uint64
-	for _, de := range des {
-		if id, ok := parseSegName(de.Name()); ok {
+	for _, n := range names {
+		if id, ok := parseSegName(n); ok {
 			ids = append(ids, id)
 		}
 	}
@@ -229,8 +222,8 @@ type dirState struct {
 // scanDir rebuilds the live set from the segment files themselves. It reads
 // and verifies every segment, so it is only the fallback for a missing or
 // corrupt manifest.
-func scanDir(dir string, log *slog.Logger) (*dirState, error) {
-	ids, err := listSegments(dir)
+func scanDir(d *storeDir, log *slog.Logger) (*dirState, error) {
+	ids, err := listSegments(d)
 	if err != nil {
 		return nil, err
 	}
@@ -239,16 +232,19 @@ func scanDir(dir string, log *slog.Logger) (*dirState, error) {
 	superseded := make(map[uint64]bool)
 	for _, id := range ids {
 		st.maxID = max(st.maxID, id)
-		path := filepath.Join(dir, segName(id))
-		f, err := os.Open(path)
+		path := d.join(segName(id))
+		f, err := d.open(segName(id))
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
-		if err != nil {
+		var s *segment
+		if err == nil {
+			s, err = mapSegment(f, path, true)
+			f.Close()
+		}
+		if err != nil && !damaged(err) {
 			return nil, fmt.Errorf("open segment: %w", err)
 		}
-		s, err := mapSegment(f, path, true)
-		f.Close()
 		if err == nil && s.id != id {
 			s.release()
 			err = corruptf(path, "header id %d does not match the file name", s.id)

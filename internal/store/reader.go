@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"sync"
@@ -25,15 +24,26 @@ type Reader struct {
 	log *slog.Logger
 }
 
-// OpenReader returns a reader of dir, which must exist. A directory without
-// a manifest and without segments is an empty store.
+// OpenReader returns a reader of dir, which must be a Loupe store: one an
+// agent has opened (it writes a manifest at once), or a store directory
+// whose manifest was lost. Anything else, an empty directory included, is
+// refused with ErrNotStore and a reason, so that a mistyped --store is not
+// mistaken for a quiet host.
 func OpenReader(dir string) (*Reader, error) {
-	fi, err := os.Stat(dir)
+	d, err := openDir(dir)
 	if err != nil {
-		return nil, fmt.Errorf("store: open reader: %w", err)
+		return nil, fmt.Errorf("store: %w", err)
 	}
-	if !fi.IsDir() {
-		return nil, fmt.Errorf("store: open reader: %s is not a directory", dir)
+	defer d.close()
+	kind, why, err := d.classify()
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	switch kind {
+	case kindEmpty:
+		return nil, fmt.Errorf("store: %s is %w: it is empty (an agent writing there makes it a store at once; is store.path elsewhere?)", dir, ErrNotStore)
+	case kindOther:
+		return nil, fmt.Errorf("store: %s is %w: %s", dir, ErrNotStore, why)
 	}
 	return &Reader{dir: dir, log: slog.New(slog.DiscardHandler).With("component", "store")}, nil
 }
@@ -44,7 +54,8 @@ func (r *Reader) SetLogger(l *slog.Logger) {
 	r.log = l.With("component", "store", "dir", r.dir)
 }
 
-// SegmentError is a segment a query skipped: corrupt, truncated or missing.
+// SegmentError is a segment a query skipped: corrupt, truncated,
+// unreadable or missing.
 type SegmentError struct {
 	Path string
 	Err  error
@@ -62,7 +73,9 @@ type Report struct {
 	Scanned  uint64 // records in the segments read
 	Matched  uint64 // records that matched the query
 	// Corrupt lists the segments skipped because they failed verification
-	// or vanished without a newer manifest accounting for them.
+	// (ErrCorrupt), could not be read (ErrUnreadable: permission denied,
+	// not a regular file), or vanished without a newer manifest accounting
+	// for them (fs.ErrNotExist).
 	Corrupt []SegmentError
 	// Retries counts snapshots abandoned because the writer removed a
 	// listed segment (compaction, retention) before it could be opened.
@@ -92,12 +105,12 @@ func (sn *snapshot) close() {
 
 // liveSet reads the manifest, or rebuilds the live set from the segment
 // headers if it is unusable. gen is the manifest generation (0 if rebuilt).
-func (r *Reader) liveSet(rep *Report) (entries []entry, gen uint64, err error) {
-	m, err := readManifest(r.dir)
+func (r *Reader) liveSet(d *storeDir, rep *Report) (entries []entry, gen uint64, err error) {
+	m, err := readManifest(d)
 	if err == nil {
 		return m.entries, m.gen, nil
 	}
-	ids, lerr := listSegments(r.dir)
+	ids, lerr := listSegments(d)
 	if lerr != nil {
 		return nil, 0, lerr
 	}
@@ -106,7 +119,7 @@ func (r *Reader) liveSet(rep *Report) (entries []entry, gen uint64, err error) {
 	}
 	r.log.Warn("manifest unusable; reading segment headers instead", "err", err)
 	rep.Fallback = true
-	st, err := scanDir(r.dir, r.log)
+	st, err := scanDir(d, r.log)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -119,33 +132,44 @@ func (r *Reader) liveSet(rep *Report) (entries []entry, gen uint64, err error) {
 // out takes a writer publishing faster than we can open a few files.
 const maxSnapshotAttempts = 1000
 
-// snapshot opens the live segments that can overlap [since, until].
+// snapshot opens the live segments that can overlap [since, until]. The
+// directory is opened once per query and every file through it, without
+// following symlinks.
 func (r *Reader) snapshot(ctx context.Context, since, until int64, rep *Report) (*snapshot, error) {
+	d, err := openDir(r.dir)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	defer d.close()
 	var prevGen uint64
 	var prevMissing []string
 	for attempt := range maxSnapshotAttempts {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		entries, gen, err := r.liveSet(rep)
+		entries, gen, err := r.liveSet(d, rep)
 		if err != nil {
 			return nil, fmt.Errorf("store: %w", err)
 		}
 		sn := &snapshot{}
 		var missing []string
+		var unreadable []SegmentError
 		pruned := 0
 		for _, e := range entries {
 			if e.maxLast < since || e.minFirst > until {
 				pruned++
 				continue
 			}
-			path := filepath.Join(r.dir, segName(e.id))
-			f, err := os.Open(path)
-			if errors.Is(err, fs.ErrNotExist) {
+			path := d.join(segName(e.id))
+			f, err := openSegment(d, e.id)
+			switch {
+			case errors.Is(err, fs.ErrNotExist):
 				missing = append(missing, path)
 				continue
-			}
-			if err != nil {
+			case damaged(err):
+				unreadable = append(unreadable, SegmentError{Path: path, Err: err})
+				continue
+			case err != nil:
 				sn.close()
 				return nil, fmt.Errorf("store: open segment: %w", err)
 			}
@@ -159,6 +183,10 @@ func (r *Reader) snapshot(ctx context.Context, since, until int64, rep *Report) 
 				r.log.Warn("segment listed in the manifest is missing", "path", p)
 				rep.Corrupt = append(rep.Corrupt, SegmentError{Path: p, Err: fmt.Errorf("segment %s: %w", p, fs.ErrNotExist)})
 			}
+			for _, u := range unreadable {
+				r.log.Warn("skipping unreadable segment", "path", u.Path, "err", u.Err)
+			}
+			rep.Corrupt = append(rep.Corrupt, unreadable...)
 			rep.Segments, rep.Pruned = len(entries), pruned
 			return sn, nil
 		}
@@ -186,7 +214,7 @@ func mapFile(sf snapFile, full bool) (*segment, error) {
 }
 
 func (r *Reader) skip(rep *Report, mu *sync.Mutex, path string, err error) {
-	r.log.Warn("skipping corrupt segment", "path", path, "err", err)
+	r.log.Warn("skipping damaged segment", "path", path, "err", err)
 	mu.Lock()
 	rep.Corrupt = append(rep.Corrupt, SegmentError{Path: path, Err: err})
 	mu.Unlock()
@@ -233,7 +261,7 @@ func (r *Reader) parallel(ctx context.Context, sn *snapshot, rep *Report, fn fun
 					s.release()
 				}
 				switch {
-				case errors.Is(err, ErrCorrupt):
+				case damaged(err):
 					r.skip(rep, &mu, sf.path, err)
 				case err != nil:
 					fail(err)
@@ -310,7 +338,7 @@ func (r *Reader) Scan(ctx context.Context, q Query, fn func(*flow.Record) error)
 	var rec flow.Record
 	for m := range ch {
 		if m.err != nil {
-			if !errors.Is(m.err, ErrCorrupt) {
+			if !damaged(m.err) {
 				return m.err
 			}
 			r.skip(rep, &mu, m.sf.path, m.err)
@@ -318,7 +346,7 @@ func (r *Reader) Scan(ctx context.Context, q Query, fn func(*flow.Record) error)
 		}
 		err := r.scanSegment(ctx, m.s, &cq, rep, &rec, fn)
 		m.s.release()
-		if errors.Is(err, ErrCorrupt) {
+		if damaged(err) {
 			r.skip(rep, &mu, m.sf.path, err)
 			continue
 		}
@@ -370,8 +398,13 @@ func (r *Reader) scanSegment(ctx context.Context, s *segment, cq *compiled, rep 
 // Stats reads the manifest and describes the live data. The writer
 // counters are zero.
 func (r *Reader) Stats() (Stats, error) {
+	d, err := openDir(r.dir)
+	if err != nil {
+		return Stats{}, fmt.Errorf("store: stats: %w", err)
+	}
+	defer d.close()
 	var rep Report
-	entries, _, err := r.liveSet(&rep)
+	entries, _, err := r.liveSet(d, &rep)
 	if err != nil {
 		return Stats{}, fmt.Errorf("store: stats: %w", err)
 	}

@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"syscall"
@@ -16,6 +17,38 @@ var ErrCorrupt = errors.New("corrupt segment")
 
 func corruptf(path, format string, args ...any) error {
 	return fmt.Errorf("%w %s: %s", ErrCorrupt, path, fmt.Sprintf(format, args...))
+}
+
+// ErrUnreadable marks a segment that cannot be read at all: permission
+// denied, a directory or a symbolic link in its place.
+var ErrUnreadable = errors.New("unreadable segment")
+
+func unreadable(path string, err error) error {
+	return fmt.Errorf("%w %s: %w", ErrUnreadable, path, err)
+}
+
+// damaged reports whether err is about one segment's file, which a query
+// skips and reports and the writer quarantines, rather than about the
+// process (out of memory, out of file descriptors), which fails the query.
+func damaged(err error) bool {
+	return errors.Is(err, ErrCorrupt) || errors.Is(err, ErrUnreadable)
+}
+
+// openSegment opens segment id of d for reading. A missing file is
+// returned as fs.ErrNotExist; one that is there but cannot be opened as a
+// segment is ErrUnreadable.
+func openSegment(d *storeDir, id uint64) (*os.File, error) {
+	f, err := d.open(segName(id))
+	switch {
+	case err == nil:
+		return f, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, err
+	case errors.Is(err, fs.ErrPermission), errors.Is(err, errSymlink), errors.Is(err, syscall.ENXIO),
+		errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.ENOTDIR):
+		return nil, unreadable(d.join(segName(id)), err)
+	}
+	return nil, err
 }
 
 // Block ids within a segment: the columns, then the dictionaries.
@@ -62,6 +95,9 @@ func mapSegment(f *os.File, path string, full bool) (*segment, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stat segment %s: %w", path, err)
 	}
+	if !fi.Mode().IsRegular() {
+		return nil, unreadable(path, fmt.Errorf("not a regular file (%s)", fi.Mode().Type()))
+	}
 	size := fi.Size()
 	if size < headerFixed+trailerSize {
 		return nil, corruptf(path, "file is %d bytes, shorter than a header", size)
@@ -71,6 +107,9 @@ func mapSegment(f *os.File, path string, full bool) (*segment, error) {
 	}
 	data, err := syscall.Mmap(int(f.Fd()), 0, int(size), syscall.PROT_READ, syscall.MAP_SHARED)
 	if err != nil {
+		if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.ENODEV) {
+			return nil, unreadable(path, fmt.Errorf("mmap: %w", err))
+		}
 		return nil, fmt.Errorf("mmap segment %s: %w", path, err)
 	}
 	s, err := parseSegment(data, path)

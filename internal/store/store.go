@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -26,6 +27,12 @@ type Options struct {
 	// older than now-Retention. Zero keeps everything. Deletion is per
 	// segment, so data can outlive Retention by up to CompactMaxSpan.
 	Retention time.Duration
+	// MaxSize bounds the bytes of the live segments: past it the oldest
+	// segments (by newest record) are deleted until the rest fit, except
+	// the newest segment, which is always kept. Zero is no limit. It also
+	// caps merged segments at MaxSize/8, so that deleting one frees a
+	// small part of the store rather than most of it.
+	MaxSize int64
 	// Now is the clock retention is measured against (tests inject one).
 	Now func() time.Time
 	// Logger receives the store's logs, tagged component=store.
@@ -82,7 +89,7 @@ var ErrClosed = errors.New("store is closed")
 // Store is the single writer of a store directory. Its methods are safe for
 // concurrent use.
 type Store struct {
-	dir  string
+	dir  *storeDir
 	opts Options
 	log  *slog.Logger
 	lock *os.File
@@ -98,7 +105,7 @@ type Store struct {
 	mu     sync.Mutex
 	m      *manifest
 	closed bool
-	bad    map[uint64]bool // segments compaction found corrupt: never merged
+	bad    map[uint64]bool // damaged segments a failed publish kept listed: never merged
 	count  Stats           // writer counters
 
 	ctx    context.Context
@@ -107,26 +114,57 @@ type Store struct {
 	done   chan struct{}
 }
 
-// Open opens dir for writing, creating it if needed. Only one writer may
+// Open opens dir for writing, creating it (mode 0700) if needed. It refuses
+// a directory that is not a store (an empty one becomes a store at once),
+// and one that another user owns or can write into (see dir.go); it makes
+// an older version's world-readable store private. Only one writer may
 // hold a directory (an flock on its LOCK file); a second gets ErrLocked.
 // Open recovers from a crash: it removes temp files, deletes segments the
 // manifest does not list (an unpublished write or merge, or the inputs of a
-// published merge), and rebuilds a missing or corrupt manifest from the
-// segment headers.
+// published merge), rebuilds a missing or corrupt manifest from the
+// segment headers, and quarantines listed segments that are damaged.
 func Open(dir string, opts Options) (*Store, error) {
 	opts.setDefaults()
 	log := opts.Logger.With("component", "store", "dir", dir)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, dirMode); err != nil {
 		return nil, fmt.Errorf("store: create directory: %w", err)
 	}
-	lock, err := acquireLock(dir)
+	d, err := openDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	s, err := open(d, opts, log)
+	if err != nil {
+		d.close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func open(d *storeDir, opts Options, log *slog.Logger) (*Store, error) {
+	if err := d.checkWritable(); err != nil {
+		return nil, fmt.Errorf("store: refusing %w", err)
+	}
+	kind, why, err := d.classify()
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	if kind == kindOther {
+		return nil, fmt.Errorf("store: %s is %w: %s; refusing to write or delete anything there "+
+			"(store.path must be a Loupe store, or an empty or new directory)", d.path, ErrNotStore, why)
+	}
+	if err := d.tightenDir(log.Warn); err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	lock, err := acquireLock(d)
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{dir: dir, opts: opts, log: log, lock: lock, bad: make(map[uint64]bool)}
+	s := &Store{dir: d, opts: opts, log: log, lock: lock, bad: make(map[uint64]bool)}
+	s.count.Retention = make(map[string]Deleted)
 	if err := s.recover(); err != nil {
 		releaseLock(lock)
-		return nil, fmt.Errorf("store: open %s: %w", dir, err)
+		return nil, fmt.Errorf("store: open %s: %w", d.path, err)
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.kick = make(chan struct{}, 1)
@@ -136,22 +174,47 @@ func Open(dir string, opts Options) (*Store, error) {
 	} else {
 		go s.loop()
 	}
-	log.Info("store opened", "segments", len(s.m.entries), "retention", opts.Retention)
+	if kind == kindEmpty {
+		log.Info("new store created")
+	}
+	log.Info("store opened", "segments", len(s.m.entries), "retention", opts.Retention, "max_size", opts.MaxSize)
 	return s, nil
 }
 
-func acquireLock(dir string) (*os.File, error) {
-	path := filepath.Join(dir, lockName)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+// acquireLock opens (creating) and flocks LOCK. It is the one file opened
+// for writing that may already exist, so it must be a regular file of
+// ours with no other link: a hard link planted there would otherwise have
+// the agent truncate its target.
+func acquireLock(d *storeDir) (*os.File, error) {
+	path := d.join(lockName)
+	f, err := d.openFile(lockName, syscall.O_RDWR|syscall.O_CREAT, fileMode)
 	if err != nil {
 		return nil, fmt.Errorf("store: open lock file: %w", err)
 	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("store: lock %s: %w", path, err)
+	}
+	switch {
+	case st.Mode&syscall.S_IFMT != syscall.S_IFREG:
+		err = fmt.Errorf("not a regular file")
+	case st.Nlink != 1:
+		err = fmt.Errorf("it has %d links: another name points at the same file", st.Nlink)
+	case st.Uid != uint32(os.Geteuid()):
+		err = fmt.Errorf("it is owned by uid %d, not by the agent's uid %d", st.Uid, os.Geteuid())
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("store: refusing lock file %s: %w", path, err)
+	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		holder, _ := os.ReadFile(path)
+		holder := make([]byte, 32)
+		n, _ := f.ReadAt(holder, 0)
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
 			return nil, fmt.Errorf("store: %s is already open for writing (lock %s held by pid %s): %w",
-				dir, path, strings.TrimSpace(string(holder)), ErrLocked)
+				d.path, path, strings.TrimSpace(string(holder[:n])), ErrLocked)
 		}
 		return nil, fmt.Errorf("store: lock %s: %w", path, err)
 	}
@@ -168,22 +231,28 @@ func releaseLock(f *os.File) {
 }
 
 func (s *Store) recover() error {
-	des, err := os.ReadDir(s.dir)
+	names, err := s.dir.names()
 	if err != nil {
-		return fmt.Errorf("list directory: %w", err)
+		return err
 	}
-	for _, de := range des {
-		if strings.HasPrefix(de.Name(), tmpPrefix) {
-			s.log.Info("removing temp file left by an interrupted write", "file", de.Name())
-			if err := os.Remove(filepath.Join(s.dir, de.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return fmt.Errorf("remove temp file: %w", err)
-			}
+	if err := s.dir.tightenFiles(names, s.log.Warn); err != nil {
+		return err
+	}
+	for _, n := range names {
+		if !isTempName(n) {
+			continue
+		}
+		s.log.Info("removing temp file left by an interrupted write", "file", n)
+		if err := s.dir.remove(n); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			// Harmless: readers ignore temp names and new ones are random.
+			s.log.Warn("could not remove temp file", "file", n, "err", err)
 		}
 	}
 	ids, err := listSegments(s.dir)
 	if err != nil {
 		return err
 	}
+	quarantined := make(map[uint64]bool)
 	m, err := readManifest(s.dir)
 	switch {
 	case err == nil:
@@ -196,10 +265,9 @@ func (s *Store) recover() error {
 			return err
 		}
 		for _, c := range st.corrupt {
-			// Keep the evidence, out of the way of readers and of ids.
-			if err := os.Rename(c.Path, c.Path+".corrupt"); err != nil {
-				return fmt.Errorf("set aside corrupt segment: %w", err)
-			}
+			id, _ := parseSegName(filepath.Base(c.Path))
+			s.setAside(id, 0, c.Err)
+			quarantined[id] = true
 		}
 		m = &manifest{nextID: st.maxID + 1, entries: st.live}
 	}
@@ -208,20 +276,30 @@ func (s *Store) recover() error {
 		present[id] = true
 		m.nextID = max(m.nextID, id+1)
 	}
-	m.entries = slices.DeleteFunc(m.entries, func(e entry) bool {
+	var keep []entry
+	for _, e := range m.entries {
 		if !present[e.id] {
-			s.log.Error("segment listed in the manifest is missing; dropping it", "segment", segName(e.id))
-			return true
+			s.log.Error("segment listed in the manifest is missing; dropping it", "segment", segName(e.id), "records", e.records)
+			continue
 		}
-		return false
-	})
+		if err := s.checkListed(e); err != nil {
+			if !damaged(err) {
+				return err
+			}
+			s.setAside(e.id, e.records, err)
+			quarantined[e.id] = true
+			continue
+		}
+		keep = append(keep, e)
+	}
+	m.entries = keep
 	for _, id := range ids {
-		if !m.has(id) {
+		if !m.has(id) && !quarantined[id] {
 			// Written or merged but never published, or replaced by a
 			// published merge: either way its records are counted
 			// elsewhere or were the write in flight.
 			s.log.Info("removing unpublished or replaced segment", "segment", segName(id))
-			if err := os.Remove(filepath.Join(s.dir, segName(id))); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			if err := s.dir.remove(segName(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return fmt.Errorf("remove orphan segment: %w", err)
 			}
 		}
@@ -232,6 +310,44 @@ func (s *Store) recover() error {
 	}
 	s.m = m
 	return nil
+}
+
+// checkListed checks that a listed segment's file is a segment whose header
+// agrees with its manifest entry: a few pages per segment, so that a file
+// emptied or replaced behind the writer's back is found when it opens
+// rather than reported by every query for ever.
+func (s *Store) checkListed(e entry) error {
+	f, err := openSegment(s.dir, e.id)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	path := s.dir.join(segName(e.id))
+	sg, err := mapSegment(f, path, false)
+	if err != nil {
+		return err
+	}
+	defer sg.release()
+	if sg.id != e.id || uint64(sg.n) != e.records || int64(len(sg.data)) != e.size {
+		return corruptf(path, "header (id %d, %d records, %d bytes) does not match the manifest (id %d, %d records, %d bytes)",
+			sg.id, sg.n, len(sg.data), e.id, e.records, e.size)
+	}
+	return nil
+}
+
+// setAside renames a damaged segment's file out of the readers' way
+// (seg-<id>.lseg.corrupt), keeping it as evidence, and counts it. The
+// caller drops it from the manifest.
+func (s *Store) setAside(id, records uint64, cause error) {
+	name := segName(id)
+	err := s.dir.rename(name, name+quarantineSuffix)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		s.log.Error("could not set damaged segment aside", "segment", name, "err", err)
+	}
+	s.count.QuarantinedSegments++
+	s.count.QuarantinedRecords += records
+	s.log.Error("segment is damaged: set aside, its records are no longer counted",
+		"segment", name, "moved_to", name+quarantineSuffix, "records", records, "err", cause)
 }
 
 // Batch gathers the records of one segment in their columnar form (about
@@ -290,23 +406,28 @@ func (s *Store) write(ctx context.Context, b *batch) error {
 	if published {
 		s.count.Writes++
 		s.count.WrittenRecords += uint64(b.n)
-		s.count.ExpiredSegments += uint64(len(expired))
+		s.countExpired(expired)
 	}
 	s.mu.Unlock()
 	if !published {
-		os.Remove(filepath.Join(s.dir, segName(id)))
+		s.dir.remove(segName(id))
 		return fmt.Errorf("store: write batch of %d records: %w", b.n, err)
 	}
-	s.removeSegments(expired, "expired")
+	s.removeExpired(expired)
 	select {
 	case s.kick <- struct{}{}:
 	default:
 	}
 	if err != nil {
-		return fmt.Errorf("store: batch of %d records written but not confirmed durable: %w", b.n, err)
+		return fmt.Errorf("store: batch of %d records written but %w: %w", b.n, ErrNotDurable, err)
 	}
 	return nil
 }
+
+// ErrNotDurable is wrapped by the error of a Write whose records were
+// stored (readers see them) but whose final directory fsync failed, so
+// that a crash might still lose them.
+var ErrNotDurable = errors.New("not confirmed durable")
 
 func (s *Store) allocID() (uint64, error) {
 	s.mu.Lock()
@@ -341,22 +462,68 @@ func (s *Store) publish(next *manifest) error {
 	return err
 }
 
-// expire removes from m the segments retention no longer keeps and returns
-// them; s.mu must be held.
-func (s *Store) expire(m *manifest) []entry {
-	if s.opts.Retention <= 0 {
-		return nil
+// Retention reasons, the values of Stats.Retention's keys.
+const (
+	RetentionAge  = "age"
+	RetentionSize = "size"
+)
+
+// expiredEntry is a segment retention deleted, and why.
+type expiredEntry struct {
+	entry
+	reason string
+}
+
+// expire removes from m the segments retention no longer keeps, by age and
+// then by size, and returns them; s.mu must be held.
+func (s *Store) expire(m *manifest) []expiredEntry {
+	var gone []expiredEntry
+	if s.opts.Retention > 0 {
+		cutoff := timeNS(s.opts.Now().Add(-s.opts.Retention))
+		m.entries = slices.DeleteFunc(m.entries, func(e entry) bool {
+			if e.maxLast < cutoff {
+				gone = append(gone, expiredEntry{e, RetentionAge})
+				return true
+			}
+			return false
+		})
 	}
-	cutoff := timeNS(s.opts.Now().Add(-s.opts.Retention))
-	var gone []entry
-	m.entries = slices.DeleteFunc(m.entries, func(e entry) bool {
-		if e.maxLast < cutoff {
-			gone = append(gone, e)
-			return true
+	if s.opts.MaxSize <= 0 {
+		return gone
+	}
+	var total int64
+	for _, e := range m.entries {
+		total += e.size
+	}
+	if total <= s.opts.MaxSize {
+		return gone
+	}
+	// Oldest first: by newest record, the order age retention follows.
+	byAge := slices.Clone(m.entries)
+	slices.SortFunc(byAge, func(a, b entry) int { return cmp.Or(cmp.Compare(a.maxLast, b.maxLast), cmp.Compare(a.id, b.id)) })
+	drop := make(map[uint64]bool)
+	for _, e := range byAge[:len(byAge)-1] {
+		if total <= s.opts.MaxSize {
+			break
 		}
-		return false
-	})
+		drop[e.id] = true
+		total -= e.size
+		gone = append(gone, expiredEntry{e, RetentionSize})
+	}
+	m.entries = slices.DeleteFunc(m.entries, func(e entry) bool { return drop[e.id] })
 	return gone
+}
+
+// countExpired adds what retention deleted to the counters; s.mu must be
+// held.
+func (s *Store) countExpired(gone []expiredEntry) {
+	for _, e := range gone {
+		d := s.count.Retention[e.reason]
+		d.Segments++
+		d.Records += e.records
+		d.Bytes += uint64(e.size)
+		s.count.Retention[e.reason] = d
+	}
 }
 
 func (s *Store) applyRetention() error {
@@ -374,11 +541,11 @@ func (s *Store) applyRetention() error {
 	err := s.publish(next)
 	published := s.m == next
 	if published {
-		s.count.ExpiredSegments += uint64(len(expired))
+		s.countExpired(expired)
 	}
 	s.mu.Unlock()
 	if published {
-		s.removeSegments(expired, "expired")
+		s.removeExpired(expired)
 	}
 	if err != nil {
 		return fmt.Errorf("store: apply retention: %w", err)
@@ -386,11 +553,28 @@ func (s *Store) applyRetention() error {
 	return nil
 }
 
+func (s *Store) removeExpired(gone []expiredEntry) {
+	if len(gone) == 0 {
+		return
+	}
+	es := make([]entry, len(gone))
+	var recs uint64
+	var bytes int64
+	for i, e := range gone {
+		es[i] = e.entry
+		recs += e.records
+		bytes += e.size
+	}
+	s.removeSegments(es, "retention")
+	s.log.Info("retention deleted segments", "segments", len(gone), "records", recs, "bytes", bytes,
+		"reason", gone[0].reason, "retention", s.opts.Retention, "max_size", s.opts.MaxSize)
+}
+
 // removeSegments unlinks segments already dropped from the manifest. A
 // failure only leaves an orphan that the next Open removes.
 func (s *Store) removeSegments(es []entry, why string) {
 	for _, e := range es {
-		err := os.Remove(filepath.Join(s.dir, segName(e.id)))
+		err := s.dir.remove(segName(e.id))
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			s.log.Warn("could not remove segment", "segment", segName(e.id), "reason", why, "err", err)
 			continue
@@ -455,6 +639,7 @@ func (s *Store) Close() error {
 	s.maintMu.Lock() // wait for a Maintain called directly
 	defer s.maintMu.Unlock()
 	releaseLock(s.lock)
+	s.dir.close()
 	s.log.Info("store closed")
 	return nil
 }
@@ -473,8 +658,21 @@ type Stats struct {
 	WrittenRecords  uint64
 	Compactions     uint64
 	MergedSegments  uint64 // inputs of compactions
-	ExpiredSegments uint64
-	CorruptSegments uint64 // found by compaction (readers report their own)
+	ExpiredSegments uint64 // deleted by retention, for any reason
+	// Retention is what retention deleted, by reason (RetentionAge,
+	// RetentionSize); both keys are always present in a writer's Stats.
+	Retention map[string]Deleted
+	// QuarantinedSegments are damaged segments set aside (renamed to
+	// *.corrupt) at Open or by compaction; QuarantinedRecords the records
+	// their manifest entries listed (unknown, so not counted, for segments
+	// found damaged while rebuilding a lost manifest).
+	QuarantinedSegments uint64
+	QuarantinedRecords  uint64
+}
+
+// Deleted counts segments deleted, with their records and file bytes.
+type Deleted struct {
+	Segments, Records, Bytes uint64
 }
 
 func statsOf(m *manifest) Stats {
@@ -498,9 +696,15 @@ func (s *Store) Stats() Stats {
 	st := statsOf(s.m)
 	c := s.count
 	st.Writes, st.WrittenRecords, st.Compactions = c.Writes, c.WrittenRecords, c.Compactions
-	st.MergedSegments, st.ExpiredSegments, st.CorruptSegments = c.MergedSegments, c.ExpiredSegments, c.CorruptSegments
+	st.MergedSegments = c.MergedSegments
+	st.QuarantinedSegments, st.QuarantinedRecords = c.QuarantinedSegments, c.QuarantinedRecords
+	st.Retention = map[string]Deleted{RetentionAge: {}, RetentionSize: {}}
+	for reason, d := range c.Retention {
+		st.Retention[reason] = d
+		st.ExpiredSegments += d.Segments
+	}
 	return st
 }
 
 // Dir returns the store directory.
-func (s *Store) Dir() string { return s.dir }
+func (s *Store) Dir() string { return s.dir.path }

@@ -191,15 +191,21 @@ func TestEmptyAndMissing(t *testing.T) {
 		t.Error("OpenReader of a missing directory: no error")
 	}
 	dir := t.TempDir()
-	r := openReader(t, dir) // empty directory: an empty store
+	// An empty directory is not a store for a reader: a mistyped --store
+	// must not look like a quiet host.
+	if _, err := store.OpenReader(dir); !errors.Is(err, store.ErrNotStore) || !strings.Contains(err.Error(), "empty") {
+		t.Errorf("OpenReader of an empty directory: %v", err)
+	}
+	// The writer makes it a store at once, before its first write.
+	s := openStore(t, dir, store.Options{NoBackground: true})
+	defer s.Close()
+	r := openReader(t, dir)
 	if got := scanAll(t, r, store.NewQuery()); len(got) != 0 {
 		t.Errorf("empty store scanned %d records", len(got))
 	}
 	if got := top(t, r, store.NewQuery(), store.BySrc, 10); len(got) != 0 {
 		t.Errorf("empty store top %v", got)
 	}
-	s := openStore(t, dir, store.Options{NoBackground: true})
-	defer s.Close()
 	if err := s.Write(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
