@@ -65,6 +65,7 @@ type Config struct {
 type Store struct {
 	Path      string        `yaml:"path" env:"LOUPE_STORE_PATH" flag:"store" help:"flow store directory, or none to disable the store"`
 	Retention time.Duration `yaml:"retention" env:"LOUPE_STORE_RETENTION" flag:"store-retention" help:"how long the store keeps flows, at least 1m"`
+	MaxSize   uint64        `yaml:"max_size" env:"LOUPE_STORE_MAX_SIZE" flag:"store-max-size" arg:"size" help:"the store's largest size in bytes or with a KiB/MiB/GiB suffix; past it the oldest segments are deleted; 0 (no limit) or at least 1MiB"`
 }
 
 // Delivery tunes the queue in front of every network exporter (IPFIX,
@@ -139,6 +140,7 @@ func Default() Config {
 		Store: Store{
 			Path:      "/var/lib/loupe/flows",
 			Retention: 24 * time.Hour,
+			MaxSize:   0, // no limit
 		},
 		Listen: "127.0.0.1:9464",
 		Delivery: Delivery{

@@ -147,6 +147,7 @@ func keyCases() []keyCase {
 		{"attach_position", "tail", func(c *Config) { c.AttachPosition = "tail" }},
 		{"store.path", "/srv/flows", func(c *Config) { c.Store.Path = "/srv/flows" }},
 		{"store.retention", "2h30m", func(c *Config) { c.Store.Retention = 150 * time.Minute }},
+		{"store.max_size", "512MiB", func(c *Config) { c.Store.MaxSize = 512 << 20 }},
 		{"listen", "[::1]:9000", func(c *Config) { c.Listen = "[::1]:9000" }},
 		{"export", "json:/var/log/flows.json,json:-", func(c *Config) { c.Export = []string{"json:/var/log/flows.json", "json:-"} }},
 		{"delivery.queue_size", "1000", func(c *Config) { c.Delivery.QueueSize = 1000 }},

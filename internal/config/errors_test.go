@@ -121,6 +121,7 @@ func invalidCases() []struct{ key, text, want string } {
 		{"attach_position", "middle", `must be one of head, tail, got "middle"`},
 		{"store.path", "", `must not be empty (use "none" to disable the store)`},
 		{"store.retention", "59s", "must be at least 1m, got 59s"},
+		{"store.max_size", "1023KiB", "must be 0 (no limit) or between 1MiB and 4294967296GiB, got 1023KiB"},
 		{"listen", "localhost", `invalid address "localhost": want host:port, or "none" to disable the listener`},
 		{"listen", "127.0.0.1:70000", `invalid port "70000" in "127.0.0.1:70000": want a number 0-65535`},
 		{"listen", ":http", `invalid port "http"`},

@@ -68,6 +68,10 @@ func checkValue(key string, v any) error {
 		}
 	case "store.retention":
 		return checkDuration(v.(time.Duration), time.Minute, 0)
+	case "store.max_size":
+		if n := v.(uint64); n != 0 && (n < 1<<20 || n > 1<<62) {
+			return fmt.Errorf("must be 0 (no limit) or between 1MiB and %s, got %s", formatSize(1<<62), formatSize(n))
+		}
 	case "listen":
 		return checkListen(v.(string))
 	case "export":
