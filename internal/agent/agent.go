@@ -60,7 +60,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (err error) {
 			"cpus", dp.CPUs(), "table_memory_bytes", tbl, "total_memory_bytes", total)
 	}
 
-	sinks, queues, prom, err := openSinks(cfg, log)
+	sinks, queues, prom, storeSink, err := openSinks(cfg, log)
 	if err != nil {
 		return err
 	}
@@ -107,7 +107,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (err error) {
 	if cfg.Listen != config.None {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		reg.MustRegister(newHealthCollector(dp, mgr, ev, fan, cfg, log), newExportCollector(queues), prom)
+		reg.MustRegister(newHealthCollector(dp, mgr, ev, fan, storeSink, cfg, log), newExportCollector(queues), prom)
 		if srv, err = serveHTTP(cfg.Listen, reg, log); err != nil {
 			return err
 		}
@@ -171,22 +171,26 @@ func tableKind(s string) (datapath.TableKind, error) {
 
 // openSinks opens the store, every --export target and the Prometheus
 // flow metrics, in that order. Network exporters come with their delivery
-// queues, returned for the metrics.
-func openSinks(cfg config.Config, log *slog.Logger) ([]export.Sink, []*delivery.Queue, *promflow.Sink, error) {
+// queues, and the store sink (nil without a store) is returned too, for
+// the metrics.
+func openSinks(cfg config.Config, log *slog.Logger) ([]export.Sink, []*delivery.Queue, *promflow.Sink, *storesink.Sink, error) {
 	var sinks []export.Sink
 	var queues []*delivery.Queue
-	fail := func(err error) ([]export.Sink, []*delivery.Queue, *promflow.Sink, error) {
+	var st *storesink.Sink
+	fail := func(err error) ([]export.Sink, []*delivery.Queue, *promflow.Sink, *storesink.Sink, error) {
 		for _, s := range sinks {
 			s.Close()
 		}
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	if cfg.Store.Path != config.None {
-		s, err := storesink.Open(cfg.Store.Path, cfg.Store.Retention, log)
+		s, err := storesink.Open(storesink.Options{Dir: cfg.Store.Path, Retention: cfg.Store.Retention,
+			MaxSize: int64(cfg.Store.MaxSize), Logger: log})
 		if err != nil {
 			return fail(err)
 		}
 		sinks = append(sinks, s)
+		st = s
 	}
 	for _, target := range cfg.Export {
 		s, q, err := targets.Open(target, cfg, log)
@@ -214,7 +218,7 @@ func openSinks(cfg config.Config, log *slog.Logger) ([]export.Sink, []*delivery.
 		return fail(fmt.Errorf("prometheus.%w", err))
 	}
 	sinks = append(sinks, prom)
-	return sinks, queues, prom, nil
+	return sinks, queues, prom, st, nil
 }
 
 func sinkNames(f *export.Fanout) string {

@@ -9,7 +9,9 @@ import (
 	"loupe/internal/config"
 	"loupe/internal/datapath"
 	"loupe/internal/export"
+	"loupe/internal/export/storesink"
 	"loupe/internal/flow"
+	"loupe/internal/store"
 )
 
 // healthCollector reads every component's counters at scrape time, so that
@@ -20,6 +22,7 @@ type healthCollector struct {
 	mgr *attach.Manager
 	ev  *flow.Evictor
 	fan *export.Fanout
+	st  *storesink.Sink // nil without a store
 	cfg config.Config
 	log *slog.Logger
 
@@ -27,15 +30,20 @@ type healthCollector struct {
 	capacity, entries, fill, memory                *prometheus.Desc
 	evictions, evictedFlows, stale, evictSeconds   *prometheus.Desc
 	ringEvents, dpEvents, droppedPkts, droppedB    *prometheus.Desc
-	sinkRecords, sinkErrors, scrapeErr             *prometheus.Desc
+	sinkRecords, sinkPackets, sinkErrors           *prometheus.Desc
+	sinkDropRecords, sinkDropPackets               *prometheus.Desc
+	sinkPendRecords, sinkPendPackets, scrapeErr    *prometheus.Desc
+	storeSegments, storeRecords, storeBytes        *prometheus.Desc
+	retSegments, retRecords, retBytes              *prometheus.Desc
+	quarSegments, quarRecords                      *prometheus.Desc
 }
 
-func newHealthCollector(dp *datapath.Datapath, mgr *attach.Manager, ev *flow.Evictor, fan *export.Fanout, cfg config.Config, log *slog.Logger) *healthCollector {
+func newHealthCollector(dp *datapath.Datapath, mgr *attach.Manager, ev *flow.Evictor, fan *export.Fanout, st *storesink.Sink, cfg config.Config, log *slog.Logger) *healthCollector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc("loupe_"+name, help, labels, nil)
 	}
 	return &healthCollector{
-		dp: dp, mgr: mgr, ev: ev, fan: fan, cfg: cfg, log: log,
+		dp: dp, mgr: mgr, ev: ev, fan: fan, st: st, cfg: cfg, log: log,
 		attached:     d("interfaces_attached", "Interfaces the flow programs are attached to."),
 		attachOps:    d("attach_operations_total", "Successful attach and detach operations.", "op"),
 		attachErrs:   d("attach_errors_total", "Failed attach or detach operations."),
@@ -53,9 +61,24 @@ func newHealthCollector(dp *datapath.Datapath, mgr *attach.Manager, ev *flow.Evi
 		dpEvents:     d("datapath_events_total", "Datapath anomalies and failures, by counter (bpf/lib/counters.h).", "event"),
 		droppedPkts:  d("dropped_packets_total", "Packets the agent could not account in any flow (ring buffer full)."),
 		droppedB:     d("dropped_bytes_total", "Bytes of dropped_packets_total."),
-		sinkRecords:  d("sink_records_total", "Flow records handed to each sink (a network exporter may still drop some: loupe_export_dropped_records_total).", "sink"),
+		sinkRecords:  d("sink_records_total", "Flow records each sink stored (store, JSON file) or delivered (a network exporter's collector took them).", "sink"),
+		sinkPackets:  d("sink_packets_total", "Packets counted by the records of loupe_sink_records_total.", "sink"),
 		sinkErrors:   d("sink_errors_total", "Failed writes and flushes, by sink.", "sink"),
-		scrapeErr:    d("scrape_errors", "Errors reading component state during this scrape.", "component"),
+		// Every record handed to a sink is stored, pending or dropped:
+		// records the evictor wrote = sink_records_total + sink_pending_records + sink_dropped_records_total.
+		sinkDropRecords: d("sink_dropped_records_total", "Flow records a sink gave up, by reason: no_space, write_error (store, JSON file); queue_full, rejected, shutdown (network exporters).", "sink", "reason"),
+		sinkDropPackets: d("sink_dropped_packets_total", "Packets counted by the records of loupe_sink_dropped_records_total.", "sink", "reason"),
+		sinkPendRecords: d("sink_pending_records", "Flow records a sink holds for a later attempt (a store that cannot be written, an exporter's queue).", "sink"),
+		sinkPendPackets: d("sink_pending_packets", "Packets counted by the records of loupe_sink_pending_records.", "sink"),
+		storeSegments:   d("store_segments", "Live segments in the flow store."),
+		storeRecords:    d("store_records", "Flow records in the flow store's live segments."),
+		storeBytes:      d("store_disk_bytes", "Bytes of the flow store's live segments (store.max_size bounds it)."),
+		retSegments:     d("store_retention_deleted_segments_total", "Segments retention deleted, by reason: age (store.retention), size (store.max_size).", "reason"),
+		retRecords:      d("store_retention_deleted_records_total", "Flow records in the segments retention deleted, by reason.", "reason"),
+		retBytes:        d("store_retention_deleted_bytes_total", "Bytes of the segments retention deleted, by reason.", "reason"),
+		quarSegments:    d("store_quarantined_segments_total", "Damaged segments the store set aside (renamed *.corrupt) and no longer counts."),
+		quarRecords:     d("store_quarantined_records_total", "Flow records the quarantined segments held, as far as the manifest listed them."),
+		scrapeErr:       d("scrape_errors", "Errors reading component state during this scrape.", "component"),
 	}
 }
 
@@ -116,8 +139,29 @@ func (c *healthCollector) Collect(ch chan<- prometheus.Metric) {
 		c.log.Warn("reading datapath counters", "err", err)
 	}
 	for _, s := range c.fan.Stats() {
-		counter(c.sinkRecords, s.Records, s.Name)
+		counter(c.sinkRecords, s.Stored.Records, s.Name)
+		counter(c.sinkPackets, s.Stored.Packets, s.Name)
 		counter(c.sinkErrors, s.Errors, s.Name)
+		gauge(c.sinkPendRecords, float64(s.Pending.Records), s.Name)
+		gauge(c.sinkPendPackets, float64(s.Pending.Packets), s.Name)
+		for reason, n := range s.Dropped {
+			counter(c.sinkDropRecords, n.Records, s.Name, reason)
+			counter(c.sinkDropPackets, n.Packets, s.Name, reason)
+		}
+	}
+	if c.st != nil {
+		st := c.st.StoreStats()
+		gauge(c.storeSegments, float64(st.Segments))
+		gauge(c.storeRecords, float64(st.Records))
+		gauge(c.storeBytes, float64(st.DiskBytes))
+		for _, reason := range []string{store.RetentionAge, store.RetentionSize} {
+			d := st.Retention[reason]
+			counter(c.retSegments, d.Segments, reason)
+			counter(c.retRecords, d.Records, reason)
+			counter(c.retBytes, d.Bytes, reason)
+		}
+		counter(c.quarSegments, st.QuarantinedSegments)
+		counter(c.quarRecords, st.QuarantinedRecords)
 	}
 	for comp, n := range scrapeErrs {
 		gauge(c.scrapeErr, float64(n), comp)

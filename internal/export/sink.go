@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"loupe/internal/flow"
 )
@@ -30,11 +31,77 @@ type Sink interface {
 	Close() error
 }
 
+// Count is a number of flow records and the packets they counted.
+type Count struct {
+	Records, Packets uint64
+}
+
+// CountOf counts batch.
+func CountOf(batch []flow.Record) Count {
+	c := Count{Records: uint64(len(batch))}
+	for i := range batch {
+		c.Packets += batch[i].Packets
+	}
+	return c
+}
+
+// Add adds o to c.
+func (c *Count) Add(o Count) {
+	c.Records += o.Records
+	c.Packets += o.Packets
+}
+
+// Sub subtracts o from c.
+func (c *Count) Sub(o Count) {
+	c.Records -= o.Records
+	c.Packets -= o.Packets
+}
+
+// Drop reasons shared by sinks; a sink may add its own (the delivery
+// queues: queue_full, rejected, shutdown).
+const (
+	// ReasonNoSpace: the sink's file system is full (ENOSPC, EDQUOT).
+	ReasonNoSpace = "no_space"
+	// ReasonWriteError: any other failed write.
+	ReasonWriteError = "write_error"
+)
+
+// Accounting says what became of the records handed to a sink. At any
+// moment, what the sink was handed = Stored + Pending + every Dropped, in
+// records and in packets.
+type Accounting struct {
+	// Stored counts the records the sink stored or delivered.
+	Stored Count
+	// Pending counts the records it holds for a later attempt.
+	Pending Count
+	// Dropped counts the records it gave up, by reason. Every reason the
+	// sink can report is present, zero or not, so that the series exist
+	// before the first loss.
+	Dropped map[string]Count
+}
+
+// Accounter is implemented by a sink that can hold records back or lose
+// some after Write returned: it accounts for every record itself. For a
+// sink without it, the Fanout counts a batch as stored when Write succeeds
+// and as dropped (ReasonWriteError) when it fails.
+type Accounter interface {
+	Accounting() Accounting
+}
+
+// ReasonOf names the drop reason of a failed write.
+func ReasonOf(err error) string {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return ReasonNoSpace
+	}
+	return ReasonWriteError
+}
+
 // SinkStats are one sink's counters.
 type SinkStats struct {
 	Name    string
-	Records uint64 // records the sink accepted
-	Errors  uint64 // failed writes and flushes
+	Written Count // records handed to the sink
+	Accounting
+	Errors uint64 // failed writes and flushes
 }
 
 // Fanout writes every batch to every sink. A sink that fails does not stop
@@ -46,7 +113,10 @@ type Fanout struct {
 
 type counted struct {
 	Sink
-	records, errors atomic.Uint64
+	mu              sync.Mutex
+	written         Count
+	stored, dropped Count // only for a sink that is not an Accounter
+	errors          atomic.Uint64
 }
 
 // NewFanout wraps sinks.
@@ -60,14 +130,28 @@ func NewFanout(log *slog.Logger, sinks ...Sink) *Fanout {
 
 // Write implements flow.Output.
 func (f *Fanout) Write(ctx context.Context, batch []flow.Record) error {
+	n := CountOf(batch)
 	var errs []error
 	for _, s := range f.sinks {
-		if err := s.Write(ctx, batch); err != nil {
+		// Counted as written first: a scrape during Write sees the batch
+		// as in flight (written, not yet accounted), never the reverse.
+		s.mu.Lock()
+		s.written.Add(n)
+		s.mu.Unlock()
+		err := s.Write(ctx, batch)
+		s.mu.Lock()
+		if _, ok := s.Sink.(Accounter); !ok {
+			if err != nil {
+				s.dropped.Add(n)
+			} else {
+				s.stored.Add(n)
+			}
+		}
+		s.mu.Unlock()
+		if err != nil {
 			s.errors.Add(1)
 			errs = append(errs, fmt.Errorf("%s: %w", s.Name(), err))
-			continue
 		}
-		s.records.Add(uint64(len(batch)))
 	}
 	return errors.Join(errs...)
 }
@@ -106,7 +190,17 @@ func (f *Fanout) Close() error {
 func (f *Fanout) Stats() []SinkStats {
 	out := make([]SinkStats, len(f.sinks))
 	for i, s := range f.sinks {
-		out[i] = SinkStats{Name: s.Name(), Records: s.records.Load(), Errors: s.errors.Load()}
+		st := SinkStats{Name: s.Name(), Errors: s.errors.Load()}
+		s.mu.Lock()
+		st.Written = s.written
+		if a, ok := s.Sink.(Accounter); ok {
+			st.Accounting = a.Accounting()
+		} else {
+			st.Stored = s.stored
+			st.Dropped = map[string]Count{ReasonWriteError: s.dropped}
+		}
+		s.mu.Unlock()
+		out[i] = st
 	}
 	return out
 }

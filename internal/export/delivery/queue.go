@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"loupe/internal/export"
 	"loupe/internal/flow"
 )
 
@@ -116,6 +117,15 @@ type Queue struct {
 	sent, batches, sendErrors                     atomic.Uint64
 	droppedFull, droppedRejected, droppedShutdown atomic.Uint64
 	dropLog, errLog                               limiter
+
+	// pk counts the packets of the records in each state, for
+	// Accounting; guarded by mu.
+	pk struct{ queued, sent, full, rejected, shutdown uint64 }
+	// recent holds the packets of the last records delivered, oldest
+	// first, for a client that may give them up at Close (Abandoner);
+	// nil otherwise. Guarded by mu.
+	recent              []uint64
+	recentHead, recentN int
 }
 
 // New starts the queue's worker. name identifies the exporter in logs and
@@ -133,6 +143,9 @@ func New(name string, c Client, opts Options) *Queue {
 	}
 	q.dropLog.every = opts.LogInterval
 	q.errLog.every = opts.LogInterval
+	if _, ok := c.(Abandoner); ok {
+		q.recent = make([]uint64, opts.QueueSize)
+	}
 	q.stop, q.stopNow = context.WithCancel(context.Background())
 	go q.run()
 	return q
@@ -146,7 +159,9 @@ func (q *Queue) Name() string { return q.name }
 func (q *Queue) Write(_ context.Context, batch []flow.Record) error {
 	q.mu.Lock()
 	if q.closing {
+		q.pk.shutdown += packetsOf(batch)
 		q.mu.Unlock()
+		q.droppedShutdown.Add(uint64(len(batch)))
 		return errors.New("exporter closed")
 	}
 	free := q.opts.QueueSize - q.n - q.inflight
@@ -156,6 +171,8 @@ func (q *Queue) Write(_ context.Context, batch []flow.Record) error {
 		q.ring[(q.head+q.n+i)%len(q.ring)] = batch[i]
 	}
 	q.n += take
+	q.pk.queued += packetsOf(batch[:take])
+	q.pk.full += packetsOf(batch[take:])
 	full := q.n >= q.opts.BatchSize
 	q.mu.Unlock()
 
@@ -236,6 +253,7 @@ func (q *Queue) Close() error {
 			if n := min(a.Abandoned(), q.sent.Load()); n > 0 {
 				q.sent.Add(^(n - 1)) // subtract n
 				q.droppedShutdown.Add(n)
+				q.abandon(n)
 				q.closeErr = errors.Join(q.closeErr, fmt.Errorf("%d records sent but never acknowledged by the collector", n))
 			}
 		}
@@ -326,6 +344,7 @@ func (q *Queue) deliver(batch []flow.Record) {
 	pending := batch
 	backoff := q.opts.RetryMin
 	for len(pending) > 0 {
+		pendingPk := packetsOf(pending)
 		ctx, cancel := context.WithTimeout(q.stop, q.opts.SendTimeout)
 		failed, err := q.client.Send(ctx, pending)
 		cancel()
@@ -335,14 +354,27 @@ func (q *Queue) deliver(batch []flow.Record) {
 		// Records that left the batch were delivered or rejected; only
 		// the delivered ones count as sent.
 		settled := uint64(len(pending) - len(failed))
+		settledPk := pendingPk - packetsOf(failed)
+		var rejectedPk uint64
 		if r, ok := q.client.(Rejecter); ok {
 			if n := min(r.Rejected(), settled); n > 0 {
+				// A client names how many records were refused, not
+				// which: their packets are known only when all were.
+				if n == settled {
+					rejectedPk = settledPk
+				}
 				settled -= n
 				q.droppedRejected.Add(n)
 				q.log.Warn("collector rejected records", "rejected", n, "err", err)
 			}
 		}
 		q.sent.Add(settled)
+		q.mu.Lock()
+		q.pk.sent += settledPk - rejectedPk
+		q.pk.rejected += rejectedPk
+		q.pk.queued -= settledPk
+		q.remember(delivered(pending, failed))
+		q.mu.Unlock()
 		q.settle(len(pending) - len(failed))
 		if len(failed) == 0 {
 			q.batches.Add(1)
@@ -359,6 +391,11 @@ func (q *Queue) deliver(batch []flow.Record) {
 		}
 		if !q.sleep(backoff) {
 			q.droppedShutdown.Add(uint64(len(pending)))
+			q.mu.Lock()
+			pk := packetsOf(pending)
+			q.pk.shutdown += pk
+			q.pk.queued -= pk
+			q.mu.Unlock()
 			q.settle(len(pending))
 			q.dropQueued()
 			return
@@ -379,10 +416,93 @@ func (q *Queue) settle(n int) {
 func (q *Queue) dropQueued() {
 	q.mu.Lock()
 	n := q.n
+	var pk uint64
+	for i := range n {
+		pk += q.ring[(q.head+i)%len(q.ring)].Packets
+	}
+	q.pk.shutdown += pk
+	q.pk.queued -= pk
 	q.n, q.head = 0, 0
 	clear(q.ring)
 	q.mu.Unlock()
 	q.droppedShutdown.Add(uint64(n))
+}
+
+func packetsOf(recs []flow.Record) uint64 {
+	var n uint64
+	for i := range recs {
+		n += recs[i].Packets
+	}
+	return n
+}
+
+// delivered returns the records of pending that Send delivered, in order:
+// all but failed, which is a tail or a head of pending (see Client.Send).
+func delivered(pending, failed []flow.Record) []flow.Record {
+	switch {
+	case len(failed) == 0:
+		return pending
+	case &failed[0] == &pending[len(pending)-len(failed)]:
+		return pending[:len(pending)-len(failed)]
+	case &failed[0] == &pending[0]:
+		return pending[len(failed):]
+	}
+	return nil
+}
+
+// remember keeps the packets of delivered records for abandon; q.mu must
+// be held.
+func (q *Queue) remember(recs []flow.Record) {
+	if q.recent == nil {
+		return
+	}
+	for i := range recs {
+		q.recent[(q.recentHead+q.recentN)%len(q.recent)] = recs[i].Packets
+		if q.recentN < len(q.recent) {
+			q.recentN++
+		} else {
+			q.recentHead = (q.recentHead + 1) % len(q.recent)
+		}
+	}
+}
+
+// abandon moves the packets of the last n records delivered from sent to
+// dropped (reason shutdown): an Abandoner gives up a tail of what it
+// reported delivered (what the collector never acknowledged).
+func (q *Queue) abandon(n uint64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	// The ring holds QueueSize records; a client that gave up more
+	// (possible only with a tiny queue) has the rest uncounted here.
+	k := int(min(n, uint64(q.recentN)))
+	var pk uint64
+	for i := range k {
+		pk += q.recent[(q.recentHead+q.recentN-1-i)%len(q.recent)]
+	}
+	pk = min(pk, q.pk.sent)
+	q.pk.sent -= pk
+	q.pk.shutdown += pk
+}
+
+// Accounting implements export.Accounter: records (and their packets)
+// delivered, queued, and dropped by reason. The packets of records a
+// client refused are counted as rejected when the whole send was refused;
+// when a collector refuses part of a send without naming the records
+// (OTLP partial success), they stay counted with the delivered ones.
+func (q *Queue) Accounting() export.Accounting {
+	q.mu.Lock()
+	pk := q.pk
+	queued := q.n + q.inflight
+	q.mu.Unlock()
+	return export.Accounting{
+		Stored:  export.Count{Records: q.sent.Load(), Packets: pk.sent},
+		Pending: export.Count{Records: uint64(queued), Packets: pk.queued},
+		Dropped: map[string]export.Count{
+			ReasonQueueFull: {Records: q.droppedFull.Load(), Packets: pk.full},
+			ReasonRejected:  {Records: q.droppedRejected.Load(), Packets: pk.rejected},
+			ReasonShutdown:  {Records: q.droppedShutdown.Load(), Packets: pk.shutdown},
+		},
+	}
 }
 
 // sleep waits d ±20 %, or returns false at once when the shutdown deadline

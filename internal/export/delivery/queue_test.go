@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -66,9 +67,52 @@ func records(from, n int) []flow.Record {
 	out := make([]flow.Record, n)
 	for i := range out {
 		out[i].SrcPort = uint16(from + i)
-		out[i].Packets = 1
+		out[i].Packets = packetsOfPort(from + i)
 	}
 	return out
+}
+
+// packetsOfPort is the packet count of the record with that SrcPort:
+// varied, so that a record counted in the wrong state shows in packets.
+func packetsOfPort(p int) uint64 { return uint64(p%7*3 + 1) }
+
+// pk sums the packets of the records with SrcPorts [from, to).
+func pk(from, to int) uint64 {
+	var n uint64
+	for p := from; p < to; p++ {
+		n += packetsOfPort(p)
+	}
+	return n
+}
+
+// accounted checks the queue's accounting against what was written: every
+// record and packet is sent, queued or dropped, and sent and each drop
+// reason hold exactly the packets expected.
+func accounted(t *testing.T, q *Queue, written export.Count, sentPk uint64, droppedPk map[string]uint64) {
+	t.Helper()
+	a := q.Accounting()
+	st := q.Stats()
+	sum := a.Stored
+	sum.Add(a.Pending)
+	for _, d := range a.Dropped {
+		sum.Add(d)
+	}
+	if sum != written {
+		t.Errorf("sent+queued+dropped = %+v, written %+v (%+v)", sum, written, a)
+	}
+	if a.Stored.Records != st.Sent || a.Stored.Packets != sentPk {
+		t.Errorf("sent %+v, want %d records, %d packets", a.Stored, st.Sent, sentPk)
+	}
+	want := map[string]uint64{ReasonQueueFull: 0, ReasonRejected: 0, ReasonShutdown: 0}
+	for r, n := range droppedPk {
+		want[r] = n
+	}
+	recs := map[string]uint64{ReasonQueueFull: st.DroppedQueueFull, ReasonRejected: st.DroppedRejected, ReasonShutdown: st.DroppedShutdown}
+	for r, n := range want {
+		if got := a.Dropped[r]; got.Packets != n || got.Records != recs[r] {
+			t.Errorf("dropped %s: %+v, want %d records %d packets", r, got, recs[r], n)
+		}
+	}
 }
 
 func fastOptions() Options {
@@ -127,6 +171,7 @@ func TestDeliversEverythingInOrderInBatches(t *testing.T) {
 	if !c.closed {
 		t.Fatal("client not closed")
 	}
+	accounted(t, q, export.Count{Records: 900, Packets: pk(0, 900)}, pk(0, 900), nil)
 }
 
 func TestFullQueueDropsAndCounts(t *testing.T) {
@@ -166,6 +211,7 @@ func TestFullQueueDropsAndCounts(t *testing.T) {
 	if st := q.Stats(); st.Sent+st.Dropped() != 1600 {
 		t.Fatalf("sent %d + dropped %d != 1600 written", st.Sent, st.Dropped())
 	}
+	accounted(t, q, export.Count{Records: 1600, Packets: pk(0, 1600)}, pk(0, 1000), map[string]uint64{ReasonQueueFull: pk(1000, 1600)})
 }
 
 func TestRetriesUntilTheCollectorComesBack(t *testing.T) {
@@ -189,6 +235,7 @@ func TestRetriesUntilTheCollectorComesBack(t *testing.T) {
 	if st.SendErrors != 4 || st.Sent != 250 || st.Dropped() != 0 {
 		t.Fatalf("stats %+v, want 4 send errors, 250 sent, 0 dropped", st)
 	}
+	accounted(t, q, export.Count{Records: 250, Packets: pk(0, 250)}, pk(0, 250), nil)
 }
 
 type rejectingClient struct {
@@ -230,6 +277,22 @@ func TestRejectedRecordsAreCountedNotRetried(t *testing.T) {
 	if got := len(c.delivered()); got != 151 {
 		t.Fatalf("delivered %d, want 151", got)
 	}
+	// Which of a send's records were refused is unknown: their packets
+	// stay with the delivered ones.
+	accounted(t, q, export.Count{Records: 301, Packets: pk(0, 301)}, pk(0, 301), nil)
+
+	// When a whole send is refused, its packets are known.
+	c = &rejectingClient{}
+	q = New("fake", c, fastOptions())
+	odd := records(0, 40)
+	odd = slices.DeleteFunc(odd, func(r flow.Record) bool { return r.SrcPort%2 == 0 })
+	q.Write(context.Background(), odd)
+	q.Close()
+	var oddPk uint64
+	for _, r := range odd {
+		oddPk += r.Packets
+	}
+	accounted(t, q, export.Count{Records: 20, Packets: oddPk}, 0, map[string]uint64{ReasonRejected: oddPk})
 }
 
 func TestShutdownDeadlineCountsWhatIsLeft(t *testing.T) {
@@ -249,9 +312,11 @@ func TestShutdownDeadlineCountsWhatIsLeft(t *testing.T) {
 	if !c.closed {
 		t.Fatal("client not closed")
 	}
-	if err := q.Write(context.Background(), records(0, 1)); err == nil {
+	accounted(t, q, export.Count{Records: 750, Packets: pk(0, 750)}, 0, map[string]uint64{ReasonShutdown: pk(0, 750)})
+	if err := q.Write(context.Background(), records(750, 1)); err == nil {
 		t.Fatal("Write after Close accepted records")
 	}
+	accounted(t, q, export.Count{Records: 751, Packets: pk(0, 751)}, 0, map[string]uint64{ReasonShutdown: pk(0, 751)})
 }
 
 func TestFrontFailuresAreRetried(t *testing.T) {
@@ -295,6 +360,7 @@ func TestFrontFailuresAreRetried(t *testing.T) {
 	if st := q.Stats(); st.Sent != 300 || st.SendErrors != 3 {
 		t.Fatalf("stats %+v, want 300 sent after 3 partial failures", st)
 	}
+	accounted(t, q, export.Count{Records: 300, Packets: pk(0, 300)}, pk(0, 300), nil)
 }
 
 type funcClient struct {
@@ -372,4 +438,5 @@ func TestAbandonedRecordsMoveFromSentToDropped(t *testing.T) {
 	if st := q.Stats(); st.Sent != 210 || st.DroppedShutdown != 40 {
 		t.Fatalf("stats %+v, want 210 sent and 40 dropped at shutdown", st)
 	}
+	accounted(t, q, export.Count{Records: 250, Packets: pk(0, 250)}, pk(0, 210), map[string]uint64{ReasonShutdown: pk(210, 250)})
 }

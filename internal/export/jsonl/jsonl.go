@@ -1,70 +1,194 @@
 // Package jsonl writes flow records as JSON lines, one object per record,
 // to stdout or a file (`--export json:PATH`, `json:-`).
+//
+// Lines are gathered in a buffer and written at the end of every eviction
+// (or once 64 KiB wait). A write that fails (a full disk) keeps what was not
+// written, a partial line included, and the next flush writes it again, so
+// that the file never holds a torn line once space returns. The buffer is
+// bounded (Options.MaxPending bytes); past it new records are dropped and
+// counted by reason, so every record is written, pending or counted as
+// dropped (Accounting), in records and in packets.
 package jsonl
 
 import (
-	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"sync"
 
+	"loupe/internal/export"
 	"loupe/internal/flow"
+)
+
+const (
+	// flushAt is how much a Write gathers before it writes.
+	flushAt = 64 << 10
+	// defaultMaxPending bounds what waits for a failing file: about
+	// 10 000 records.
+	defaultMaxPending = 4 << 20
 )
 
 // Sink writes JSON lines.
 type Sink struct {
-	name string
-	w    *bufio.Writer
-	c    io.Closer // nil for stdout
+	name       string
+	w          io.Writer
+	c          io.Closer // nil for stdout
+	maxPending int
+
+	// buf holds the lines not yet written; ends the end offset in buf and
+	// the packets of each of their records. Only Write, Flush and Close
+	// touch them, from one goroutine.
 	buf  []byte
+	ends []lineEnd
+
+	mu         sync.Mutex // guards the counters, for Accounting
+	held       export.Count
+	stored     export.Count
+	dropped    map[string]export.Count
+	failReason string
+}
+
+type lineEnd struct {
+	end     int
+	packets uint64
 }
 
 // Open opens the target: "-" is stdout; anything else a file, appended to.
 func Open(path string) (*Sink, error) {
-	s := &Sink{name: "json:" + path}
 	if path == "-" {
-		s.w = bufio.NewWriterSize(os.Stdout, 64<<10)
-		return s, nil
+		return New("json:-", os.Stdout), nil
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
 	if err != nil {
 		return nil, fmt.Errorf("open json sink: %w", err)
 	}
-	s.w, s.c = bufio.NewWriterSize(f, 64<<10), f
+	s := New("json:"+path, f)
+	s.c = f
 	return s, nil
 }
 
 // New writes to w (for tests and embedding).
 func New(name string, w io.Writer) *Sink {
-	return &Sink{name: name, w: bufio.NewWriterSize(w, 64<<10)}
+	return &Sink{name: name, w: w, maxPending: defaultMaxPending,
+		dropped: map[string]export.Count{export.ReasonNoSpace: {}, export.ReasonWriteError: {}}}
 }
+
+// SetMaxPending bounds the bytes held for a writer that fails (tests).
+func (s *Sink) SetMaxPending(n int) { s.maxPending = n }
 
 // Name implements export.Sink.
 func (s *Sink) Name() string { return s.name }
 
 // Write implements export.Sink.
 func (s *Sink) Write(_ context.Context, batch []flow.Record) error {
+	var err error
 	for i := range batch {
-		s.buf = flow.AppendJSON(s.buf[:0], &batch[i])
-		s.buf = append(s.buf, '\n')
-		if _, err := s.w.Write(s.buf); err != nil {
-			return err
+		if len(s.buf) >= flushAt && !s.isFailing() {
+			err = s.writeOut()
 		}
+		if len(s.buf) >= s.maxPending {
+			return errors.Join(s.drop(batch[i:]), err)
+		}
+		s.buf = flow.AppendJSON(s.buf, &batch[i])
+		s.buf = append(s.buf, '\n')
+		s.ends = append(s.ends, lineEnd{len(s.buf), batch[i].Packets})
+		s.mu.Lock()
+		s.held.Add(export.Count{Records: 1, Packets: batch[i].Packets})
+		s.mu.Unlock()
+	}
+	return err
+}
+
+func (s *Sink) isFailing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failReason != ""
+}
+
+func (s *Sink) drop(recs []flow.Record) error {
+	n := export.CountOf(recs)
+	s.mu.Lock()
+	reason := s.failReason
+	if reason == "" {
+		reason = export.ReasonWriteError
+	}
+	d := s.dropped[reason]
+	d.Add(n)
+	s.dropped[reason] = d
+	s.mu.Unlock()
+	return fmt.Errorf("%s: %d records (%d packets) dropped: %d bytes already wait for a writer that fails (%s)",
+		s.name, n.Records, n.Packets, len(s.buf), reason)
+}
+
+// writeOut writes the buffer. Lines written whole count as stored; the
+// rest, a partial line included, stays for the next attempt.
+func (s *Sink) writeOut() error {
+	if len(s.buf) == 0 {
+		return nil
+	}
+	n, err := s.w.Write(s.buf)
+	if err == nil && n < len(s.buf) {
+		err = io.ErrShortWrite
+	}
+	k := 0
+	var done export.Count
+	for k < len(s.ends) && s.ends[k].end <= n {
+		done.Add(export.Count{Records: 1, Packets: s.ends[k].packets})
+		k++
+	}
+	s.buf = s.buf[:copy(s.buf, s.buf[n:])]
+	s.ends = s.ends[:copy(s.ends, s.ends[k:])]
+	for i := range s.ends {
+		s.ends[i].end -= n
+	}
+	s.mu.Lock()
+	s.stored.Add(done)
+	s.held.Sub(done)
+	if err != nil {
+		s.failReason = export.ReasonOf(err)
+	} else {
+		s.failReason = ""
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("%s: %w", s.name, err)
 	}
 	return nil
 }
 
-// Flush implements export.Sink: records reach the file at every eviction.
-func (s *Sink) Flush(context.Context) error { return s.w.Flush() }
+// Flush implements export.Sink: records reach the file at every eviction,
+// and a failed write is retried.
+func (s *Sink) Flush(context.Context) error { return s.writeOut() }
 
-// Close implements export.Sink.
+// Close implements export.Sink: a last attempt; what still cannot be
+// written is dropped and counted.
 func (s *Sink) Close() error {
-	err := s.w.Flush()
+	err := s.writeOut()
+	if err != nil {
+		s.mu.Lock()
+		lost := s.held
+		d := s.dropped[s.failReason]
+		d.Add(lost)
+		s.dropped[s.failReason] = d
+		s.held = export.Count{}
+		s.mu.Unlock()
+		s.buf, s.ends = nil, nil
+		err = fmt.Errorf("%d records (%d packets) not written: %w", lost.Records, lost.Packets, err)
+	}
 	if s.c != nil {
 		if cerr := s.c.Close(); err == nil {
 			err = cerr
 		}
 	}
 	return err
+}
+
+// Accounting implements export.Accounter.
+func (s *Sink) Accounting() export.Accounting {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return export.Accounting{Stored: s.stored, Pending: s.held, Dropped: maps.Clone(s.dropped)}
 }

@@ -1,19 +1,34 @@
 // Package storesink is the export.Sink of the embedded flow store: it
 // gathers one eviction's records and writes them as one segment.
+//
+// A write that fails (a full disk, most often) loses nothing at once: the
+// records stay in the pending batch, which is written again at the end of
+// every eviction until it succeeds, the next eviction's records joining
+// it. The batch is bounded (Options.MaxPending records); past it, new
+// records are dropped and counted by reason. Every record handed to the
+// sink is therefore stored, pending or counted as dropped (Accounting), in
+// records and in packets.
 package storesink
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
+	"maps"
+	"sync"
 	"time"
 
+	"loupe/internal/export"
 	"loupe/internal/flow"
 	"loupe/internal/store"
 )
 
 const (
 	// maxPending bounds the records held between two writes, so that a
-	// very large eviction is written as several segments.
+	// very large eviction is written as several segments; it also bounds
+	// what is held while the store cannot be written (about 70 bytes a
+	// record: 9 MiB).
 	maxPending = 1 << 17
 	// CompactMaxRecords caps merged segments. A merge holds its output in
 	// memory (about 70 bytes a record), so this bounds the agent's memory
@@ -21,53 +36,207 @@ const (
 	// segments, which queries read in parallel. bench/store measures the
 	// store with this setting.
 	CompactMaxRecords = 1 << 17
+	// failLogEvery rate-limits the log line of a store that keeps failing.
+	failLogEvery = time.Minute
 )
+
+// Options configure the sink.
+type Options struct {
+	Dir       string
+	Retention time.Duration
+	// MaxSize bounds the store's bytes (store.Options.MaxSize); 0: none.
+	MaxSize int64
+	// MaxPending bounds the records held for the next write, and so what
+	// a failing store holds before it drops [131072].
+	MaxPending int
+	Logger     *slog.Logger
+}
 
 // Sink writes to a store.Store.
 type Sink struct {
-	st      *store.Store
+	st         *store.Store
+	log        *slog.Logger
+	maxPending int
+
+	// pending is only touched by Write, Flush and Close, which the
+	// evictor calls from one goroutine.
 	pending *store.Batch
+
+	mu         sync.Mutex // guards what follows, for Accounting
+	held       export.Count
+	stored     export.Count
+	dropped    map[string]export.Count
+	failing    bool
+	failReason string
+	failedAt   time.Time
+	lastLog    time.Time
 }
 
-// Open opens (creating if needed) the store at dir.
-func Open(dir string, retention time.Duration, log *slog.Logger) (*Sink, error) {
-	st, err := store.Open(dir, store.Options{Retention: retention, Logger: log, CompactMaxRecords: CompactMaxRecords})
+// Open opens (creating if needed) the store at opts.Dir.
+func Open(opts Options) (*Sink, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.MaxPending <= 0 {
+		opts.MaxPending = maxPending
+	}
+	st, err := store.Open(opts.Dir, store.Options{
+		Retention:         opts.Retention,
+		MaxSize:           opts.MaxSize,
+		Logger:            opts.Logger,
+		CompactMaxRecords: CompactMaxRecords,
+	})
 	if err != nil {
 		return nil, err
 	}
-	return &Sink{st: st, pending: store.NewBatch()}, nil
+	return &Sink{
+		st:         st,
+		log:        opts.Logger.With("component", "store", "dir", opts.Dir),
+		maxPending: opts.MaxPending,
+		pending:    store.NewBatch(),
+		dropped:    map[string]export.Count{export.ReasonNoSpace: {}, export.ReasonWriteError: {}},
+	}, nil
 }
 
 // Name implements export.Sink.
 func (s *Sink) Name() string { return "store" }
 
 // Write implements export.Sink. Records are encoded into the pending
-// segment at once, so the batch slice can be reused.
+// segment at once, so the batch slice can be reused. A full pending batch
+// is written at once (a very large eviction), unless the store is failing:
+// then the records that do not fit are dropped and counted.
 func (s *Sink) Write(ctx context.Context, batch []flow.Record) error {
+	var err error
 	for i := range batch {
+		if s.pending.Len() >= s.maxPending {
+			if !s.isFailing() {
+				err = s.Flush(ctx)
+			}
+			if s.pending.Len() >= s.maxPending {
+				return s.drop(batch[i:], err)
+			}
+		}
 		s.pending.Add(&batch[i])
+		s.mu.Lock()
+		s.held.Add(export.Count{Records: 1, Packets: batch[i].Packets})
+		s.mu.Unlock()
 	}
-	if s.pending.Len() >= maxPending {
-		return s.Flush(ctx)
-	}
-	return nil
+	return err
 }
 
-// Flush implements export.Sink: one segment per eviction.
+func (s *Sink) isFailing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failing
+}
+
+// drop counts records that found the pending batch full.
+func (s *Sink) drop(recs []flow.Record, cause error) error {
+	n := export.CountOf(recs)
+	s.mu.Lock()
+	reason := s.failReason
+	if reason == "" {
+		reason = export.ReasonWriteError
+	}
+	d := s.dropped[reason]
+	d.Add(n)
+	s.dropped[reason] = d
+	s.mu.Unlock()
+	err := fmt.Errorf("store: %d records (%d packets) dropped: %d records already wait for a store that cannot be written (%s)",
+		n.Records, n.Packets, s.maxPending, reason)
+	return errors.Join(err, cause)
+}
+
+// Flush implements export.Sink: one segment per eviction, and the retry
+// of a write that failed.
 func (s *Sink) Flush(ctx context.Context) error {
 	if s.pending.Len() == 0 {
 		return nil
 	}
-	b := s.pending
+	err := s.st.WriteBatch(ctx, s.pending)
+	if err != nil && !errors.Is(err, store.ErrNotDurable) {
+		s.failed(err)
+		return err
+	}
 	s.pending = store.NewBatch()
-	return s.st.WriteBatch(ctx, b)
+	s.mu.Lock()
+	n := s.held
+	s.stored.Add(n)
+	s.held = export.Count{}
+	was, since := s.failing, s.failedAt
+	s.failing, s.failReason = false, ""
+	dropped := s.totalDropped()
+	s.mu.Unlock()
+	if was {
+		s.log.Info("store writable again: the held records are stored", "records", n.Records, "packets", n.Packets,
+			"failing_for", time.Since(since).Round(time.Second), "dropped_records_total", dropped.Records, "dropped_packets_total", dropped.Packets)
+	}
+	return err // nil, or stored but not confirmed durable
 }
 
-// Close implements export.Sink.
+// failed records a failed write; the first failure of a run and then one
+// a minute are logged.
+func (s *Sink) failed(err error) {
+	now := time.Now()
+	s.mu.Lock()
+	first := !s.failing
+	if first {
+		s.failing, s.failedAt = true, now
+	}
+	s.failReason = export.ReasonOf(err)
+	held, dropped := s.held, s.totalDropped()
+	logIt := first || now.Sub(s.lastLog) >= failLogEvery
+	if logIt {
+		s.lastLog = now
+	}
+	s.mu.Unlock()
+	if logIt {
+		s.log.Error("store write failed: holding the records to retry at every eviction", "err", err,
+			"reason", s.failReason, "held_records", held.Records, "held_packets", held.Packets, "max_held_records", s.maxPending,
+			"dropped_records_total", dropped.Records, "dropped_packets_total", dropped.Packets)
+	}
+}
+
+// totalDropped sums the drops of every reason; s.mu must be held.
+func (s *Sink) totalDropped() export.Count {
+	var t export.Count
+	for _, c := range s.dropped {
+		t.Add(c)
+	}
+	return t
+}
+
+// Close implements export.Sink: a last attempt to write what is held;
+// what still cannot be written is dropped and counted.
 func (s *Sink) Close() error {
 	err := s.Flush(context.Background())
+	if err != nil && !errors.Is(err, store.ErrNotDurable) {
+		s.mu.Lock()
+		lost := s.held
+		reason := export.ReasonOf(err)
+		d := s.dropped[reason]
+		d.Add(lost)
+		s.dropped[reason] = d
+		s.held = export.Count{}
+		s.mu.Unlock()
+		s.pending = store.NewBatch()
+		s.log.Error("closing with records the store could not take: dropped", "records", lost.Records,
+			"packets", lost.Packets, "reason", reason)
+		err = fmt.Errorf("%d records (%d packets) not stored: %w", lost.Records, lost.Packets, err)
+	}
 	if cerr := s.st.Close(); err == nil {
 		err = cerr
 	}
 	return err
 }
+
+// Accounting implements export.Accounter.
+func (s *Sink) Accounting() export.Accounting {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return export.Accounting{Stored: s.stored, Pending: s.held, Dropped: maps.Clone(s.dropped)}
+}
+
+// StoreStats returns the store's own counters (size, retention,
+// quarantined segments).
+func (s *Sink) StoreStats() store.Stats { return s.st.Stats() }
