@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -156,5 +157,22 @@ func TestTop(t *testing.T) {
 	}
 	if code, _, _ := run(t, "top", "--store", dir, "--by", "colour"); code != 1 {
 		t.Errorf("bad --by: exit %d", code)
+	}
+}
+
+// TestQueryRefusesWhatIsNotAStore: `loupe flows --store /tmp` used to print
+// an empty table and exit 0.
+func TestQueryRefusesWhatIsNotAStore(t *testing.T) {
+	notStore := t.TempDir()
+	if err := os.WriteFile(filepath.Join(notStore, "notes.txt"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{notStore, t.TempDir()} {
+		for _, cmd := range []string{"flows", "top"} {
+			code, out, errOut := run(t, cmd, "--store", dir)
+			if code != 1 || out != "" || !strings.Contains(errOut, dir+" is not a Loupe flow store") || !strings.Contains(errOut, "--store must name") {
+				t.Errorf("%s --store %s: exit %d, stdout %q, stderr %q", cmd, dir, code, out, errOut)
+			}
+		}
 	}
 }

@@ -3,11 +3,12 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/netip"
-	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -120,11 +121,13 @@ func (q *queryFlags) open(now time.Time) (*store.Reader, store.Query, *store.Rep
 	if err != nil {
 		return nil, sq, nil, err
 	}
-	if _, err := os.Stat(q.store); err != nil {
-		return nil, sq, nil, fmt.Errorf("store %s: %w", q.store, err)
-	}
 	rd, err := store.OpenReader(q.store)
-	if err != nil {
+	switch {
+	case errors.Is(err, store.ErrNotStore):
+		return nil, sq, nil, fmt.Errorf("%w (--store must name the agent's store.path)", err)
+	case errors.Is(err, fs.ErrPermission):
+		return nil, sq, nil, fmt.Errorf("%w (the store is private to the agent's user: run this as that user or as root)", err)
+	case err != nil:
 		return nil, sq, nil, err
 	}
 	sq.Report = &store.Report{}
