@@ -87,10 +87,10 @@
 // in its place), is skipped and listed in the query's Report, never a panic
 // and never an error for the whole query.
 //
-// The writer quarantines damaged segments: when it opens the store it
-// checks each listed segment's header against the manifest (a few pages
-// each; an emptied or replaced file fails), and compaction verifies what it
-// merges. A damaged segment is dropped from the manifest and renamed to
+// The writer quarantines damaged segments: when it opens the store, and at
+// every maintenance run (each minute), it checks each listed segment's
+// header against the manifest (a few pages each; an emptied or replaced
+// file fails), and compaction verifies all of what it merges. A damaged segment is dropped from the manifest and renamed to
 // seg-<id>.lseg.corrupt, kept as evidence, and counted (Stats), so that
 // queries stop reporting it.
 //

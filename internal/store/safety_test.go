@@ -548,3 +548,30 @@ func TestUnreadableSegmentSkipped(t *testing.T) {
 		}
 	})
 }
+
+// TestRunningWriterQuarantines: a segment emptied while the writer runs is
+// found by its periodic maintenance, not only at the next start.
+func TestRunningWriterQuarantines(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir, store.Options{NoBackground: true})
+	defer s.Close()
+	recs := gen(rand.New(rand.NewPCG(21, 22)), 3000, t0)
+	writeAll(t, s, recs, 1000)
+	victim := segFiles(t, dir)[0]
+	if err := os.Truncate(victim, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Maintain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.QuarantinedSegments != 1 || st.QuarantinedRecords != 1000 || st.Records != 2000 {
+		t.Fatalf("stats %+v", st)
+	}
+	var rep store.Report
+	q := store.NewQuery()
+	q.Report = &rep
+	sameRecords(t, "after quarantine", scanAll(t, openReader(t, dir), q), recs[1000:])
+	if len(rep.Corrupt) != 0 {
+		t.Fatalf("report %+v", rep)
+	}
+}

@@ -588,6 +588,9 @@ func (s *Store) removeSegments(es []entry, why string) {
 func (s *Store) Maintain(ctx context.Context) error {
 	s.maintMu.Lock()
 	defer s.maintMu.Unlock()
+	if err := s.checkSegments(); err != nil {
+		return err
+	}
 	if err := s.applyRetention(); err != nil {
 		return err
 	}
@@ -603,6 +606,31 @@ func (s *Store) Maintain(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// checkSegments checks every listed segment's header against the manifest,
+// as Open does, and quarantines the damaged ones: a file emptied or
+// replaced while the agent runs is not reported by every query until the
+// next start.
+func (s *Store) checkSegments() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	entries := slices.Clone(s.m.entries)
+	s.mu.Unlock()
+	for _, e := range entries {
+		err := s.checkListed(e)
+		switch {
+		case err == nil:
+		case damaged(err), errors.Is(err, fs.ErrNotExist):
+			s.quarantine(e, err) // does nothing if retention removed it meanwhile
+		default:
+			return fmt.Errorf("store: check segment: %w", err)
+		}
+	}
+	return nil
 }
 
 func (s *Store) loop() {
