@@ -1,20 +1,14 @@
 package store
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"math"
 	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"loupe/internal/flow"
@@ -181,175 +175,6 @@ func open(d *storeDir, opts Options, log *slog.Logger) (*Store, error) {
 	return s, nil
 }
 
-// acquireLock opens (creating) and flocks LOCK. It is the one file opened
-// for writing that may already exist, so it must be a regular file of
-// ours with no other link: a hard link planted there would otherwise have
-// the agent truncate its target.
-func acquireLock(d *storeDir) (*os.File, error) {
-	path := d.join(lockName)
-	f, err := d.openFile(lockName, syscall.O_RDWR|syscall.O_CREAT, fileMode)
-	if err != nil {
-		return nil, fmt.Errorf("store: open lock file: %w", err)
-	}
-	var st syscall.Stat_t
-	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("store: lock %s: %w", path, err)
-	}
-	switch {
-	case st.Mode&syscall.S_IFMT != syscall.S_IFREG:
-		err = fmt.Errorf("not a regular file")
-	case st.Nlink != 1:
-		err = fmt.Errorf("it has %d links: another name points at the same file", st.Nlink)
-	case st.Uid != uint32(os.Geteuid()):
-		err = fmt.Errorf("it is owned by uid %d, not by the agent's uid %d", st.Uid, os.Geteuid())
-	}
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("store: refusing lock file %s: %w", path, err)
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		holder := make([]byte, 32)
-		n, _ := f.ReadAt(holder, 0)
-		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("store: %s is already open for writing (lock %s held by pid %s): %w",
-				d.path, path, strings.TrimSpace(string(holder[:n])), ErrLocked)
-		}
-		return nil, fmt.Errorf("store: lock %s: %w", path, err)
-	}
-	// The pid is only for the error message above; the flock is the lock.
-	if err := f.Truncate(0); err == nil {
-		f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
-	}
-	return f, nil
-}
-
-func releaseLock(f *os.File) {
-	syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-	f.Close()
-}
-
-func (s *Store) recover() error {
-	names, err := s.dir.names()
-	if err != nil {
-		return err
-	}
-	if err := s.dir.tightenFiles(names, s.log.Warn); err != nil {
-		return err
-	}
-	for _, n := range names {
-		if !isTempName(n) {
-			continue
-		}
-		s.log.Info("removing temp file left by an interrupted write", "file", n)
-		if err := s.dir.remove(n); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			// Harmless: readers ignore temp names and new ones are random.
-			s.log.Warn("could not remove temp file", "file", n, "err", err)
-		}
-	}
-	ids, err := listSegments(s.dir)
-	if err != nil {
-		return err
-	}
-	quarantined := make(map[uint64]bool)
-	m, err := readManifest(s.dir)
-	switch {
-	case err == nil:
-	case errors.Is(err, fs.ErrNotExist) && len(ids) == 0:
-		m = &manifest{nextID: 1}
-	default:
-		s.log.Warn("manifest unusable, rebuilding it from segment headers", "err", err)
-		st, err := scanDir(s.dir, s.log)
-		if err != nil {
-			return err
-		}
-		for _, c := range st.corrupt {
-			id, _ := parseSegName(filepath.Base(c.Path))
-			s.setAside(id, 0, c.Err)
-			quarantined[id] = true
-		}
-		m = &manifest{nextID: st.maxID + 1, entries: st.live}
-	}
-	present := make(map[uint64]bool, len(ids))
-	for _, id := range ids {
-		present[id] = true
-		m.nextID = max(m.nextID, id+1)
-	}
-	var keep []entry
-	for _, e := range m.entries {
-		if !present[e.id] {
-			s.log.Error("segment listed in the manifest is missing; dropping it", "segment", segName(e.id), "records", e.records)
-			continue
-		}
-		if err := s.checkListed(e); err != nil {
-			if !damaged(err) {
-				return err
-			}
-			s.setAside(e.id, e.records, err)
-			quarantined[e.id] = true
-			continue
-		}
-		keep = append(keep, e)
-	}
-	m.entries = keep
-	for _, id := range ids {
-		if !m.has(id) && !quarantined[id] {
-			// Written or merged but never published, or replaced by a
-			// published merge: either way its records are counted
-			// elsewhere or were the write in flight.
-			s.log.Info("removing unpublished or replaced segment", "segment", segName(id))
-			if err := s.dir.remove(segName(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return fmt.Errorf("remove orphan segment: %w", err)
-			}
-		}
-	}
-	m.gen++
-	if _, err := writeManifest(s.dir, m); err != nil {
-		return err
-	}
-	s.m = m
-	return nil
-}
-
-// checkListed checks that a listed segment's file is a segment whose header
-// agrees with its manifest entry: a few pages per segment, so that a file
-// emptied or replaced behind the writer's back is found when it opens
-// rather than reported by every query for ever.
-func (s *Store) checkListed(e entry) error {
-	f, err := openSegment(s.dir, e.id)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	path := s.dir.join(segName(e.id))
-	sg, err := mapSegment(f, path, false)
-	if err != nil {
-		return err
-	}
-	defer sg.release()
-	if sg.id != e.id || uint64(sg.n) != e.records || int64(len(sg.data)) != e.size {
-		return corruptf(path, "header (id %d, %d records, %d bytes) does not match the manifest (id %d, %d records, %d bytes)",
-			sg.id, sg.n, len(sg.data), e.id, e.records, e.size)
-	}
-	return nil
-}
-
-// setAside renames a damaged segment's file out of the readers' way
-// (seg-<id>.lseg.corrupt), keeping it as evidence, and counts it. The
-// caller drops it from the manifest.
-func (s *Store) setAside(id, records uint64, cause error) {
-	name := segName(id)
-	err := s.dir.rename(name, name+quarantineSuffix)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		s.log.Error("could not set damaged segment aside", "segment", name, "err", err)
-	}
-	s.count.QuarantinedSegments++
-	s.count.QuarantinedRecords += records
-	s.log.Error("segment is damaged: set aside, its records are no longer counted",
-		"segment", name, "moved_to", name+quarantineSuffix, "records", records, "err", cause)
-}
-
 // Batch gathers the records of one segment in their columnar form (about
 // 70 bytes a record plus dictionaries), so that a sink can hand records over
 // as they come instead of keeping flow.Record copies until it writes.
@@ -367,8 +192,9 @@ func (b *Batch) Len() int { return b.b.n }
 // Write stores batch as one new segment. When Write returns nil the records
 // are durable; after a crash during Write either all of them or none are
 // present. Write also applies retention. A batch is not retried internally:
-// on error the records were not stored, except for the error that says the
-// final directory fsync failed, when they are visible but maybe not durable.
+// on error the records were not stored, except for an error that wraps
+// ErrNotDurable (the final directory fsync failed): they are visible then,
+// but maybe not durable.
 func (s *Store) Write(ctx context.Context, batch []flow.Record) error {
 	b := newBatch(len(batch))
 	for i := range batch {
@@ -377,7 +203,9 @@ func (s *Store) Write(ctx context.Context, batch []flow.Record) error {
 	return s.write(ctx, b)
 }
 
-// WriteBatch is Write for a Batch. The batch must not be reused.
+// WriteBatch is Write for a Batch. Writing leaves the batch unchanged: a
+// batch whose Write failed can be written again (the store sink retries
+// it); one that was stored must not be written again.
 func (s *Store) WriteBatch(ctx context.Context, b *Batch) error { return s.write(ctx, b.b) }
 
 func (s *Store) write(ctx context.Context, b *batch) error {
@@ -462,134 +290,19 @@ func (s *Store) publish(next *manifest) error {
 	return err
 }
 
-// Retention reasons, the values of Stats.Retention's keys.
-const (
-	RetentionAge  = "age"
-	RetentionSize = "size"
-)
+// Maintain checks the segments' headers (quarantining damaged ones),
+// applies retention and compacts until no merge is due. The background
+// goroutine does this every MaintenanceInterval, and after a write all but
+// the header check; with NoBackground, callers (tests) call it.
+func (s *Store) Maintain(ctx context.Context) error { return s.maintain(ctx, true) }
 
-// expiredEntry is a segment retention deleted, and why.
-type expiredEntry struct {
-	entry
-	reason string
-}
-
-// expire removes from m the segments retention no longer keeps, by age and
-// then by size, and returns them; s.mu must be held.
-func (s *Store) expire(m *manifest) []expiredEntry {
-	var gone []expiredEntry
-	if s.opts.Retention > 0 {
-		cutoff := timeNS(s.opts.Now().Add(-s.opts.Retention))
-		m.entries = slices.DeleteFunc(m.entries, func(e entry) bool {
-			if e.maxLast < cutoff {
-				gone = append(gone, expiredEntry{e, RetentionAge})
-				return true
-			}
-			return false
-		})
-	}
-	if s.opts.MaxSize <= 0 {
-		return gone
-	}
-	var total int64
-	for _, e := range m.entries {
-		total += e.size
-	}
-	if total <= s.opts.MaxSize {
-		return gone
-	}
-	// Oldest first: by newest record, the order age retention follows.
-	byAge := slices.Clone(m.entries)
-	slices.SortFunc(byAge, func(a, b entry) int { return cmp.Or(cmp.Compare(a.maxLast, b.maxLast), cmp.Compare(a.id, b.id)) })
-	drop := make(map[uint64]bool)
-	for _, e := range byAge[:len(byAge)-1] {
-		if total <= s.opts.MaxSize {
-			break
-		}
-		drop[e.id] = true
-		total -= e.size
-		gone = append(gone, expiredEntry{e, RetentionSize})
-	}
-	m.entries = slices.DeleteFunc(m.entries, func(e entry) bool { return drop[e.id] })
-	return gone
-}
-
-// countExpired adds what retention deleted to the counters; s.mu must be
-// held.
-func (s *Store) countExpired(gone []expiredEntry) {
-	for _, e := range gone {
-		d := s.count.Retention[e.reason]
-		d.Segments++
-		d.Records += e.records
-		d.Bytes += uint64(e.size)
-		s.count.Retention[e.reason] = d
-	}
-}
-
-func (s *Store) applyRetention() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return ErrClosed
-	}
-	next := s.m.clone()
-	expired := s.expire(next)
-	if len(expired) == 0 {
-		s.mu.Unlock()
-		return nil
-	}
-	err := s.publish(next)
-	published := s.m == next
-	if published {
-		s.countExpired(expired)
-	}
-	s.mu.Unlock()
-	if published {
-		s.removeExpired(expired)
-	}
-	if err != nil {
-		return fmt.Errorf("store: apply retention: %w", err)
-	}
-	return nil
-}
-
-func (s *Store) removeExpired(gone []expiredEntry) {
-	if len(gone) == 0 {
-		return
-	}
-	es := make([]entry, len(gone))
-	var recs uint64
-	var bytes int64
-	for i, e := range gone {
-		es[i] = e.entry
-		recs += e.records
-		bytes += e.size
-	}
-	s.removeSegments(es, "retention")
-	s.log.Info("retention deleted segments", "segments", len(gone), "records", recs, "bytes", bytes,
-		"reason", gone[0].reason, "retention", s.opts.Retention, "max_size", s.opts.MaxSize)
-}
-
-// removeSegments unlinks segments already dropped from the manifest. A
-// failure only leaves an orphan that the next Open removes.
-func (s *Store) removeSegments(es []entry, why string) {
-	for _, e := range es {
-		err := s.dir.remove(segName(e.id))
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			s.log.Warn("could not remove segment", "segment", segName(e.id), "reason", why, "err", err)
-			continue
-		}
-		s.log.Debug("segment removed", "segment", segName(e.id), "reason", why, "records", e.records)
-	}
-}
-
-// Maintain applies retention and compacts until no merge is due. The
-// background goroutine calls it; with NoBackground, callers (tests) do.
-func (s *Store) Maintain(ctx context.Context) error {
+func (s *Store) maintain(ctx context.Context, check bool) error {
 	s.maintMu.Lock()
 	defer s.maintMu.Unlock()
-	if err := s.checkSegments(); err != nil {
-		return err
+	if check {
+		if err := s.checkSegments(); err != nil {
+			return err
+		}
 	}
 	if err := s.applyRetention(); err != nil {
 		return err
@@ -608,43 +321,20 @@ func (s *Store) Maintain(ctx context.Context) error {
 	}
 }
 
-// checkSegments checks every listed segment's header against the manifest,
-// as Open does, and quarantines the damaged ones: a file emptied or
-// replaced while the agent runs is not reported by every query until the
-// next start.
-func (s *Store) checkSegments() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return ErrClosed
-	}
-	entries := slices.Clone(s.m.entries)
-	s.mu.Unlock()
-	for _, e := range entries {
-		err := s.checkListed(e)
-		switch {
-		case err == nil:
-		case damaged(err), errors.Is(err, fs.ErrNotExist):
-			s.quarantine(e, err) // does nothing if retention removed it meanwhile
-		default:
-			return fmt.Errorf("store: check segment: %w", err)
-		}
-	}
-	return nil
-}
-
 func (s *Store) loop() {
 	defer close(s.done)
 	t := time.NewTicker(s.opts.MaintenanceInterval)
 	defer t.Stop()
 	for {
+		check := false
 		select {
 		case <-s.ctx.Done():
 			return
 		case <-s.kick:
 		case <-t.C:
+			check = true
 		}
-		if err := s.Maintain(s.ctx); err != nil && s.ctx.Err() == nil {
+		if err := s.maintain(s.ctx, check); err != nil && s.ctx.Err() == nil {
 			s.log.Error("store maintenance failed", "err", err)
 		}
 	}
