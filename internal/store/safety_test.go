@@ -90,6 +90,12 @@ func TestNotAStoreRefused(t *testing.T) {
 			writeFile(t, filepath.Join(dir, "MANIFEST"), "Manifest-Version: 1.0\n", 0o600)
 			writeFile(t, filepath.Join(dir, "seg-0000000000000004.lseg"), "x", 0o600)
 		},
+		"like /tmp": func(dir string) {
+			writeFile(t, filepath.Join(dir, ".X0-lock"), "x", 0o644)
+			if err := os.Chmod(dir, 0o1777); err != nil {
+				t.Fatal(err)
+			}
+		},
 		"a subdirectory": func(dir string) {
 			if err := os.Mkdir(filepath.Join(dir, "data"), 0o700); err != nil {
 				t.Fatal(err)

@@ -136,9 +136,9 @@ func Open(dir string, opts Options) (*Store, error) {
 }
 
 func open(d *storeDir, opts Options, log *slog.Logger) (*Store, error) {
-	if err := d.checkWritable(); err != nil {
-		return nil, fmt.Errorf("store: refusing %w", err)
-	}
+	// What the directory is comes first (reading it writes nothing and
+	// follows no link), so that /tmp is refused as not a store rather than
+	// with advice to chmod it.
 	kind, why, err := d.classify()
 	if err != nil {
 		return nil, fmt.Errorf("store: %w", err)
@@ -146,6 +146,9 @@ func open(d *storeDir, opts Options, log *slog.Logger) (*Store, error) {
 	if kind == kindOther {
 		return nil, fmt.Errorf("store: %s is %w: %s; refusing to write or delete anything there "+
 			"(store.path must be a Loupe store, or an empty or new directory)", d.path, ErrNotStore, why)
+	}
+	if err := d.checkWritable(); err != nil {
+		return nil, fmt.Errorf("store: refusing %w", err)
 	}
 	if err := d.tightenDir(log.Warn); err != nil {
 		return nil, fmt.Errorf("store: %w", err)
