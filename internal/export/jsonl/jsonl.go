@@ -85,21 +85,32 @@ func (s *Sink) Name() string { return s.name }
 // Write implements export.Sink.
 func (s *Sink) Write(_ context.Context, batch []flow.Record) error {
 	var err error
+	from := 0 // batch[from:i] is buffered but not yet counted as held
 	for i := range batch {
-		if len(s.buf) >= flushAt && !s.isFailing() {
-			err = s.writeOut()
-		}
-		if len(s.buf) >= s.maxPending {
-			return errors.Join(s.drop(batch[i:]), err)
+		if len(s.buf) >= flushAt || len(s.buf) >= s.maxPending {
+			s.hold(batch[from:i])
+			from = i
+			if !s.isFailing() {
+				err = s.writeOut()
+			}
+			if len(s.buf) >= s.maxPending {
+				return errors.Join(s.drop(batch[i:]), err)
+			}
 		}
 		s.buf = flow.AppendJSON(s.buf, &batch[i])
 		s.buf = append(s.buf, '\n')
 		s.ends = append(s.ends, lineEnd{len(s.buf), batch[i].Packets})
-		s.mu.Lock()
-		s.held.Add(export.Count{Records: 1, Packets: batch[i].Packets})
-		s.mu.Unlock()
 	}
+	s.hold(batch[from:])
 	return err
+}
+
+// hold counts buffered records.
+func (s *Sink) hold(recs []flow.Record) {
+	n := export.CountOf(recs)
+	s.mu.Lock()
+	s.held.Add(n)
+	s.mu.Unlock()
 }
 
 func (s *Sink) isFailing() bool {

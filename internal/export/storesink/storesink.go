@@ -107,8 +107,11 @@ func (s *Sink) Name() string { return "store" }
 // then the records that do not fit are dropped and counted.
 func (s *Sink) Write(ctx context.Context, batch []flow.Record) error {
 	var err error
+	from := 0 // batch[from:i] is added but not yet counted as held
 	for i := range batch {
 		if s.pending.Len() >= s.maxPending {
+			s.hold(batch[from:i])
+			from = i
 			if !s.isFailing() {
 				err = s.Flush(ctx)
 			}
@@ -117,11 +120,17 @@ func (s *Sink) Write(ctx context.Context, batch []flow.Record) error {
 			}
 		}
 		s.pending.Add(&batch[i])
-		s.mu.Lock()
-		s.held.Add(export.Count{Records: 1, Packets: batch[i].Packets})
-		s.mu.Unlock()
 	}
+	s.hold(batch[from:])
 	return err
+}
+
+// hold counts records added to the pending batch.
+func (s *Sink) hold(recs []flow.Record) {
+	n := export.CountOf(recs)
+	s.mu.Lock()
+	s.held.Add(n)
+	s.mu.Unlock()
 }
 
 func (s *Sink) isFailing() bool {
