@@ -32,7 +32,7 @@ func (k TableKind) String() string {
 }
 
 // perCPUMaxCPUs is the largest number of possible CPUs for which AutoTables
-// picks per-CPU tables. A per-CPU table holds one 40-byte value per possible
+// picks per-CPU tables. A per-CPU table holds one 56-byte value per possible
 // CPU for each flow: measured here (bench/RESULTS.md, 2 CPUs) 213 bytes a
 // flow against 165 for a shared table, so up to 4 CPUs it stays within about
 // twice the shared table's memory, while being faster (15 ns less per packet
@@ -274,6 +274,7 @@ func keyFromBPF(k *flow.Key, b *flowsFlowKey) {
 		EtherType: b.EthType,
 		SrcPort:   b.SrcPort,
 		DstPort:   b.DstPort,
+		VlanID:    b.VlanId,
 		Proto:     b.Proto,
 		Direction: flow.Direction(b.Direction),
 	}
@@ -283,6 +284,8 @@ func statsFromBPF(s *flow.Stats, b *flowsFlowStats) {
 	*s = flow.Stats{
 		Packets:   b.Packets,
 		Bytes:     b.Bytes,
+		Segments:  b.Packets + b.ExtraSegments,
+		WireBytes: b.Bytes + b.ExtraWireBytes,
 		FirstSeen: b.FirstSeen,
 		LastSeen:  b.LastSeen,
 		Sampling:  uint32(b.Sampling),
