@@ -33,11 +33,12 @@ func (k TableKind) String() string {
 
 // perCPUMaxCPUs is the largest number of possible CPUs for which AutoTables
 // picks per-CPU tables. A per-CPU table holds one 56-byte value per possible
-// CPU for each flow: measured here (bench/RESULTS.md, 2 CPUs) 213 bytes a
-// flow against 165 for a shared table, so up to 4 CPUs it stays within about
-// twice the shared table's memory, while being faster (15 ns less per packet
-// on one CPU, 83 ns less when two CPUs update one flow). On bigger machines
-// its memory grows with every CPU and the shared table is the better trade.
+// CPU for each flow: measured here (hookbench mem, 2 CPUs) 253 bytes a flow
+// against 189 for a shared table, so up to 4 CPUs (365 bytes) it stays
+// within about twice the shared table's memory, while being faster (15 ns
+// less per packet on one CPU, 83 ns less when two CPUs update one flow,
+// bench/RESULTS.md). On bigger machines its memory grows with every CPU and
+// the shared table is the better trade.
 const perCPUMaxCPUs = 4
 
 // AutoTables picks the table kind for this machine (map_type: auto).
