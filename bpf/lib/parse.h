@@ -49,13 +49,15 @@ enum parse_flag {
 
 /* Where the headers start, in bytes from the frame's first byte (the MAC
  * header, skb->data at TC). l3 is where the Ethernet and VLAN headers the
- * parser walked end; l4 is 0 unless a transport header was reached. payload is
- * where the last header the parser read ends: the transport payload for TCP
- * (its data offset), UDP, UDP-Lite, SCTP (common header), ICMP and ICMPv6 (8
- * bytes); the end of the IP headers for other protocols, later fragments and
- * IPv6 extension chains too long to walk; the end of the Ethernet and VLAN
- * headers for frames that are not IP; as far as the parser got in a frame cut
- * short. Every segment of a GSO packet repeats the headers up to payload. */
+ * parser walked end. l4 is where the IP headers end, and 0 when the parser
+ * did not get past them (not IP, a bad IHL, a later fragment, an extension
+ * chain too long, a cut). payload is where the last header the parser read
+ * ends: the transport payload for TCP (its data offset), UDP, UDP-Lite, SCTP
+ * (common header), ICMP and ICMPv6 (8 bytes); l4 for other transports; the
+ * end of the IP headers for later fragments and extension chains too long to
+ * walk; l3 for frames that are not IP; as far as the parser got in a frame
+ * cut short. Every segment of a GSO packet repeats the headers up to payload,
+ * and a reader of the payload starts there without walking the headers again. */
 struct pkt_offsets {
 	__u16 l3;
 	__u16 l4;
