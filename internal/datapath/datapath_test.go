@@ -94,6 +94,10 @@ func TestMapFullDivertsToRingBuffer(t *testing.T) {
 				if e.Stats.Packets != 1 || e.Key.Direction != flow.Egress {
 					t.Errorf("event %+v", e)
 				}
+				if e.Stats.Segments != 1 || e.Stats.WireBytes != e.Stats.Bytes {
+					t.Errorf("event of a packet that is not GSO: %d segments %d wire bytes for %d bytes",
+						e.Stats.Segments, e.Stats.WireBytes, e.Stats.Bytes)
+				}
 				seen[e.Key.SrcPort] += e.Stats.Bytes
 			}
 			for i := range flows {

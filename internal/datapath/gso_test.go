@@ -141,3 +141,38 @@ func TestGSOSegmentsAndWireBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestDivertedGSOPacketKeepsItsSegments: a super-packet the full table
+// refuses reaches userspace through the ring buffer with its segments and
+// wire bytes, not as one wire packet.
+func TestDivertedGSOPacketKeepsItsSegments(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	for _, tables := range []TableKind{PerCPU, Shared} {
+		t.Run(tables.String(), func(t *testing.T) {
+			dp := loadForTest(t, Options{FlowBudget: 1, Tables: tables, RingBufSize: 1 << 16})
+			ev, err := dp.OpenEvents()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ev.Close()
+			tcp := &layers.TCP{SrcPort: 40000, DstPort: 5201, ACK: true, Window: 1000}
+			first := frame(t, eth(layers.EthernetTypeIPv4), ip4(layers.IPProtocolTCP), tcp, make(gopacket.Payload, 100))
+			tcp2 := *tcp
+			tcp2.SrcPort = 40001
+			super := frame(t, eth(layers.EthernetTypeIPv4), ip4(layers.IPProtocolTCP), &tcp2, make(gopacket.Payload, 4*700))
+			runProgGSO(t, dp, flow.Ingress, first, 0, 0)
+			runProgGSO(t, dp, flow.Ingress, super, 4, 700) // the table is full
+			drainAll(t, dp)
+			events := readEvents(t, ev)
+			if len(events) != 1 {
+				t.Fatalf("%d events, want the one super-packet", len(events))
+			}
+			s := events[0].Stats
+			n := uint64(len(super))
+			if s.Packets != 1 || s.Bytes != n || s.Segments != 4 || s.WireBytes != n+3*(14+20+20) {
+				t.Fatalf("event counted %d packets %d bytes %d segments %d wire bytes; want 1, %d, 4, %d",
+					s.Packets, s.Bytes, s.Segments, s.WireBytes, n, n+3*(14+20+20))
+			}
+		})
+	}
+}
