@@ -24,7 +24,7 @@
 
 #include "counters.h"
 #include "flow.h"
-#include "parse.h"
+#include "skb.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -32,9 +32,6 @@ char __license[] SEC("license") = "Dual BSD/GPL";
 #define E2BIG 7
 #define EEXIST 17
 #define ENOMEM 12
-/* How much of a non-linear packet to pull in when headers cross the linear
- * area: Ethernet, two VLAN tags, IPv6 with extension headers, TCP. */
-#define PULL_LEN 256
 
 /* Set from Go before load (volatile const: folded by the verifier). */
 /* 1 when the tables are one shared hash (atomic adds) instead of per-CPU. */
@@ -70,14 +67,18 @@ const enum counter *unused_counter __attribute__((unused));
  * coarse clock (the same CLOCK_MONOTONIC, updated every tick), clamped so
  * that last_seen never precedes first_seen: last_seen is exact to a tick
  * (1-10 ms, CONFIG_HZ), first_seen to the nanosecond. */
-static __always_inline void stats_add(struct flow_stats *st, __u64 len,
+static __always_inline void stats_add(struct flow_stats *st, const struct pkt_len *len,
 				      const struct pkt_meta *meta)
 {
 	__u64 now = bpf_ktime_get_coarse_ns();
 
 	if (cfg_shared_table) {
 		__sync_fetch_and_add(&st->packets, 1);
-		__sync_fetch_and_add(&st->bytes, len);
+		__sync_fetch_and_add(&st->bytes, len->bytes);
+		if (len->segments > 1) {
+			__sync_fetch_and_add(&st->extra_segments, len->segments - 1);
+			__sync_fetch_and_add(&st->extra_wire_bytes, len->wire_bytes - len->bytes);
+		}
 		/* Skip the locked OR when the flags are already there, which
 		 * is every packet of an established connection but a few. */
 		if ((st->tcp_flags | meta->tcp_flags) != st->tcp_flags)
@@ -90,7 +91,9 @@ static __always_inline void stats_add(struct flow_stats *st, __u64 len,
 			st->sampling = 1;
 		}
 		st->packets++;
-		st->bytes += len;
+		st->bytes += len->bytes;
+		st->extra_segments += len->segments - 1;
+		st->extra_wire_bytes += len->wire_bytes - len->bytes;
 		st->tcp_flags |= meta->tcp_flags;
 	}
 	/* Plain stores: in the shared table two CPUs may race here and leave a
@@ -128,8 +131,8 @@ static __always_inline void divert(const struct flow_key *key, const struct flow
 	bpf_ringbuf_submit(ev, 0);
 }
 
-static __always_inline void account_in(void *table, const struct flow_key *key, __u64 len,
-				       const struct pkt_meta *meta)
+static __always_inline void account_in(void *table, const struct flow_key *key,
+				       const struct pkt_len *len, const struct pkt_meta *meta)
 {
 	struct flow_stats *st;
 	__u64 now;
@@ -147,7 +150,9 @@ static __always_inline void account_in(void *table, const struct flow_key *key, 
 	now = bpf_ktime_get_ns();
 	struct flow_stats fresh = {
 		.packets = 1,
-		.bytes = len,
+		.bytes = len->bytes,
+		.extra_segments = len->segments - 1,
+		.extra_wire_bytes = len->wire_bytes - len->bytes,
 		.first_seen = now,
 		.last_seen = now,
 		.tcp_flags = meta->tcp_flags,
@@ -169,7 +174,7 @@ static __always_inline void account_in(void *table, const struct flow_key *key, 
 	divert(key, &fresh, err);
 }
 
-static __always_inline void account(const struct flow_key *key, __u64 len,
+static __always_inline void account(const struct flow_key *key, const struct pkt_len *len,
 				    const struct pkt_meta *meta)
 {
 	/* Two call sites, each with a map known to the verifier: lookups
@@ -183,54 +188,15 @@ static __always_inline void account(const struct flow_key *key, __u64 len,
 
 static __always_inline int observe(struct __sk_buff *skb, __u8 direction)
 {
-	struct flow_key key = {};
-	struct pkt_meta meta = {};
-	void *data = (void *)(long)skb->data;
-	void *end = (void *)(long)skb->data_end;
-	int res;
+	struct flow_key key;
+	struct pkt_meta meta;
+	struct pkt_len len;
 
-	res = parse_packet(data, end, &key, &meta);
-	if (res != PARSE_OK && skb->len > (__u32)(end - data)) {
-		/* The headers run past the linear area: pull them in and parse
-		 * again. Rare (drivers put headers in the linear part), and it
-		 * may unclone the skb, so only done when needed. */
-		__u32 want = skb->len < PULL_LEN ? skb->len : PULL_LEN;
-
-		counter_inc(COUNTER_PULLED);
-		if (bpf_skb_pull_data(skb, want) == 0) {
-			__builtin_memset(&key, 0, sizeof(key));
-			__builtin_memset(&meta, 0, sizeof(meta));
-			data = (void *)(long)skb->data;
-			end = (void *)(long)skb->data_end;
-			res = parse_packet(data, end, &key, &meta);
-		}
-	}
-
-	switch (res) {
-	case PARSE_TRUNCATED_L2:
-		counter_inc(COUNTER_TRUNCATED_L2);
-		break;
-	case PARSE_TRUNCATED_L3:
-		counter_inc(COUNTER_TRUNCATED_L3);
-		break;
-	case PARSE_TRUNCATED_L4:
-		counter_inc(COUNTER_TRUNCATED_L4);
-		break;
-	}
-	if (meta.flags) {
-		if (meta.flags & PARSE_F_BAD_IHL)
-			counter_inc(COUNTER_BAD_IPV4_IHL);
-		if (meta.flags & PARSE_F_VLAN_DEPTH)
-			counter_inc(COUNTER_VLAN_DEPTH);
-		if (meta.flags & PARSE_F_EXT_DEPTH)
-			counter_inc(COUNTER_IPV6_EXT_DEPTH);
-		if (meta.flags & PARSE_F_FRAGMENT)
-			counter_inc(COUNTER_FRAGMENTS);
-	}
-
+	parse_skb(skb, &key, &meta);
+	pkt_len_of(skb, &meta, direction, &len);
 	key.ifindex = skb->ifindex;
 	key.direction = direction;
-	account(&key, skb->len, &meta);
+	account(&key, &len, &meta);
 	return TCX_NEXT_ACTION;
 }
 

@@ -10,6 +10,10 @@
  * The parser only fills what it could read: a frame cut short in its TCP
  * header still yields its addresses, so the packet is counted under the best
  * key available instead of being dropped from the totals.
+ *
+ * Besides the flow key it records where each header starts (struct
+ * pkt_offsets), so that what needs the header length (a GSO packet's wire
+ * bytes) or the payload never walks the headers a second time.
  */
 #ifndef LOUPE_PARSE_H
 #define LOUPE_PARSE_H
@@ -43,25 +47,62 @@ enum parse_flag {
 	PARSE_F_FRAGMENT = 1 << 3, /* non-first fragment: no transport header */
 };
 
+/* Where the headers start, in bytes from the frame's first byte (the MAC
+ * header, skb->data at TC). l3 is where the Ethernet and VLAN headers the
+ * parser walked end. l4 is where the IP headers end, and 0 when the parser
+ * did not get past them (not IP, a bad IHL, a later fragment, an extension
+ * chain too long, a cut). payload is where the last header the parser read
+ * ends: the transport payload for TCP (its data offset), UDP, UDP-Lite, SCTP
+ * (common header), ICMP and ICMPv6 (8 bytes); l4 for other transports; the
+ * end of the IP headers for later fragments and extension chains too long to
+ * walk; l3 for frames that are not IP; as far as the parser got in a frame
+ * cut short. Every segment of a GSO packet repeats the headers up to payload,
+ * and a reader of the payload starts there without walking the headers again. */
+struct pkt_offsets {
+	__u16 l3;
+	__u16 l4;
+	__u16 payload;
+	__u16 pad;
+};
+
 /* Per-packet facts that are not part of the flow key. */
 struct pkt_meta {
+	struct pkt_offsets off;
 	__u32 tcp_flags;
 	__u8 dscp;
 	__u8 flags; /* enum parse_flag */
+	/* VLAN tags of the frame: those still in it, plus the outermost one when
+	 * the kernel holds it in the skb's metadata (vlan_meta; set by the
+	 * caller before parsing, see parse_skb). */
+	__u8 vlan_tags;
+	__u8 vlan_meta;
 };
 
-static __always_inline int parse_l4(void *pos, void *end, __u8 proto, struct flow_key *key,
-				    struct pkt_meta *meta)
+/* Transport header lengths the parser does not read from the header. */
+#define UDP_HLEN 8
+#define SCTP_COMMON_HLEN 12
+#define ICMP_HLEN 8 /* type, code, checksum and the 4 bytes every message has next */
+
+/* parse_l4 reads the transport header at pos, offset l4 into the frame. */
+static __always_inline int parse_l4(void *pos, void *end, __u16 l4, __u8 proto,
+				    struct flow_key *key, struct pkt_meta *meta)
 {
+	meta->off.l4 = l4;
+	meta->off.payload = l4;
 	switch (proto) {
 	case IPPROTO_TCP: {
 		struct tcp_wire *tcp = pos;
+		__u16 doff;
 
 		if ((void *)(tcp + 1) > end)
 			return PARSE_TRUNCATED_L4;
 		key->src_port = bpf_ntohs(tcp->src);
 		key->dst_port = bpf_ntohs(tcp->dst);
 		meta->tcp_flags = tcp->flags | ((__u32)(tcp->doff_ae & 1) << 8);
+		/* Options included; a data offset below the fixed header is
+		 * bogus, and only the fixed header was read. */
+		doff = (tcp->doff_ae >> 4) * 4;
+		meta->off.payload = l4 + (doff > sizeof(*tcp) ? doff : sizeof(*tcp));
 		return PARSE_OK;
 	}
 	case IPPROTO_UDP:
@@ -73,6 +114,7 @@ static __always_inline int parse_l4(void *pos, void *end, __u8 proto, struct flo
 			return PARSE_TRUNCATED_L4;
 		key->src_port = bpf_ntohs(ports->src);
 		key->dst_port = bpf_ntohs(ports->dst);
+		meta->off.payload = l4 + (proto == IPPROTO_SCTP ? SCTP_COMMON_HLEN : UDP_HLEN);
 		return PARSE_OK;
 	}
 	case IPPROTO_ICMP:
@@ -87,6 +129,7 @@ static __always_inline int parse_l4(void *pos, void *end, __u8 proto, struct flo
 			return PARSE_TRUNCATED_L4;
 		key->src_port = icmp->type;
 		key->dst_port = icmp->code;
+		meta->off.payload = l4 + ICMP_HLEN;
 		return PARSE_OK;
 	}
 	}
@@ -115,21 +158,24 @@ static __always_inline int parse_ipv4(void *pos, void *end, struct flow_key *key
 	ihl = ip->version_ihl & 0x0F;
 	if (ihl < 5) {
 		meta->flags |= PARSE_F_BAD_IHL;
+		meta->off.payload = meta->off.l3 + sizeof(*ip);
 		return PARSE_OK;
 	}
 	if (bpf_ntohs(ip->frag_off) & IPV4_OFFSET_MASK) {
 		/* A later fragment carries no transport header: its first bytes
 		 * are payload, and reading ports there would misattribute it. */
 		meta->flags |= PARSE_F_FRAGMENT;
+		meta->off.payload = meta->off.l3 + ihl * 4;
 		return PARSE_OK;
 	}
-	return parse_l4(pos + ihl * 4, end, ip->protocol, key, meta);
+	return parse_l4(pos + ihl * 4, end, meta->off.l3 + ihl * 4, ip->protocol, key, meta);
 }
 
 static __always_inline int parse_ipv6(void *pos, void *end, struct flow_key *key,
 				      struct pkt_meta *meta)
 {
 	struct ipv6_wire *ip6 = pos;
+	__u32 off, len;
 	__u8 nexthdr;
 
 	if ((void *)(ip6 + 1) > end)
@@ -141,6 +187,10 @@ static __always_inline int parse_ipv6(void *pos, void *end, struct flow_key *key
 	meta->dscp = ((ip6->vtc_flow[0] & 0x0F) << 2) | (ip6->vtc_flow[1] >> 6);
 	nexthdr = ip6->nexthdr;
 	pos = ip6 + 1;
+	/* The offset is kept apart from pos: the verifier refuses the 32-bit
+	 * pointer arithmetic the compiler makes of pos - data. */
+	off = meta->off.l3 + sizeof(*ip6);
+	meta->off.payload = off;
 
 #pragma unroll
 	for (int i = 0; i < MAX_IPV6_EXT_HDRS; i++) {
@@ -154,7 +204,10 @@ static __always_inline int parse_ipv6(void *pos, void *end, struct flow_key *key
 			if ((void *)(ext + 1) > end)
 				goto truncated;
 			nexthdr = ext->nexthdr;
-			pos += ((__u32)ext->hdrlen + 1) * 8;
+			len = ((__u32)ext->hdrlen + 1) * 8;
+			pos += len;
+			off += len;
+			meta->off.payload = off;
 			continue;
 		}
 		case IPPROTO_AH: {
@@ -163,7 +216,10 @@ static __always_inline int parse_ipv6(void *pos, void *end, struct flow_key *key
 			if ((void *)(ext + 1) > end)
 				goto truncated;
 			nexthdr = ext->nexthdr;
-			pos += ((__u32)ext->hdrlen + 2) * 4;
+			len = ((__u32)ext->hdrlen + 2) * 4;
+			pos += len;
+			off += len;
+			meta->off.payload = off;
 			continue;
 		}
 		case IPPROTO_FRAGMENT: {
@@ -172,17 +228,19 @@ static __always_inline int parse_ipv6(void *pos, void *end, struct flow_key *key
 			if ((void *)(frag + 1) > end)
 				goto truncated;
 			nexthdr = frag->nexthdr;
+			pos = frag + 1;
+			off += sizeof(*frag);
+			meta->off.payload = off;
 			if (bpf_ntohs(frag->frag_off) & IPV6_FRAG_OFFSET_MASK) {
 				key->proto = nexthdr;
 				meta->flags |= PARSE_F_FRAGMENT;
 				return PARSE_OK;
 			}
-			pos = frag + 1;
 			continue;
 		}
 		}
 		key->proto = nexthdr;
-		return parse_l4(pos, end, nexthdr, key, meta);
+		return parse_l4(pos, end, meta->off.payload, nexthdr, key, meta);
 	}
 	/* Still inside the extension chain: count the flow under its L3 key,
 	 * with the header we stopped at as protocol. */
@@ -196,11 +254,14 @@ truncated:
 }
 
 /* parse_packet fills key (but ifindex and direction) and meta from the frame
- * at data..end. key and meta must be zeroed by the caller. */
+ * at data..end. key and meta must be zeroed by the caller, but for what it
+ * knows of a VLAN tag held in the skb's metadata (key->vlan_id,
+ * meta->vlan_tags and meta->vlan_meta, see parse_skb). */
 static __always_inline int parse_packet(void *data, void *end, struct flow_key *key,
 					struct pkt_meta *meta)
 {
 	struct eth_wire *eth = data;
+	__u16 l2 = sizeof(*eth);
 	void *pos;
 	__be16 proto;
 
@@ -211,20 +272,32 @@ static __always_inline int parse_packet(void *data, void *end, struct flow_key *
 	proto = eth->proto;
 	pos = eth + 1;
 
-	/* Tags still in the frame (the stack usually moves the outer one into
-	 * skb->vlan_tci before TC, but not always, and never in test runs). */
+	/* Tags still in the frame. The stack moves the outer one into the
+	 * skb's metadata before TC ingress (and a VLAN device may leave it
+	 * there on egress); that one counts towards the depth too, so that a
+	 * frame gets the same key at both ends of a link. */
 #pragma unroll
 	for (int i = 0; i < MAX_VLAN_TAGS; i++) {
 		struct vlan_wire *vlan = pos;
 
 		if (proto != bpf_htons(ETH_P_8021Q) && proto != bpf_htons(ETH_P_8021AD))
 			break;
-		if ((void *)(vlan + 1) > end)
+		if (meta->vlan_tags >= MAX_VLAN_TAGS)
+			break;
+		if ((void *)(vlan + 1) > end) {
+			meta->off.payload = l2;
 			return PARSE_TRUNCATED_L2;
+		}
+		if (meta->vlan_tags == 0)
+			key->vlan_id = bpf_ntohs(vlan->tci) & VLAN_VID_MASK;
+		meta->vlan_tags++;
 		proto = vlan->proto;
 		pos = vlan + 1;
+		l2 += sizeof(*vlan);
 	}
 	key->eth_type = bpf_ntohs(proto);
+	meta->off.l3 = l2;
+	meta->off.payload = l2;
 
 	switch (proto) {
 	case bpf_htons(ETH_P_IP):

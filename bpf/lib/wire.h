@@ -42,6 +42,9 @@ struct vlan_wire {
 	__be16 proto;
 };
 
+#define VLAN_HLEN 4          /* a tag: TPID and TCI */
+#define VLAN_VID_MASK 0x0FFF /* the VLAN ID in a TCI */
+
 struct ipv4_wire {
 	__u8 version_ihl;
 	__u8 tos;

@@ -32,12 +32,13 @@ func (k TableKind) String() string {
 }
 
 // perCPUMaxCPUs is the largest number of possible CPUs for which AutoTables
-// picks per-CPU tables. A per-CPU table holds one 40-byte value per possible
-// CPU for each flow: measured here (bench/RESULTS.md, 2 CPUs) 213 bytes a
-// flow against 165 for a shared table, so up to 4 CPUs it stays within about
-// twice the shared table's memory, while being faster (15 ns less per packet
-// on one CPU, 83 ns less when two CPUs update one flow). On bigger machines
-// its memory grows with every CPU and the shared table is the better trade.
+// picks per-CPU tables. A per-CPU table holds one 56-byte value per possible
+// CPU for each flow: measured here (hookbench mem, 2 CPUs) 253 bytes a flow
+// against 189 for a shared table, so up to 4 CPUs (365 bytes) it stays
+// within about twice the shared table's memory, while being faster (15 ns
+// less per packet on one CPU, 83 ns less when two CPUs update one flow,
+// bench/RESULTS.md). On bigger machines its memory grows with every CPU and
+// the shared table is the better trade.
 const perCPUMaxCPUs = 4
 
 // AutoTables picks the table kind for this machine (map_type: auto).
@@ -274,6 +275,7 @@ func keyFromBPF(k *flow.Key, b *flowsFlowKey) {
 		EtherType: b.EthType,
 		SrcPort:   b.SrcPort,
 		DstPort:   b.DstPort,
+		VlanID:    b.VlanId,
 		Proto:     b.Proto,
 		Direction: flow.Direction(b.Direction),
 	}
@@ -283,6 +285,8 @@ func statsFromBPF(s *flow.Stats, b *flowsFlowStats) {
 	*s = flow.Stats{
 		Packets:   b.Packets,
 		Bytes:     b.Bytes,
+		Segments:  b.Packets + b.ExtraSegments,
+		WireBytes: b.Bytes + b.ExtraWireBytes,
 		FirstSeen: b.FirstSeen,
 		LastSeen:  b.LastSeen,
 		Sampling:  uint32(b.Sampling),

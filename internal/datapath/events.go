@@ -73,19 +73,23 @@ func decodeEvent(b []byte) (flow.Event, error) {
 	k.EtherType = ne.Uint16(b[48:])
 	k.SrcPort = ne.Uint16(b[50:])
 	k.DstPort = ne.Uint16(b[52:])
-	k.Proto = b[54]
-	k.Direction = flow.Direction(b[55])
-	s := b[56:]
+	k.VlanID = ne.Uint16(b[54:])
+	k.Proto = b[56]
+	k.Direction = flow.Direction(b[57])
+	// 58-59: the key's padding; 60-63: the event's, before 8-byte aligned stats.
+	s := b[64:]
 	ev.Stats = flow.Stats{
 		Packets:   ne.Uint64(s[0:]),
 		Bytes:     ne.Uint64(s[8:]),
-		FirstSeen: ne.Uint64(s[16:]),
-		LastSeen:  ne.Uint64(s[24:]),
-		TCPFlags:  uint16(ne.Uint32(s[32:])),
-		Sampling:  uint32(ne.Uint16(s[36:])),
-		DSCP:      s[38],
+		Segments:  ne.Uint64(s[0:]) + ne.Uint64(s[16:]),
+		WireBytes: ne.Uint64(s[8:]) + ne.Uint64(s[24:]),
+		FirstSeen: ne.Uint64(s[32:]),
+		LastSeen:  ne.Uint64(s[40:]),
+		TCPFlags:  uint16(ne.Uint32(s[48:])),
+		Sampling:  uint32(ne.Uint16(s[52:])),
+		DSCP:      s[54],
 	}
-	ev.Reason = flow.EventReason(ne.Uint32(s[40:]))
-	ev.Errno = -int32(ne.Uint32(s[44:]))
+	ev.Reason = flow.EventReason(ne.Uint32(s[56:]))
+	ev.Errno = -int32(ne.Uint32(s[60:]))
 	return ev, nil
 }

@@ -35,6 +35,7 @@ const (
 type flowsFlowEvent struct {
 	_      structs.HostLayout
 	Key    flowsFlowKey
+	Pad    uint32
 	Stats  flowsFlowStats
 	Reason uint32
 	Err    int32
@@ -50,20 +51,24 @@ type flowsFlowKey struct {
 	EthType   uint16
 	SrcPort   uint16
 	DstPort   uint16
+	VlanId    uint16
 	Proto     uint8
 	Direction uint8
+	Pad       [2]uint8
 }
 
 type flowsFlowStats struct {
-	_         structs.HostLayout
-	Packets   uint64
-	Bytes     uint64
-	FirstSeen uint64
-	LastSeen  uint64
-	TcpFlags  uint32
-	Sampling  uint16
-	Dscp      uint8
-	Pad       uint8
+	_              structs.HostLayout
+	Packets        uint64
+	Bytes          uint64
+	ExtraSegments  uint64
+	ExtraWireBytes uint64
+	FirstSeen      uint64
+	LastSeen       uint64
+	TcpFlags       uint32
+	Sampling       uint16
+	Dscp           uint8
+	Pad            uint8
 }
 
 // Names of all BPF objects in the ELF.

@@ -91,6 +91,7 @@ type want struct {
 	srcPort, dstPort uint16
 	tcpFlags         uint16
 	dscp             uint8
+	vlanID           uint16
 	counters         map[string]uint64
 }
 
@@ -127,19 +128,19 @@ func TestParser(t *testing.T) {
 		{
 			name:  "802.1q",
 			frame: frame(t, eth(layers.EthernetTypeDot1Q), &layers.Dot1Q{VLANIdentifier: 42, Type: layers.EthernetTypeIPv4}, ip4(layers.IPProtocolUDP), udp, payload),
-			want:  want{ethType: 0x0800, src: v4A, dst: v4B, proto: 17, srcPort: 5353, dstPort: 53, dscp: 46},
+			want:  want{ethType: 0x0800, src: v4A, dst: v4B, proto: 17, srcPort: 5353, dstPort: 53, dscp: 46, vlanID: 42},
 		},
 		{
 			name: "qinq",
 			frame: frame(t, eth(layers.EthernetTypeQinQ), &layers.Dot1Q{VLANIdentifier: 100, Type: layers.EthernetTypeDot1Q},
 				&layers.Dot1Q{VLANIdentifier: 42, Type: layers.EthernetTypeIPv6}, ip6(layers.IPProtocolUDP), udp, payload),
-			want: want{ethType: 0x86dd, src: v6A, dst: v6B, proto: 17, srcPort: 5353, dstPort: 53, dscp: 10},
+			want: want{ethType: 0x86dd, src: v6A, dst: v6B, proto: 17, srcPort: 5353, dstPort: 53, dscp: 10, vlanID: 100},
 		},
 		{
 			name: "three vlan tags",
-			frame: frame(t, eth(layers.EthernetTypeQinQ), &layers.Dot1Q{Type: layers.EthernetTypeDot1Q},
-				&layers.Dot1Q{Type: layers.EthernetTypeDot1Q}, &layers.Dot1Q{Type: layers.EthernetTypeIPv4}, ip4(layers.IPProtocolUDP), udp),
-			want: want{ethType: 0x8100, counters: map[string]uint64{"vlan_depth": 1}},
+			frame: frame(t, eth(layers.EthernetTypeQinQ), &layers.Dot1Q{VLANIdentifier: 4094, Type: layers.EthernetTypeDot1Q},
+				&layers.Dot1Q{VLANIdentifier: 5, Type: layers.EthernetTypeDot1Q}, &layers.Dot1Q{VLANIdentifier: 6, Type: layers.EthernetTypeIPv4}, ip4(layers.IPProtocolUDP), udp),
+			want: want{ethType: 0x8100, vlanID: 4094, counters: map[string]uint64{"vlan_depth": 1}},
 		},
 		{
 			name:  "ipv6 tcp",
@@ -222,7 +223,7 @@ func TestParser(t *testing.T) {
 			name: "truncated ipv4 header",
 			frame: frame(t, eth(layers.EthernetTypeDot1Q), &layers.Dot1Q{VLANIdentifier: 7, Type: layers.EthernetTypeIPv4},
 				ip4(layers.IPProtocolUDP), udp, payload)[:14+4+10],
-			want: want{ethType: 0x0800, counters: map[string]uint64{"truncated_l3": 1}},
+			want: want{ethType: 0x0800, vlanID: 7, counters: map[string]uint64{"truncated_l3": 1}},
 		},
 		{
 			name:  "truncated tcp header keeps addresses",
@@ -299,9 +300,14 @@ func checkKey(t *testing.T, r drained, w want, length uint64) {
 	if k.IfIndex != 1 {
 		t.Errorf("ifindex %d, want 1 (test runs use loopback)", k.IfIndex)
 	}
+	if k.VlanID != w.vlanID {
+		t.Errorf("%s vlan id %d, want %d", k.Direction, k.VlanID, w.vlanID)
+	}
 	s := r.stats
-	if s.Packets != 1 || s.Bytes != length {
-		t.Errorf("%s counted %d packets %d bytes, want 1 and %d", k.Direction, s.Packets, s.Bytes, length)
+	// Not a GSO packet: one segment, and the wire carried what the hook saw.
+	if s.Packets != 1 || s.Bytes != length || s.Segments != 1 || s.WireBytes != length {
+		t.Errorf("%s counted %d packets %d bytes %d segments %d wire bytes, want 1, %d, 1, %d",
+			k.Direction, s.Packets, s.Bytes, s.Segments, s.WireBytes, length, length)
 	}
 	if s.TCPFlags != w.tcpFlags || s.DSCP != w.dscp || s.Sampling != 1 {
 		t.Errorf("%s flags %#x dscp %d sampling %d, want %#x %d 1", k.Direction, s.TCPFlags, s.DSCP, s.Sampling, w.tcpFlags, w.dscp)

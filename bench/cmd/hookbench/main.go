@@ -17,6 +17,18 @@
 //	    tables, of N flows each, and print per kind
 //	    "KIND TABLES_BYTES TOTAL_BYTES CPUS": the kernel's memlock
 //	    accounting of both flow tables (active and standby) and of all maps.
+//	hookbench mem -budget N -obj A.o [-obj B.o ...]
+//	    The same for flow program objects loaded from files (see testrun):
+//	    "OBJECT KIND TABLES_BYTES CPUS".
+//	hookbench testrun -obj A.o [-obj B.o ...] [-tables percpu|shared] [-flows N] [-rounds R] [-repeat K]
+//	    Load each flows_bpfel.o (say, this tree's and one from another
+//	    commit: git show main:internal/datapath/flows_bpfel.o > old.o) and
+//	    measure its ingress program's run time per packet on N distinct
+//	    64-byte UDP flows with BPF_PROG_TEST_RUN, the objects in
+//	    alternation, R rounds. Prints "ROUND OBJECT FLOWS TABLES NS" lines.
+//	    Needs no interface and no traffic, so it can compare builds on a
+//	    busy machine; the absolute numbers are not bpf_stats' (see
+//	    testrun.go).
 package main
 
 import (
@@ -37,11 +49,20 @@ import (
 func main() {
 	log.SetFlags(0)
 	if len(os.Args) < 2 {
-		log.Fatal("usage: hookbench attach|stats|mem [flags]")
+		log.Fatal("usage: hookbench attach|stats|mem|testrun [flags]")
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
 	iface := fs.String("iface", "", "interface")
 	budget := fs.Int("budget", 100000, "flow budget (mem)")
+	var tr testrunOpts
+	fs.Func("obj", "flow program object to measure (testrun, repeatable)", func(s string) error {
+		tr.objs = append(tr.objs, s)
+		return nil
+	})
+	fs.StringVar(&tr.tables, "tables", "percpu", "percpu or shared (testrun)")
+	fs.IntVar(&tr.flows, "flows", 1, "distinct flows (testrun)")
+	fs.IntVar(&tr.rounds, "rounds", 5, "rounds (testrun)")
+	fs.IntVar(&tr.repeat, "repeat", 1, "runs of each frame per call (testrun)")
 	_ = fs.Parse(os.Args[2:])
 	var err error
 	switch os.Args[1] {
@@ -50,7 +71,13 @@ func main() {
 	case "stats":
 		err = stats(*iface)
 	case "mem":
-		err = mem(*budget)
+		if len(tr.objs) > 0 {
+			err = memObjects(tr.objs, *budget)
+		} else {
+			err = mem(*budget)
+		}
+	case "testrun":
+		err = testrun(tr)
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
