@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -189,7 +188,7 @@ func openSinks(cfg config.Config, log *slog.Logger) ([]export.Sink, []*delivery.
 		sinks = append(sinks, s)
 	}
 	for _, target := range cfg.Export {
-		s, q, err := targets.Open(target, cfg, log)
+		s, q, err := targets.Open(target, cfg.Exporters, log)
 		if err != nil {
 			return fail(err)
 		}
@@ -198,20 +197,13 @@ func openSinks(cfg config.Config, log *slog.Logger) ([]export.Sink, []*delivery.
 			queues = append(queues, q)
 		}
 	}
-	keys, err := promflow.ParseKeys(cfg.Prometheus.Keys)
+	popts, err := cfg.Prometheus.Options(log)
 	if err != nil {
 		return fail(fmt.Errorf("prometheus.%w", err))
 	}
-	groups, err := promflow.ParseGroups(cfg.Prometheus.CIDRGroups)
+	prom, err := promflow.Open(popts)
 	if err != nil {
-		return fail(fmt.Errorf("prometheus.%w", err))
-	}
-	if len(groups) > 0 && !slices.Contains(cfg.Prometheus.Keys, "src_group") && !slices.Contains(cfg.Prometheus.Keys, "dst_group") {
-		log.Warn("prometheus.cidr_groups are set but unused: add src_group or dst_group to prometheus.keys")
-	}
-	prom, err := promflow.Open(promflow.Options{MaxSeries: cfg.Prometheus.MaxSeries, Keys: keys, Groups: groups, Logger: log})
-	if err != nil {
-		return fail(fmt.Errorf("prometheus.%w", err))
+		return fail(err)
 	}
 	sinks = append(sinks, prom)
 	return sinks, queues, prom, nil

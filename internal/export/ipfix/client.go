@@ -90,8 +90,8 @@ func (o *Options) setDefaults(network string) error {
 	if o.EnterpriseNumber == 0 {
 		o.EnterpriseNumber = DefaultEnterpriseNumber
 	}
-	if low := max(minMessageLen, minMaxLen(o.EnterpriseNumber)); o.MTU < low || o.MTU > maxMessageLen {
-		return fmt.Errorf("ipfix MTU %d: want %d to %d", o.MTU, low, maxMessageLen)
+	if err := checkMTU(o.MTU); err != nil {
+		return fmt.Errorf("ipfix MTU: %w", err)
 	}
 	if o.TemplateRefresh == 0 {
 		o.TemplateRefresh = DefaultTemplateRefresh
