@@ -90,8 +90,12 @@ type Stats struct {
 	Batches                                            uint64 // successful Send calls
 	SendErrors                                         uint64 // failed Send calls (each is retried)
 	// Connected is 1 or 0 if the client reports its connection, -1 if it
-	// cannot tell (UDP).
+	// cannot tell.
 	Connected int
+	// Unreachable counts the times the collector's host refused a send
+	// (see Unreacher); HasUnreachable says whether the client tells.
+	Unreachable    uint64
+	HasUnreachable bool
 }
 
 // Dropped is the sum of every drop reason.
@@ -277,6 +281,9 @@ func (q *Queue) Stats() Stats {
 		if c.Connected() {
 			st.Connected = 1
 		}
+	}
+	if u, ok := q.client.(Unreacher); ok {
+		st.Unreachable, st.HasUnreachable = u.Unreachable(), true
 	}
 	return st
 }
