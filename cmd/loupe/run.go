@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"loupe/internal/agent"
 	"loupe/internal/config"
 )
@@ -59,15 +61,16 @@ func runAgent(cfg config.Config, log *slog.Logger) error {
 		case err := <-done:
 			return err
 		case sig := <-sigs:
+			name := unix.SignalName(sig.(syscall.Signal))
 			if ctx.Err() == nil {
-				log.Info("signal received; send it again to exit without finishing the shutdown", "signal", sig.String())
+				log.Info("signal received; send it again to exit without finishing the shutdown", "signal", name)
 				cancel()
 				continue
 			}
 			sd.LogAbandoned(log)
 			// Returning ends the process: main exits with the agent's
 			// goroutines still running, which is the point.
-			return fmt.Errorf("second %s during shutdown: exited before finishing it", sig)
+			return fmt.Errorf("second %s during shutdown: exited before finishing it", name)
 		}
 	}
 }

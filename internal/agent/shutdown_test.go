@@ -44,7 +44,10 @@ func TestShutdownLogsWhatIsAbandoned(t *testing.T) {
 		t.Fatal(err)
 	}
 	var sd Shutdown
-	sd.update(func(s *Shutdown) { s.queues = []*delivery.Queue{q}; s.stopping, s.detached, s.evicting = true, true, true })
+	sd.update(func(s *Shutdown) {
+		s.queues = []*delivery.Queue{q}
+		s.stopping, s.detached, s.evicting = true, true, true
+	})
 	var buf bytes.Buffer
 	sd.LogAbandoned(slog.New(slog.NewTextHandler(&buf, nil)))
 	for _, want := range []string{

@@ -151,7 +151,7 @@ type Client struct {
 	connected   atomic.Bool
 	rejected    atomic.Uint64
 	unreachable atomic.Uint64
-	abandoned uint64 // set by Close: see Abandoned
+	abandoned   uint64 // set by Close: see Abandoned
 
 	// abort lets a Send's context cut a blocked write short. abortConn
 	// is the connection Send writes to; abortGen changes when a Send
