@@ -144,6 +144,7 @@ func (c Config) CheckKey(key string) error {
 		if c.Store.Path == "" {
 			return fmt.Errorf("must not be empty (use %q to disable the store)", None)
 		}
+		return check.Path(c.Store.Path)
 	case "store.retention":
 		return check.Duration(c.Store.Retention, time.Minute, 0)
 	case "listen":
@@ -156,12 +157,19 @@ func (c Config) CheckKey(key string) error {
 	return nil
 }
 
+// maxGlob bounds an interface name glob: names are at most 15 bytes, and
+// even a glob of character classes needs far less than this.
+const maxGlob = 256
+
 // checkGlobs checks interface name globs. path.Match reports a malformed
 // pattern whatever the name, so matching against "" validates the syntax.
 func checkGlobs(globs []string) error {
 	for _, g := range globs {
 		if g == "" {
 			return errors.New("empty interface pattern")
+		}
+		if len(g) > maxGlob {
+			return fmt.Errorf("interface pattern %s is longer than %d bytes", check.Quote(g), maxGlob)
 		}
 		if strings.ContainsAny(g, "/ \t") {
 			// Interface names never contain these; such a pattern can

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"io/fs"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -135,6 +136,12 @@ func invalidCases() []struct{ key, text, want string } {
 		{"ipfix.mtu", "100", "must be between 512 and 65535, got 100"},
 		{"kafka.batch_max_bytes", "65MiB", "must be between 1KiB and 64MiB, got 65MiB"},
 		{"delivery.queue_size", "0", "must be between 1 and 16777216, got 0"},
+		{"store.path", "/" + strings.Repeat("d", 5000), "5001 bytes long: longer than 4095, the longest path Linux accepts"},
+		{"interfaces", strings.Repeat("e", 300), `interface pattern "eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee"... (300 bytes) is longer than 256 bytes`},
+		{"kafka.tls.ca_file", strings.Repeat("c", 5000), "5000 bytes long: longer than 4095"},
+		{"otlp.headers_file", strings.Repeat("h", 5000), "5000 bytes long: longer than 4095"},
+		{"otlp.tls.server_name", strings.Repeat("s", 254), "254 bytes long: a DNS name has at most 253"},
+		{"export", "json:" + strings.Repeat("p", 5000), `invalid target "json:` + strings.Repeat("p", 59) + `"... (5005 bytes): path 5000 bytes long: longer than 4095`},
 		{"export", "json:", `invalid target "json:": missing path (want json:PATH or json:- (stdout))`},
 		{"export", "json:-,json:-", `duplicate target "json:-"`},
 		{"log_level", "trace", `must be one of debug, info, warn, error, got "trace"`},
@@ -146,10 +153,7 @@ func TestInvalidValuesNameKeyAndSource(t *testing.T) {
 	for _, tc := range invalidCases() {
 		f := fieldByKey(t, tc.key)
 		t.Run(tc.key+"="+tc.text, func(t *testing.T) {
-			line := "1"
-			if strings.Contains(tc.key, ".") {
-				line = "2"
-			}
+			line := strconv.Itoa(strings.Count(tc.key, ".") + 1) // a line per level
 			_, path, err := run(t, yamlFor(t, tc.key, tc.text), nil)
 			checkErr(t, "file", err, "config file "+path+": line "+line+": "+tc.key+": "+tc.want)
 

@@ -58,6 +58,22 @@ func cutAt(s string) (string, bool) {
 	return s[:n], true
 }
 
+// MaxPath is the longest path Linux accepts (PATH_MAX, the terminating
+// NUL included).
+const MaxPath = 4095
+
+// Path checks a file or directory name the configuration gives: a longer
+// one could only fail later, in a message that shows it whole.
+func Path(p string) error {
+	switch {
+	case len(p) > MaxPath:
+		return fmt.Errorf("%d bytes long: longer than %d, the longest path Linux accepts", len(p), MaxPath)
+	case strings.ContainsRune(p, 0):
+		return errors.New("contains a NUL byte")
+	}
+	return nil
+}
+
 // Int checks min <= n <= max.
 func Int(n, min, max int) error {
 	if n < min || n > max {

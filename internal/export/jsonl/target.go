@@ -2,7 +2,10 @@ package jsonl
 
 import (
 	"errors"
+	"fmt"
 	"strings"
+
+	"loupe/internal/config/check"
 )
 
 // Scheme is the target scheme of this sink, and Syntax its forms as errors
@@ -29,8 +32,9 @@ func ParseTarget(target string) (string, error) {
 		return "", errors.New("not a json: target")
 	case path == "":
 		return "", errors.New("missing path")
-	case strings.ContainsRune(path, 0):
-		return "", errors.New("path contains a NUL byte")
+	}
+	if err := check.Path(path); err != nil {
+		return "", fmt.Errorf("path %w", err)
 	}
 	return path, nil
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"time"
 
@@ -37,6 +36,10 @@ type SASLConfig struct {
 	PasswordFile string `yaml:"password_file" env:"LOUPE_KAFKA_SASL_PASSWORD_FILE" flag:"kafka-sasl-password-file" help:"file holding the SASL password (never given inline, so it stays out of process listings and config dumps)"`
 }
 
+// maxPasswordFile bounds kafka.sasl.password_file: a password, not a
+// mistaken path to a large file.
+const maxPasswordFile = 64 << 10
+
 // saslNone is the configuration's value for "no SASL".
 const saslNone = "none"
 
@@ -66,6 +69,8 @@ func (c Config) CheckKey(key string) error {
 		return check.NotEmpty(c.ClientID)
 	case "sasl.mechanism":
 		return check.OneOf(c.SASL.Mechanism, saslNone, SASLPlain, SASLScramSHA256, SASLScramSHA512)
+	case "sasl.password_file":
+		return check.Path(c.SASL.PasswordFile)
 	}
 	return nil
 }
@@ -103,7 +108,7 @@ func (c Config) Options(log *slog.Logger) (Options, error) {
 		Logger:        log,
 	}
 	if c.SASL.Mechanism != saslNone && c.SASL.Mechanism != "" {
-		pw, err := os.ReadFile(c.SASL.PasswordFile)
+		pw, err := check.ReadFile(c.SASL.PasswordFile, maxPasswordFile)
 		if err != nil {
 			return opts, fmt.Errorf("kafka.sasl.password_file: %w", err)
 		}

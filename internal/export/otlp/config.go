@@ -43,6 +43,8 @@ func (c Config) CheckKey(key string) error {
 	case "headers":
 		_, err := parseHeaders(c.Headers)
 		return err
+	case "headers_file":
+		return check.Path(c.HeadersFile)
 	}
 	return nil
 }

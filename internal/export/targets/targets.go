@@ -166,13 +166,13 @@ func Open(target string, e Exporters, log *slog.Logger) (s export.Sink, q *deliv
 	if sc.client == nil {
 		s, err := sc.open(target)
 		if err != nil {
-			return nil, nil, fmt.Errorf("export %s: %w", target, err)
+			return nil, nil, fmt.Errorf("export %s: %w", check.Cut(target), err)
 		}
 		return s, nil, nil
 	}
 	c, err := sc.client(target, &e, log)
 	if err != nil {
-		return nil, nil, fmt.Errorf("export %s: %w", target, err)
+		return nil, nil, fmt.Errorf("export %s: %w", check.Cut(target), err)
 	}
 	q = delivery.New(target, c, e.Delivery.Options(log))
 	return q, q, nil

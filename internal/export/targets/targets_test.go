@@ -59,6 +59,10 @@ func TestOpenErrors(t *testing.T) {
 	if _, _, err := Open("kafka://127.0.0.1:9092/flows", cfg, log); err == nil || !strings.Contains(err.Error(), "kafka.sasl.password_file") {
 		t.Errorf("missing password file: %v", err)
 	}
+	cfg.Kafka.SASL.PasswordFile = "/dev/zero"
+	if _, _, err := Open("kafka://127.0.0.1:9092/flows", cfg, log); err == nil || !strings.Contains(err.Error(), "kafka.sasl.password_file: larger than 64KiB") {
+		t.Errorf("/dev/zero as password file: %v", err)
+	}
 	pw := filepath.Join(t.TempDir(), "pw")
 	os.WriteFile(pw, []byte("secret\n"), 0o600)
 	cfg.Kafka.SASL.PasswordFile = pw

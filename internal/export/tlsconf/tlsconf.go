@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+
+	"loupe/internal/config/check"
 )
 
 // Config is the TLS section of one client. Its env and flag tags are
@@ -27,6 +29,28 @@ type Config struct {
 	ServerName string `yaml:"server_name" env:"SERVER_NAME" flag:"server-name" help:"name to verify the server's certificate against (default: the host dialled)"`
 	// InsecureSkipVerify accepts any server certificate (tests only).
 	InsecureSkipVerify bool `yaml:"insecure_skip_verify" env:"INSECURE_SKIP_VERIFY" flag:"insecure-skip-verify" help:"accept any server certificate (testing only)"`
+}
+
+// maxServerName is the longest DNS name.
+const maxServerName = 253
+
+// CheckKey checks the value of one key of the section (relative to it):
+// paths and the server name are bounded, so that a mistaken value fails
+// at start rather than in a message that shows it whole.
+func (c Config) CheckKey(key string) error {
+	switch key {
+	case "ca_file":
+		return check.Path(c.CAFile)
+	case "cert_file":
+		return check.Path(c.CertFile)
+	case "key_file":
+		return check.Path(c.KeyFile)
+	case "server_name":
+		if len(c.ServerName) > maxServerName {
+			return fmt.Errorf("%d bytes long: a DNS name has at most %d", len(c.ServerName), maxServerName)
+		}
+	}
+	return nil
 }
 
 // On reports whether TLS is wanted: Enabled, or implied by any other
