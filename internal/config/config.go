@@ -19,13 +19,15 @@
 // the struct with its tags (ipfix.Config, kafka.Config, otlp.Config,
 // delivery.Config, promflow.Config, and tlsconf.Config inside Kafka's and
 // OTLP's), its defaults, the check of each key (a CheckKey(key) method) and
-// of keys together (a Validate method); targets.Exporters gathers the
+// of keys together (a CheckKeys method); targets.Exporters gathers the
 // export sections with the export key, whose schemes targets' one table
 // checks with the parsers that open them. Config embeds those sections and
 // finds their rules through the two methods, so it imports their types
 // but knows none of their rules, and one rule (kafka.batch_max_bytes'
 // range, a target's syntax) lives in one place, used both here and when
-// the exporter starts.
+// the exporter starts. Rules that matter only once an exporter is used
+// (Kafka's SASL keys go together, a file must be readable) are checked
+// when it starts, so that every key can be set alone in any layer.
 //
 // The alternative was a registry: exporters register their sections by
 // name at start and Config holds them in a map. It decouples further (this

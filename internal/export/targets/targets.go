@@ -5,7 +5,7 @@
 //
 // It also assembles the exporters' configuration sections (Exporters),
 // each owned by its package: the section type with its keys' tags,
-// defaults, per-key checks (CheckKey) and cross-key checks (Validate). The
+// defaults, per-key checks (CheckKey) and cross-key checks (CheckKeys). The
 // config package embeds Exporters and applies its layers (file,
 // environment, flags) to the keys it finds there by their tags, knowing
 // none of their rules.
