@@ -132,8 +132,12 @@ type Client struct {
 	conn net.Conn
 	raw  syscall.RawConn // TCP only: send-queue and liveness checks
 	// udpRaw (UDP only) reads the socket's pending error: the ICMP port
-	// unreachable a datagram drew.
-	udpRaw syscall.RawConn
+	// unreachable a datagram drew. readSoErr, made once, stores it in
+	// soErr and soErrErr, so that the read allocates nothing.
+	udpRaw    syscall.RawConn
+	readSoErr func(fd uintptr)
+	soErr     int
+	soErrErr  error
 	// down: the collector was found unreachable and not reached since;
 	// "collector unreachable" is logged once per outage.
 	down bool
@@ -172,13 +176,17 @@ func New(target string, opts Options) (*Client, error) {
 	if err := opts.setDefaults(t.Network); err != nil {
 		return nil, err
 	}
-	return &Client{
+	c := &Client{
 		target:        t,
 		opts:          opts,
 		log:           opts.Logger.With("component", "ipfix", "target", t.String()),
 		enc:           newEncoder(opts.ObservationDomain, opts.MTU, opts.EnterpriseNumber),
 		needTemplates: true,
-	}, nil
+	}
+	c.readSoErr = func(fd uintptr) {
+		c.soErr, c.soErrErr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_ERROR)
+	}
+	return c, nil
 }
 
 // Target returns the parsed target.
@@ -279,18 +287,14 @@ func (c *Client) Send(ctx context.Context, batch []flow.Record) ([]flow.Record, 
 // pendingError reads and clears the UDP socket's pending error, which is
 // how the kernel reports an ICMP error for a datagram already sent.
 func (c *Client) pendingError() error {
-	var soErr int
-	var gerr error
-	if err := c.udpRaw.Control(func(fd uintptr) {
-		soErr, gerr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_ERROR)
-	}); err != nil {
+	if err := c.udpRaw.Control(c.readSoErr); err != nil {
 		return err
 	}
-	if gerr != nil {
-		return gerr
+	if c.soErrErr != nil {
+		return c.soErrErr
 	}
-	if soErr != 0 {
-		return syscall.Errno(soErr)
+	if c.soErr != 0 {
+		return syscall.Errno(c.soErr)
 	}
 	return nil
 }
