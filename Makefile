@@ -8,8 +8,9 @@ VMLINUX_ROOTS = "struct __sk_buff" __u8 __u16 __u32 __u64 __s8 __s16 __s32 __s64
 
 .PHONY: build generate check-generated vmlinux headers test bench clean
 
+# Stamps the version and commit (scripts/build.sh).
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -o bin/loupe ./cmd/loupe
+	GO=$(GO) ./scripts/build.sh bin/loupe
 
 # Regenerate the committed BPF objects and the protobuf Go code (needs clang-19
 # and protoc: scripts/deps.sh generate).

@@ -63,7 +63,7 @@ if [[ -z ${BENCH_BIN_DIR:-} ]]; then
 	fi
 	export BENCH_COMMIT
 	echo "bench: building $BENCH_COMMIT into $BENCH_BIN_DIR" >&2
-	CGO_ENABLED=0 go build -trimpath -o "$BENCH_BIN_DIR/loupe" ./cmd/loupe
+	./scripts/build.sh "$BENCH_BIN_DIR/loupe"
 	CGO_ENABLED=0 go build -trimpath -o "$BENCH_BIN_DIR/" ./bench/cmd/...
 	# A benchmark runs in the background so that a signal to run.sh can be
 	# passed on to it (as SIGTERM: background processes of a script ignore

@@ -6,6 +6,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/deps.sh run
 . scripts/env.sh
-CGO_ENABLED=0 go build -trimpath -o bin/loupe ./cmd/loupe
+./scripts/build.sh bin/loupe
 echo "built bin/loupe; query with: bin/loupe flows --since 5m | bin/loupe top" >&2
 exec bin/loupe run "$@"

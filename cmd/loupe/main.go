@@ -12,6 +12,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"loupe/internal/config/check"
 )
 
 type command struct {
@@ -49,6 +54,8 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 	case "-h", "-help", "--help", "help":
 		usage(stdout)
 		return 0
+	case "-version", "--version":
+		args = append([]string{"version"}, args[1:]...)
 	}
 	for _, c := range commands() {
 		if c.name != args[0] {
@@ -71,11 +78,11 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
-// errUsage reports a flag error the flag package already printed.
+// errUsage reports a flag error already printed.
 var errUsage = errors.New("usage")
 
-// newFlagSet makes a subcommand's flag set that prints its usage to stderr
-// on error and to stdout for --help.
+// newFlagSet makes a subcommand's flag set whose full usage goes to stdout
+// for --help; a flag error prints one line and where to find the usage.
 func newFlagSet(name, synopsis string, stdout, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("loupe "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -86,7 +93,8 @@ func newFlagSet(name, synopsis string, stdout, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
-// parse parses args, sending --help output to stdout.
+// parse parses args, sending --help output to stdout. A flag error is one
+// line, then "see 'loupe CMD --help'", on the flag set's output.
 func parse(fs *flag.FlagSet, args []string, stdout io.Writer) error {
 	for _, a := range args {
 		if a == "-h" || a == "--help" || a == "-help" {
@@ -98,16 +106,74 @@ func parse(fs *flag.FlagSet, args []string, stdout io.Writer) error {
 			break
 		}
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
+	stderr, usage := fs.Output(), fs.Usage
+	// The flag package prints its error and the whole usage: silence it
+	// and print one line of our own.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.SetOutput(stderr)
+	fs.Usage = usage
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return err
+	case err != nil:
+		fmt.Fprintf(stderr, "%s: %s\nsee '%s --help'\n", fs.Name(), flagError(fs, err), fs.Name())
 		return errUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(fs.Output(), "unexpected argument %q\n", fs.Arg(0))
-		fs.Usage()
+	case fs.NArg() > 0:
+		fmt.Fprintf(stderr, "%s: unexpected argument %s\nsee '%s --help'\n", fs.Name(), check.Quote(fs.Arg(0)), fs.Name())
 		return errUsage
 	}
 	return nil
+}
+
+// flagError rewrites the flag package's message for an invalid value: the
+// value is cut (it can be megabytes long) and its bare "parse error" says
+// what a valid value looks like.
+func flagError(fs *flag.FlagSet, err error) string {
+	msg := err.Error()
+	for _, prefix := range []string{"invalid value ", "invalid boolean value "} {
+		rest, ok := strings.CutPrefix(msg, prefix)
+		if !ok {
+			continue
+		}
+		quoted, qerr := strconv.QuotedPrefix(rest)
+		value, uerr := strconv.Unquote(quoted)
+		if qerr != nil || uerr != nil {
+			break
+		}
+		// rest: " for flag -NAME: DETAIL" (" for -NAME: DETAIL" for a bool)
+		rest = rest[len(quoted):]
+		where, detail, ok := strings.Cut(rest, ": ")
+		if !ok {
+			break
+		}
+		name := strings.TrimPrefix(strings.TrimPrefix(where, " for flag -"), " for -")
+		if detail == "parse error" {
+			detail = syntaxHint(fs.Lookup(name))
+		}
+		return prefix + check.Quote(value) + where + ": " + detail
+	}
+	return msg
+}
+
+// syntaxHint says what a value of a standard flag type looks like.
+func syntaxHint(f *flag.Flag) string {
+	if f != nil {
+		if g, ok := f.Value.(flag.Getter); ok {
+			switch g.Get().(type) {
+			case time.Duration:
+				return "invalid duration (" + check.DurationSyntax + ")"
+			case int, int64:
+				return "want an integer"
+			case uint, uint64:
+				return "want a non-negative integer"
+			case bool:
+				return "want true or false"
+			case float64:
+				return "want a number"
+			}
+		}
+	}
+	return "parse error"
 }

@@ -176,3 +176,90 @@ func TestQueryRefusesWhatIsNotAStore(t *testing.T) {
 		}
 	}
 }
+
+// TestFlagErrorsAreOneLine: a flag error is one line and where to find the
+// usage, not the whole usage; the value is cut and its syntax explained.
+func TestFlagErrorsAreOneLine(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string // the first line
+	}{
+		{[]string{"run", "--bogus"}, "loupe run: flag provided but not defined: -bogus"},
+		{[]string{"flows", "--bogus"}, "loupe flows: flag provided but not defined: -bogus"},
+		{[]string{"top", "extra"}, `loupe top: unexpected argument "extra"`},
+		{[]string{"run", "--cache-active-timeout", "5"},
+			`loupe run: invalid value "5" for flag -cache-active-timeout: invalid duration (want Go syntax such as 500ms, 5s, 1h30m)`},
+		{[]string{"flows", "--since", "1 hour"},
+			`loupe flows: invalid value "1 hour" for flag -since: invalid duration (want Go syntax such as 500ms, 5s, 1h30m)`},
+		{[]string{"run", "--flow-budget", "lots"}, `loupe run: invalid value "lots" for flag -flow-budget: want an integer`},
+		{[]string{"run", "--kafka-tls-enabled=maybe"}, `loupe run: invalid boolean value "maybe" for -kafka-tls-enabled: want true or false`},
+		{[]string{"run", "--ringbuf-size", "4MB"}, `loupe run: invalid value "4MB" for flag -ringbuf-size: invalid size "4MB" (want bytes, or a number with a KiB, MiB or GiB suffix)`},
+		{[]string{"run", "--flow-budget", strings.Repeat("9", 20<<20)},
+			`loupe run: invalid value "` + strings.Repeat("9", 64) + `"... (20971520 bytes) for flag -flow-budget: value out of range`},
+		{[]string{"run", "--store-retention", strings.Repeat("h", 20<<20)},
+			`loupe run: invalid value "` + strings.Repeat("h", 64) + `"... (20971520 bytes) for flag -store-retention: invalid duration (want Go syntax such as 500ms, 5s, 1h30m)`},
+	} {
+		code, out, errOut := run(t, tc.args...)
+		cmd := tc.args[0]
+		want := tc.want + "\nsee 'loupe " + cmd + " --help'\n"
+		if code != 2 || out != "" || errOut != want {
+			t.Errorf("%.60q: exit %d, stdout %q, stderr\n%.300s\nwant\n%s", tc.args, code, out, errOut, want)
+		}
+	}
+}
+
+func TestNoGoFunctionNamesInErrors(t *testing.T) {
+	dir := writeStore(t)
+	for _, tc := range []struct{ arg, want string }{
+		{"10.0.0.0/33", `loupe flows: --src: invalid prefix "10.0.0.0/33": prefix length out of range`},
+		{"10.0.0.300", `loupe flows: --src: invalid address "10.0.0.300": IPv4 field has value >255`},
+	} {
+		code, _, errOut := run(t, "flows", "--store", dir, "--src", tc.arg)
+		if code != 1 || strings.TrimSpace(errOut) != tc.want || strings.Contains(errOut, "netip") {
+			t.Errorf("--src %s: exit %d, %q; want %q", tc.arg, code, errOut, tc.want)
+		}
+	}
+}
+
+func TestVersionFlag(t *testing.T) {
+	for _, args := range [][]string{{"--version"}, {"-version"}, {"version"}} {
+		if code, out, errOut := run(t, args...); code != 0 || !strings.HasPrefix(out, "loupe ") || errOut != "" {
+			t.Errorf("%v: exit %d, %q %q", args, code, out, errOut)
+		}
+	}
+}
+
+// TestConfigBounds: the configuration file's size is bounded, a long value
+// is cut in every layer's message, and --print-config hides OTLP headers.
+func TestConfigBounds(t *testing.T) {
+	code, _, errOut := run(t, "run", "--config", "/dev/zero")
+	if code != 1 || errOut != "loupe run: config file /dev/zero: larger than 1MiB, the limit for this file\n" {
+		t.Errorf("/dev/zero: exit %d, %q", code, errOut)
+	}
+
+	huge := strings.Repeat("x", 20<<20)
+	file := filepath.Join(t.TempDir(), "loupe.yaml")
+	if err := os.WriteFile(file, []byte("map_type: "+huge[:1<<19]+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cut := `"` + strings.Repeat("x", 64) + `"... (`
+	code, _, errOut = run(t, "run", "--config", file)
+	if code != 1 || !strings.Contains(errOut, "line 1: map_type: must be one of auto, percpu, shared, got "+cut+"524288 bytes)") || len(errOut) > 300 {
+		t.Errorf("file: exit %d, %.400q", code, errOut)
+	}
+	t.Setenv("LOUPE_LOG_LEVEL", huge)
+	code, _, errOut = run(t, "run")
+	if code != 1 || !strings.Contains(errOut, "environment variable LOUPE_LOG_LEVEL: log_level: must be one of debug, info, warn, error, got "+cut+"20971520 bytes)") || len(errOut) > 300 {
+		t.Errorf("env: exit %d, %.400q", code, errOut)
+	}
+	os.Unsetenv("LOUPE_LOG_LEVEL")
+	code, _, errOut = run(t, "run", "--export", "kafka://b:9092/"+huge)
+	if code != 1 || !strings.Contains(errOut, `flag --export: export: invalid target "kafka://b:9092/`) || len(errOut) > 400 {
+		t.Errorf("flag: exit %d, %.400q", code, errOut)
+	}
+
+	code, out, errOut := run(t, "run", "--print-config", "--otlp-header", "authorization=Bearer s3cret,x-tenant=a")
+	if code != 0 || strings.Contains(out, "s3cret") || !strings.Contains(out, "headers: [authorization=<redacted>, x-tenant=<redacted>]") {
+		t.Errorf("print-config: exit %d %s\n%s", code, errOut, out)
+	}
+}

@@ -74,13 +74,27 @@ func parsePrefix(s string) (netip.Prefix, error) {
 	}
 	if strings.Contains(s, "/") {
 		p, err := netip.ParsePrefix(s)
-		return p.Masked(), err
+		if err != nil {
+			return p, fmt.Errorf("invalid prefix %q: %s", s, netipReason(err))
+		}
+		return p.Masked(), nil
 	}
 	a, err := netip.ParseAddr(s)
 	if err != nil {
-		return netip.Prefix{}, err
+		return netip.Prefix{}, fmt.Errorf("invalid address %q: %s", s, netipReason(err))
 	}
 	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// netipReason is a netip error without the function name and the input it
+// starts with (`netip.ParsePrefix("10.0.0.0/33"): prefix length out of
+// range`): the caller names the flag and the value.
+func netipReason(err error) string {
+	_, reason, ok := strings.Cut(err.Error(), "): ")
+	if !ok {
+		return err.Error()
+	}
+	return reason
 }
 
 var protoNames = map[string]uint8{"icmp": 1, "tcp": 6, "udp": 17, "icmpv6": 58, "sctp": 132}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"loupe/internal/agent"
 	"loupe/internal/config"
 )
@@ -39,9 +41,38 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		debug.SetGCPercent(gcPercent)
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	return agent.Run(ctx, cfg, log)
+	return runAgent(cfg, log)
+}
+
+// runAgent runs the agent until SIGINT or SIGTERM, then lets it shut down
+// gracefully. A second signal during the shutdown (a flush waiting for an
+// unreachable collector, say) exits at once, after logging what is lost.
+func runAgent(cfg config.Config, log *slog.Logger) error {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var sd agent.Shutdown
+	done := make(chan error, 1)
+	go func() { done <- agent.Run(ctx, cfg, log, &sd) }()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case sig := <-sigs:
+			name := unix.SignalName(sig.(syscall.Signal))
+			if ctx.Err() == nil {
+				log.Info("signal received; send it again to exit without finishing the shutdown", "signal", name)
+				cancel()
+				continue
+			}
+			sd.LogAbandoned(log)
+			// Returning ends the process: main exits with the agent's
+			// goroutines still running, which is the point.
+			return fmt.Errorf("second %s during shutdown: exited before finishing it", name)
+		}
+	}
 }
 
 // gcPercent is the agent's default GOGC.

@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -32,7 +31,8 @@ import (
 
 // Run runs the agent until ctx is done, then shuts down gracefully: detach,
 // final eviction (which drains the ring buffer), flush and close every sink.
-func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (err error) {
+// sd, if not nil, follows the shutdown for a caller that may give up on it.
+func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown) (err error) {
 	tables, err := tableKind(cfg.MapType)
 	if err != nil {
 		return err
@@ -52,7 +52,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (err error) {
 		RingBufSize: int(cfg.RingbufSize),
 	})
 	if err != nil {
-		return fmt.Errorf("%w%s", err, privilegeHint(err))
+		return privilegeError("", err)
 	}
 	defer dp.Close()
 	if total, tbl, err := dp.MemoryBytes(); err == nil {
@@ -64,6 +64,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (err error) {
 	if err != nil {
 		return err
 	}
+	sd.update(func(s *Shutdown) { s.queues = queues })
 	fan := export.NewFanout(log, sinks...)
 	defer func() {
 		if cerr := fan.Close(); cerr != nil {
@@ -121,7 +122,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (err error) {
 	select {
 	case <-mgr.Ready():
 	case err := <-mgrDone:
-		return fmt.Errorf("attach: %w%s", err, privilegeHint(err))
+		return privilegeError("attach: ", err)
 	}
 
 	evCtx, stopEvictor := context.WithCancel(context.Background())
@@ -135,6 +136,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (err error) {
 	mgrStopped := false
 	select {
 	case <-ctx.Done():
+		sd.update(func(s *Shutdown) { s.stopping = true })
 		log.Info("shutting down: detaching, evicting and flushing")
 	case runErr = <-mgrDone:
 		mgrStopped = true
@@ -148,12 +150,15 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger) (err error) {
 	if !mgrStopped {
 		runErr = <-mgrDone
 	}
+	sd.update(func(s *Shutdown) { s.stopping, s.detached, s.evicting = true, true, true })
 	stopEvictor()
 	if err := <-evDone; err != nil {
 		runErr = errors.Join(runErr, fmt.Errorf("final eviction: %w", err))
 	}
+	sd.update(func(s *Shutdown) { s.evicted = true })
 	st := ev.Stats()
-	log.Info("final eviction done", "records", st.Records, "flows", st.Flows)
+	log.Info("final eviction done", "records", st.LastRecords, "flows", st.LastFlows,
+		"total_records", st.Records, "total_flows", st.Flows)
 	return runErr
 }
 
@@ -193,7 +198,7 @@ func openSinks(cfg config.Config, log *slog.Logger) ([]export.Sink, []*delivery.
 		st = s
 	}
 	for _, target := range cfg.Export {
-		s, q, err := targets.Open(target, cfg, log)
+		s, q, err := targets.Open(target, cfg.Exporters, log)
 		if err != nil {
 			return fail(err)
 		}
@@ -202,20 +207,13 @@ func openSinks(cfg config.Config, log *slog.Logger) ([]export.Sink, []*delivery.
 			queues = append(queues, q)
 		}
 	}
-	keys, err := promflow.ParseKeys(cfg.Prometheus.Keys)
+	popts, err := cfg.Prometheus.Options(log)
 	if err != nil {
 		return fail(fmt.Errorf("prometheus.%w", err))
 	}
-	groups, err := promflow.ParseGroups(cfg.Prometheus.CIDRGroups)
+	prom, err := promflow.Open(popts)
 	if err != nil {
-		return fail(fmt.Errorf("prometheus.%w", err))
-	}
-	if len(groups) > 0 && !slices.Contains(cfg.Prometheus.Keys, "src_group") && !slices.Contains(cfg.Prometheus.Keys, "dst_group") {
-		log.Warn("prometheus.cidr_groups are set but unused: add src_group or dst_group to prometheus.keys")
-	}
-	prom, err := promflow.Open(promflow.Options{MaxSeries: cfg.Prometheus.MaxSeries, Keys: keys, Groups: groups, Logger: log})
-	if err != nil {
-		return fail(fmt.Errorf("prometheus.%w", err))
+		return fail(err)
 	}
 	sinks = append(sinks, prom)
 	return sinks, queues, prom, st, nil
@@ -271,12 +269,4 @@ func shutdownHTTP(srv *http.Server, log *slog.Logger) {
 	if err := srv.Shutdown(ctx); err != nil {
 		log.Warn("http shutdown", "err", err)
 	}
-}
-
-// privilegeHint turns a bare EPERM into advice on what is missing.
-func privilegeHint(err error) string {
-	if errors.Is(err, os.ErrPermission) {
-		return " (loupe run needs CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON, or root)"
-	}
-	return ""
 }

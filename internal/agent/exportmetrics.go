@@ -12,7 +12,7 @@ import (
 type exportCollector struct {
 	queues []*delivery.Queue
 
-	queued, capacity, sent, dropped, batches, sendErrs, connected *prometheus.Desc
+	queued, capacity, sent, dropped, batches, sendErrs, connected, unreachable *prometheus.Desc
 }
 
 func newExportCollector(queues []*delivery.Queue) *exportCollector {
@@ -20,14 +20,15 @@ func newExportCollector(queues []*delivery.Queue) *exportCollector {
 		return prometheus.NewDesc("loupe_export_"+name, help, append([]string{"exporter"}, labels...), nil)
 	}
 	return &exportCollector{
-		queues:    queues,
-		queued:    d("queue_records", "Flow records waiting for delivery, the batch being sent included."),
-		capacity:  d("queue_capacity_records", "Flow records the exporter's queue holds at most (delivery.queue_size)."),
-		sent:      d("sent_records_total", "Flow records the collector accepted."),
-		dropped:   d("dropped_records_total", "Flow records given up, by reason: queue_full (collector too slow or away), rejected (the collector refused them), shutdown (not delivered by the shutdown deadline).", "reason"),
-		batches:   d("batches_total", "Batches delivered."),
-		sendErrs:  d("send_errors_total", "Failed sends; each is retried with back-off."),
-		connected: d("connected", "1 while the exporter holds a connection to its collector; for UDP, while its last write succeeded."),
+		queues:      queues,
+		queued:      d("queue_records", "Flow records waiting for delivery, the batch being sent included."),
+		capacity:    d("queue_capacity_records", "Flow records the exporter's queue holds at most (delivery.queue_size)."),
+		sent:        d("sent_records_total", "Flow records the collector accepted."),
+		dropped:     d("dropped_records_total", "Flow records given up, by reason: queue_full (collector too slow or away), rejected (the collector refused them), shutdown (not delivered by the shutdown deadline).", "reason"),
+		batches:     d("batches_total", "Batches delivered."),
+		sendErrs:    d("send_errors_total", "Failed sends; each is retried with back-off."),
+		connected:   d("connected", "1 while the exporter holds a connection to its collector; for UDP, while its last sends drew no ICMP error from the collector's host."),
+		unreachable: d("unreachable_total", "Times the collector's host refused the exporter (ICMP port unreachable over UDP, a TCP connection refused or without a route); the records of a refused send are retried, not counted as sent."),
 	}
 }
 
@@ -51,6 +52,9 @@ func (c *exportCollector) Collect(ch chan<- prometheus.Metric) {
 		metric(c.sendErrs, prometheus.CounterValue, float64(st.SendErrors))
 		if st.Connected >= 0 {
 			metric(c.connected, prometheus.GaugeValue, float64(st.Connected))
+		}
+		if st.HasUnreachable {
+			metric(c.unreachable, prometheus.CounterValue, float64(st.Unreachable))
 		}
 	}
 }

@@ -1,6 +1,9 @@
 package attach
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
 func TestMatches(t *testing.T) {
 	cases := []struct {
@@ -22,6 +25,17 @@ func TestMatches(t *testing.T) {
 		if got := m.Matches(c.name); got != c.want {
 			t.Errorf("include %v exclude %v: Matches(%q) = %v, want %v", c.include, c.exclude, c.name, got, c.want)
 		}
+	}
+}
+
+func TestUnmatched(t *testing.T) {
+	names := []string{"lo", "eth0", "veth12ab"}
+	got := unmatched([]string{"eth*", "nosuch*", "veth1?ab", "wlan0"}, names)
+	if !slices.Equal(got, []string{"nosuch*", "wlan0"}) {
+		t.Fatalf("unmatched = %q, want [nosuch* wlan0]", got)
+	}
+	if got := unmatched(nil, names); got != nil {
+		t.Fatalf("no globs: %q", got)
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"path"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -127,6 +129,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	defer m.detachAll()
 	readyOnce := sync.OnceFunc(func() { close(m.ready) })
 	defer readyOnce()
+	warnOnce := sync.OnceFunc(m.warnUnmatched)
 
 	for {
 		updates := make(chan netlink.LinkUpdate, 256)
@@ -151,6 +154,7 @@ func (m *Manager) Run(ctx context.Context) error {
 			close(done)
 			return err
 		}
+		warnOnce()
 		readyOnce()
 
 		err = m.follow(ctx, updates)
@@ -188,6 +192,33 @@ func (m *Manager) follow(ctx context.Context, updates <-chan netlink.LinkUpdate)
 			}
 		}
 	}
+}
+
+// warnUnmatched warns about the Include globs that match no interface
+// present at start: a typo looks like an interface yet to come, and the
+// manager keeps watching for both.
+func (m *Manager) warnUnmatched() {
+	m.mu.Lock()
+	names := make([]string, 0, len(m.links))
+	for _, a := range m.links {
+		names = append(names, a.name)
+	}
+	m.mu.Unlock()
+	if globs := unmatched(m.cfg.Include, names); len(globs) > 0 {
+		m.log.Warn("interface patterns match no interface yet; watching for them",
+			"patterns", strings.Join(globs, ","))
+	}
+}
+
+// unmatched returns the globs that match none of names.
+func unmatched(globs, names []string) []string {
+	var out []string
+	for _, g := range globs {
+		if !slices.ContainsFunc(names, func(n string) bool { ok, _ := path.Match(g, n); return ok }) {
+			out = append(out, g)
+		}
+	}
+	return out
 }
 
 // resync makes the attached set equal to what the interface list says.

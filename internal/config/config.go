@@ -7,25 +7,57 @@
 //  3. LOUPE_* environment variables,
 //  4. command-line flags the user actually set.
 //
-// Every key is declared once, as a field of Config whose struct tags give its
-// YAML key, environment variable, flag name and help text; the loader, the
-// flag binding and the YAML dump are all driven by that one declaration, so a
-// new key cannot be half-wired.
+// Every key is declared once, as a field of a section struct whose tags
+// give its YAML key, environment variable, flag name and help text; the
+// loader, the flag binding and the YAML dump are all driven by that one
+// declaration, so a new key cannot be half-wired.
+//
+// # Who owns a key
+//
+// This package owns the agent's own keys (interfaces, store, listen,
+// logging...) and the layering. Each exporter package owns its section:
+// the struct with its tags (ipfix.Config, kafka.Config, otlp.Config,
+// delivery.Config, promflow.Config, and tlsconf.Config inside Kafka's and
+// OTLP's), its defaults, the check of each key (a CheckKey(key) method) and
+// of keys together (a CheckKeys method); targets.Exporters gathers the
+// export sections with the export key, whose schemes targets' one table
+// checks with the parsers that open them. Config embeds those sections and
+// finds their rules through the two methods, so it imports their types
+// but knows none of their rules, and one rule (kafka.batch_max_bytes'
+// range, a target's syntax) lives in one place, used both here and when
+// the exporter starts. Rules that matter only once an exporter is used
+// (Kafka's SASL keys go together, a file must be readable) are checked
+// when it starts, so that every key can be set alone in any layer.
+//
+// The alternative was a registry: exporters register their sections by
+// name at start and Config holds them in a map. It decouples further (this
+// package would not import the exporters at all) but gives up typed access
+// (cfg.Kafka.SASL.Username) and declaration order for the help and the
+// dump, for a set of exporters that is fixed at build time anyway.
 //
 // Unknown YAML keys (at any depth) and unknown LOUPE_* variables are errors,
 // because a misspelt key silently falling back to its default is the kind of
 // mistake that is only discovered in production. Every value is checked in
 // the layer it comes from, so an error names its source: the file and line,
-// the environment variable, or the flag.
+// the environment variable, or the flag. Values are cut in messages
+// (check.Quote), and the file's size is bounded.
 package config
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"net"
+	"path"
+	"strconv"
 	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"loupe/internal/config/check"
+	"loupe/internal/export/promflow"
+	"loupe/internal/export/targets"
 )
 
 // None is the value of store.path and listen that disables the store and
@@ -34,12 +66,15 @@ const None = "none"
 
 // Config is the effective configuration of the agent.
 //
-// Tags: yaml is the file key, env the environment variable, flag the flag
-// name, help its description and arg the placeholder shown in the flag
-// usage for flags whose type the flag package cannot name. Field types
-// choose the syntax: []string is a list (comma-separated in env and flags),
-// time.Duration uses Go syntax (5s, 1m30s), uint64 is a byte size (4096,
-// 64KiB, 4MiB, 1GiB).
+// Tags: yaml is the file key (",inline" merges a struct's keys into its
+// parent's), env the environment variable, flag the flag name, help its
+// description, arg the placeholder shown in the flag usage for flags whose
+// type the flag package cannot name, and secret:"value" marks a list of
+// key=value entries whose values the dump redacts. A struct field is a
+// section; its env and flag tags, if any, prefix its keys'. Field types
+// choose the syntax: []string is a list (comma-separated in env and
+// flags), time.Duration uses Go syntax (5s, 1m30s), uint64 is a byte size
+// (4096, 64KiB, 4MiB, 1GiB).
 type Config struct {
 	Interfaces         []string      `yaml:"interfaces" env:"LOUPE_INTERFACES" flag:"iface" arg:"glob" help:"interface name glob to capture on, e.g. eth* (empty: every interface except loopback)"`
 	Exclude            []string      `yaml:"exclude" env:"LOUPE_EXCLUDE" flag:"exclude" arg:"glob" help:"interface name glob to skip even if it matches an --iface glob"`
@@ -51,14 +86,12 @@ type Config struct {
 	AttachPosition     string        `yaml:"attach_position" env:"LOUPE_ATTACH_POSITION" flag:"attach-position" help:"where to attach among other programs: head or tail"`
 	Store              Store         `yaml:"store"`
 	Listen             string        `yaml:"listen" env:"LOUPE_LISTEN" flag:"listen" help:"HTTP listen address host:port, or none to disable"`
-	Export             []string      `yaml:"export" env:"LOUPE_EXPORT" flag:"export" arg:"target" help:"target to export flows to: ipfix+udp://HOST:PORT, ipfix+tcp://HOST:PORT, kafka://BROKER[,BROKER]/TOPIC[?format=protobuf|json], otlp://HOST:PORT, json:PATH or json:- (stdout)"`
-	Delivery           Delivery      `yaml:"delivery"`
-	IPFIX              IPFIX         `yaml:"ipfix"`
-	Kafka              Kafka         `yaml:"kafka"`
-	OTLP               OTLP          `yaml:"otlp"`
-	Prometheus         Prometheus    `yaml:"prometheus"`
-	LogLevel           string        `yaml:"log_level" env:"LOUPE_LOG_LEVEL" flag:"log-level" help:"log level: debug, info, warn or error"`
-	LogFormat          string        `yaml:"log_format" env:"LOUPE_LOG_FORMAT" flag:"log-format" help:"log format: text or json"`
+	// Exporters are export, delivery, ipfix, kafka and otlp, owned by the
+	// exporter packages.
+	targets.Exporters `yaml:",inline"`
+	Prometheus        promflow.Config `yaml:"prometheus"`
+	LogLevel          string          `yaml:"log_level" env:"LOUPE_LOG_LEVEL" flag:"log-level" help:"log level: debug, info, warn or error"`
+	LogFormat         string          `yaml:"log_format" env:"LOUPE_LOG_FORMAT" flag:"log-format" help:"log format: text or json"`
 }
 
 // Store configures the local flow store.
@@ -66,66 +99,6 @@ type Store struct {
 	Path      string        `yaml:"path" env:"LOUPE_STORE_PATH" flag:"store" help:"flow store directory, or none to disable the store"`
 	Retention time.Duration `yaml:"retention" env:"LOUPE_STORE_RETENTION" flag:"store-retention" help:"how long the store keeps flows, at least 1m"`
 	MaxSize   uint64        `yaml:"max_size" env:"LOUPE_STORE_MAX_SIZE" flag:"store-max-size" arg:"size" help:"the store's largest size in bytes or with a KiB/MiB/GiB suffix; past it the oldest segments are deleted; 0 (no limit) or at least 1MiB"`
-}
-
-// Delivery tunes the queue in front of every network exporter (IPFIX,
-// Kafka, OTLP): each exporter has its own queue with these settings.
-type Delivery struct {
-	QueueSize       int           `yaml:"queue_size" env:"LOUPE_EXPORT_QUEUE_SIZE" flag:"export-queue-size" help:"flow records each network exporter holds while its collector is slow or away; more are dropped and counted, 1..16777216"`
-	BatchSize       int           `yaml:"batch_size" env:"LOUPE_EXPORT_BATCH_SIZE" flag:"export-batch-size" help:"most flow records per send, 1..queue_size"`
-	MaxLinger       time.Duration `yaml:"max_linger" env:"LOUPE_EXPORT_MAX_LINGER" flag:"export-max-linger" help:"longest a record waits for a fuller batch, 1ms..1m"`
-	RetryMax        time.Duration `yaml:"retry_max" env:"LOUPE_EXPORT_RETRY_MAX" flag:"export-retry-max" help:"longest back-off between retries of a failed send, 100ms..10m"`
-	ShutdownTimeout time.Duration `yaml:"shutdown_timeout" env:"LOUPE_EXPORT_SHUTDOWN_TIMEOUT" flag:"export-shutdown-timeout" help:"how long shutdown waits for exporters to deliver what they hold, 0s..10m"`
-}
-
-// IPFIX configures the ipfix+udp and ipfix+tcp exporters.
-type IPFIX struct {
-	MTU               int           `yaml:"mtu" env:"LOUPE_IPFIX_MTU" flag:"ipfix-mtu" help:"largest IPFIX message in bytes, 512..65535, or 0 for 1400 over UDP (fits a 1500-byte path) and 8192 over TCP"`
-	TemplateRefresh   time.Duration `yaml:"template_refresh" env:"LOUPE_IPFIX_TEMPLATE_REFRESH" flag:"ipfix-template-refresh" help:"how often templates are resent over UDP (also after every 100 messages), 1s..24h"`
-	ObservationDomain int           `yaml:"observation_domain" env:"LOUPE_IPFIX_OBSERVATION_DOMAIN" flag:"ipfix-observation-domain" help:"IPFIX observation domain ID, 1..4294967295"`
-	EnterpriseNumber  int           `yaml:"enterprise_number" env:"LOUPE_IPFIX_ENTERPRISE_NUMBER" flag:"ipfix-enterprise-number" help:"private enterprise number of Loupe's own information elements (32473 is the documentation PEN of RFC 5612), 1..4294967295"`
-}
-
-// Kafka configures the kafka:// exporter.
-type Kafka struct {
-	Compression   string        `yaml:"compression" env:"LOUPE_KAFKA_COMPRESSION" flag:"kafka-compression" help:"record batch compression: none, gzip, snappy, lz4 or zstd"`
-	BatchMaxBytes uint64        `yaml:"batch_max_bytes" env:"LOUPE_KAFKA_BATCH_MAX_BYTES" arg:"size" flag:"kafka-batch-max-bytes" help:"largest record batch sent to one partition, a size 1KiB..64MiB"`
-	Linger        time.Duration `yaml:"linger" env:"LOUPE_KAFKA_LINGER" flag:"kafka-linger" help:"how long the producer waits to fill a partition's batch, 0s..10s (0: send as soon as the delivery queue hands over a batch)"`
-	ClientID      string        `yaml:"client_id" env:"LOUPE_KAFKA_CLIENT_ID" flag:"kafka-client-id" help:"client ID sent to the brokers"`
-	TLS           TLS           `yaml:"tls" env:"LOUPE_KAFKA_TLS_" flag:"kafka-tls-"`
-	SASL          SASL          `yaml:"sasl"`
-}
-
-// SASL configures Kafka authentication.
-type SASL struct {
-	Mechanism    string `yaml:"mechanism" env:"LOUPE_KAFKA_SASL_MECHANISM" flag:"kafka-sasl-mechanism" help:"SASL mechanism: none, plain, scram-sha-256 or scram-sha-512"`
-	Username     string `yaml:"username" env:"LOUPE_KAFKA_SASL_USERNAME" flag:"kafka-sasl-username" help:"SASL user name"`
-	PasswordFile string `yaml:"password_file" env:"LOUPE_KAFKA_SASL_PASSWORD_FILE" flag:"kafka-sasl-password-file" help:"file holding the SASL password (never given inline, so it stays out of process listings and config dumps)"`
-}
-
-// OTLP configures the otlp:// exporter.
-type OTLP struct {
-	Compression string   `yaml:"compression" env:"LOUPE_OTLP_COMPRESSION" flag:"otlp-compression" help:"gRPC compression: none or gzip"`
-	Headers     []string `yaml:"headers" env:"LOUPE_OTLP_HEADERS" flag:"otlp-header" arg:"key=value" help:"gRPC metadata key=value sent with every export, e.g. for a collector's auth"`
-	TLS         TLS      `yaml:"tls" env:"LOUPE_OTLP_TLS_" flag:"otlp-tls-"`
-}
-
-// TLS configures a client's TLS. Its env and flag tags are suffixes of the
-// section's (LOUPE_KAFKA_TLS_ + CA_FILE, kafka-tls- + ca-file).
-type TLS struct {
-	Enabled            bool   `yaml:"enabled" env:"ENABLED" flag:"enabled" help:"connect with TLS"`
-	CAFile             string `yaml:"ca_file" env:"CA_FILE" flag:"ca-file" help:"PEM file of the CAs that sign the server's certificate (default: the system's)"`
-	CertFile           string `yaml:"cert_file" env:"CERT_FILE" flag:"cert-file" help:"PEM client certificate, for mutual TLS"`
-	KeyFile            string `yaml:"key_file" env:"KEY_FILE" flag:"key-file" help:"PEM key of cert_file"`
-	ServerName         string `yaml:"server_name" env:"SERVER_NAME" flag:"server-name" help:"name to verify the server's certificate against (default: the host dialled)"`
-	InsecureSkipVerify bool   `yaml:"insecure_skip_verify" env:"INSECURE_SKIP_VERIFY" flag:"insecure-skip-verify" help:"accept any server certificate (testing only)"`
-}
-
-// Prometheus configures the flow metrics on the HTTP listener.
-type Prometheus struct {
-	MaxSeries  int      `yaml:"max_series" env:"LOUPE_PROMETHEUS_MAX_SERIES" flag:"prometheus-max-series" help:"hard cap on flow metric label sets; past it new ones fold into an \"other\" series, 1..1000000"`
-	Keys       []string `yaml:"keys" env:"LOUPE_PROMETHEUS_KEYS" flag:"prometheus-key" arg:"key" help:"extra aggregation key (label) of the flow metrics: src_port, dst_port, src_group, dst_group, eth_type, dscp"`
-	CIDRGroups []string `yaml:"cidr_groups" env:"LOUPE_PROMETHEUS_CIDR_GROUPS" flag:"prometheus-cidr-group" arg:"name=cidr" help:"named address group for src_group and dst_group, as name=cidr; repeat a name to add prefixes; the longest prefix wins"`
 }
 
 // Default returns the configuration used when nothing overrides a key.
@@ -142,34 +115,112 @@ func Default() Config {
 			Retention: 24 * time.Hour,
 			MaxSize:   0, // no limit
 		},
-		Listen: "127.0.0.1:9464",
-		Delivery: Delivery{
-			QueueSize:       65536,
-			BatchSize:       4096,
-			MaxLinger:       time.Second,
-			RetryMax:        30 * time.Second,
-			ShutdownTimeout: 5 * time.Second,
-		},
-		IPFIX: IPFIX{
-			TemplateRefresh:   time.Minute,
-			ObservationDomain: 1,
-			EnterpriseNumber:  32473,
-		},
-		Kafka: Kafka{
-			Compression:   "zstd",
-			BatchMaxBytes: 1 << 20,
-			ClientID:      "loupe",
-			SASL:          SASL{Mechanism: "none"},
-		},
-		OTLP:       OTLP{Compression: "none"},
-		Prometheus: Prometheus{MaxSeries: 4096},
+		Listen:     "127.0.0.1:9464",
+		Exporters:  targets.Default(),
+		Prometheus: promflow.DefaultConfig(),
 		LogLevel:   "info",
 		LogFormat:  "text",
 	}
 }
 
-// String returns c as a YAML document that Load accepts back unchanged;
-// `loupe run --print-config` prints it.
+// CheckKey checks the value of one of the agent's own keys. The message
+// does not name the key: callers prefix it with the key and where the
+// value came from. The sections' keys are checked by their own CheckKey.
+func (c Config) CheckKey(key string) error {
+	switch key {
+	case "interfaces":
+		return checkGlobs(c.Interfaces)
+	case "exclude":
+		return checkGlobs(c.Exclude)
+	case "cache_active_timeout":
+		return check.Duration(c.CacheActiveTimeout, 10*time.Millisecond, time.Hour)
+	case "flow_budget":
+		return check.Int(c.FlowBudget, 16, 1<<24)
+	case "ringbuf_size":
+		return checkRingbufSize(c.RingbufSize)
+	case "map_type":
+		return check.OneOf(c.MapType, "auto", "percpu", "shared")
+	case "attach_mode":
+		return check.OneOf(c.AttachMode, "auto", "tcx", "tc")
+	case "attach_position":
+		return check.OneOf(c.AttachPosition, "head", "tail")
+	case "store.path":
+		if c.Store.Path == "" {
+			return fmt.Errorf("must not be empty (use %q to disable the store)", None)
+		}
+		return check.Path(c.Store.Path)
+	case "store.retention":
+		return check.Duration(c.Store.Retention, time.Minute, 0)
+	case "store.max_size":
+		if n := c.Store.MaxSize; n != 0 && (n < 1<<20 || n > 1<<62) {
+			return fmt.Errorf("must be 0 (no limit) or between 1MiB and %s, got %s", check.FormatSize(1<<62), check.FormatSize(n))
+		}
+	case "listen":
+		return checkListen(c.Listen)
+	case "log_level":
+		return check.OneOf(c.LogLevel, "debug", "info", "warn", "error")
+	case "log_format":
+		return check.OneOf(c.LogFormat, "text", "json")
+	}
+	return nil
+}
+
+// maxGlob bounds an interface name glob: names are at most 15 bytes, and
+// even a glob of character classes needs far less than this.
+const maxGlob = 256
+
+// checkGlobs checks interface name globs. path.Match reports a malformed
+// pattern whatever the name, so matching against "" validates the syntax.
+func checkGlobs(globs []string) error {
+	for _, g := range globs {
+		if g == "" {
+			return errors.New("empty interface pattern")
+		}
+		if len(g) > maxGlob {
+			return fmt.Errorf("interface pattern %s is longer than %d bytes", check.Quote(g), maxGlob)
+		}
+		if strings.ContainsAny(g, "/ \t") {
+			// Interface names never contain these; such a pattern can
+			// match nothing and is certainly a mistake.
+			return fmt.Errorf("invalid interface pattern %s: interface names contain no '/' or spaces", check.Quote(g))
+		}
+		if _, err := path.Match(g, ""); err != nil {
+			return fmt.Errorf("invalid interface pattern %s: %v", check.Quote(g), err)
+		}
+	}
+	return nil
+}
+
+// checkRingbufSize enforces what the kernel requires of a BPF ring buffer:
+// a power-of-two multiple of the page size. 4096 is the smallest page size
+// Linux uses; 1GiB is a sanity bound on locked kernel memory.
+func checkRingbufSize(n uint64) error {
+	if err := check.Size(n, 4096, 1<<30); err != nil {
+		return err
+	}
+	if n&(n-1) != 0 {
+		return fmt.Errorf("must be a power of two, got %d", n)
+	}
+	return nil
+}
+
+func checkListen(addr string) error {
+	if addr == None {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("invalid address %s: want host:port, or %q to disable the listener", check.Quote(addr), None)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("invalid port %s in %s: want a number 0-65535", check.Quote(port), check.Quote(addr))
+	}
+	return nil
+}
+
+// String returns c as a YAML document that Load accepts back unchanged,
+// but for secrets: the values of secret keys (otlp.headers) are replaced
+// by Redacted. `loupe run --print-config` prints it.
 func (c Config) String() string {
 	var buf bytes.Buffer
 	enc := yaml.NewEncoder(&buf)
@@ -199,9 +250,34 @@ func (c *Config) node() *yaml.Node {
 		}
 		parent.Content = append(parent.Content,
 			&yaml.Node{Kind: yaml.ScalarNode, Value: parts[len(parts)-1]},
-			valueNode(f.kind, f.get(c)))
+			valueNode(f.kind, redact(f, f.get(c))))
 	}
 	return root
+}
+
+// Redacted replaces a secret value in the dump.
+const Redacted = "<redacted>"
+
+// redact hides the values of a secret key: of a key=value list, the part
+// after each '=', so that the dump still says which headers are set.
+func redact(f field, v any) any {
+	if f.secret == "" {
+		return v
+	}
+	switch v := v.(type) {
+	case []string:
+		out := make([]string, len(v))
+		for i, e := range v {
+			k, _, _ := strings.Cut(e, "=")
+			out[i] = k + "=" + Redacted
+		}
+		return out
+	case string:
+		if v != "" {
+			return Redacted
+		}
+	}
+	return v
 }
 
 // childMapping returns the mapping under key in m, adding it if missing.

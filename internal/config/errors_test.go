@@ -5,6 +5,7 @@ import (
 	"flag"
 	"io/fs"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -127,12 +128,21 @@ func invalidCases() []struct{ key, text, want string } {
 		{"listen", ":http", `invalid port "http"`},
 		{"listen", "NONE", `invalid address "NONE"`},
 		{"export", "sflow://collector:6343", `unknown sink "sflow://collector:6343" (known: json:PATH or json:- (stdout); ipfix+udp://HOST:PORT;`},
-		{"export", "kafka://broker:9092", `invalid target "kafka://broker:9092": invalid topic "" (want kafka://BROKER[,BROKER]/TOPIC[?format=protobuf|json])`},
+		{"export", "kafka://broker:9092", `invalid target "kafka://broker:9092": no topic (want kafka://BROKER[,BROKER]/TOPIC[?format=protobuf|json])`},
 		{"prometheus.keys", "dst_ip", `unknown key "dst_ip" (valid: `},
 		{"prometheus.cidr_groups", "lan=10.0.0.0/33", `group "lan": "10.0.0.0/33" is not a CIDR prefix`},
 
-		{"otlp.headers", "Authorization=x", `invalid header key "Authorization"`},
+		{"otlp.headers", "x tenant=a", `header "x tenant": names take only letters, digits, '-', '_' and '.'`},
+		{"otlp.headers", "Bearer secret", `entry 1 is not key=value`},
 		{"ipfix.mtu", "100", "must be between 512 and 65535, got 100"},
+		{"kafka.batch_max_bytes", "65MiB", "must be between 1KiB and 64MiB, got 65MiB"},
+		{"delivery.queue_size", "0", "must be between 1 and 16777216, got 0"},
+		{"store.path", "/" + strings.Repeat("d", 5000), "5001 bytes long: longer than 4095, the longest path Linux accepts"},
+		{"interfaces", strings.Repeat("e", 300), `interface pattern "eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee"... (300 bytes) is longer than 256 bytes`},
+		{"kafka.tls.ca_file", strings.Repeat("c", 5000), "5000 bytes long: longer than 4095"},
+		{"otlp.headers_file", strings.Repeat("h", 5000), "5000 bytes long: longer than 4095"},
+		{"otlp.tls.server_name", strings.Repeat("s", 254), "254 bytes long: a DNS name has at most 253"},
+		{"export", "json:" + strings.Repeat("p", 5000), `invalid target "json:` + strings.Repeat("p", 59) + `"... (5005 bytes): path 5000 bytes long: longer than 4095`},
 		{"export", "json:", `invalid target "json:": missing path (want json:PATH or json:- (stdout))`},
 		{"export", "json:-,json:-", `duplicate target "json:-"`},
 		{"log_level", "trace", `must be one of debug, info, warn, error, got "trace"`},
@@ -144,10 +154,7 @@ func TestInvalidValuesNameKeyAndSource(t *testing.T) {
 	for _, tc := range invalidCases() {
 		f := fieldByKey(t, tc.key)
 		t.Run(tc.key+"="+tc.text, func(t *testing.T) {
-			line := "1"
-			if strings.Contains(tc.key, ".") {
-				line = "2"
-			}
+			line := strconv.Itoa(strings.Count(tc.key, ".") + 1) // a line per level
 			_, path, err := run(t, yamlFor(t, tc.key, tc.text), nil)
 			checkErr(t, "file", err, "config file "+path+": line "+line+": "+tc.key+": "+tc.want)
 

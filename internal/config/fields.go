@@ -2,11 +2,13 @@ package config
 
 import (
 	"fmt"
-	"math/bits"
 	"reflect"
 	"strconv"
 	"strings"
 	"time"
+
+	"loupe/internal/config/check"
+	"loupe/internal/export/targets"
 )
 
 // kind is the syntax of a key's value, derived from its Go type.
@@ -21,15 +23,44 @@ const (
 	kindBool                 // bool: true or false
 )
 
+// keyChecker is implemented by Config and by every section that checks its
+// own keys. CheckKey checks the current value of key, named relative to
+// the section ("tls.ca_file" in kafka), and returns a message that does
+// not name it.
+type keyChecker interface {
+	CheckKey(key string) error
+}
+
+// validator is implemented by sections with rules over several keys that
+// hold whatever else is configured. CheckKeys's message starts with the
+// key it blames, relative to the section ("keys: ..."). Rules that only
+// matter once the exporter is used (Kafka's SASL settings go together)
+// are the exporter's to check when it starts: every key can be set alone.
+type validator interface {
+	CheckKeys() error
+}
+
 // field describes one leaf key of Config, read from its struct tags.
 type field struct {
-	key   string // YAML path, dotted for nested keys: "store.path"
-	env   string
-	flag  string
-	help  string
-	arg   string // flag usage placeholder for types the flag package cannot name
-	kind  kind
-	index []int // reflect field index path from Config
+	key    string // YAML path, dotted for nested keys: "store.path"
+	env    string
+	flag   string
+	help   string
+	arg    string // flag usage placeholder for types the flag package cannot name
+	secret string // "value": the dump redacts the values of key=value entries
+	kind   kind
+	index  []int // reflect field index path from Config
+	// owner is the index path of the innermost struct holding the key
+	// that implements keyChecker (nil: Config), and rel the key relative
+	// to it.
+	owner []int
+	rel   string
+}
+
+// section is a struct of Config with rules over several keys.
+type section struct {
+	prefix string // "kafka.", "kafka.tls."
+	index  []int
 }
 
 // get returns the value of f in c.
@@ -47,16 +78,50 @@ func (f field) ptr(c *Config) any {
 	return reflect.ValueOf(c).Elem().FieldByIndex(f.index).Addr().Interface()
 }
 
+// checkIn checks f's value in c with its owner's rules.
+func (f field) checkIn(c *Config) error {
+	return reflect.ValueOf(c).Elem().FieldByIndex(f.owner).Interface().(keyChecker).CheckKey(f.rel)
+}
+
+// check checks the value v of f, as read from one layer: it is set in an
+// otherwise empty configuration, which is enough since CheckKey looks at
+// one key only.
+func (f field) check(v any) error {
+	var c Config
+	f.set(&c, v)
+	return f.checkIn(&c)
+}
+
 // fields lists the leaf keys of Config in declaration order. It is rebuilt
 // on each call instead of cached in a package variable: it is cheap, runs a
 // handful of times per process, and keeps the package free of global state.
 // A malformed tag is a programming error, caught by the tests, so it panics.
 func fields() []field {
+	out, _ := walk()
+	return out
+}
+
+// sections lists the structs of Config that implement validator, outermost
+// first.
+func sections() []section {
+	_, out := walk()
+	return out
+}
+
+func walk() ([]field, []section) {
 	var out []field
+	var secs []section
+	checker := reflect.TypeFor[keyChecker]()
 	// A section's env and flag tags, if any, prefix its keys' tags, so
-	// that one struct (TLS) can serve several sections.
-	var walk func(t reflect.Type, prefix, envPrefix, flagPrefix string, index []int)
-	walk = func(t reflect.Type, prefix, envPrefix, flagPrefix string, index []int) {
+	// that one struct (tlsconf.Config) can serve several sections.
+	var walk func(t reflect.Type, prefix, envPrefix, flagPrefix string, index, owner []int, ownerPrefix string)
+	walk = func(t reflect.Type, prefix, envPrefix, flagPrefix string, index, owner []int, ownerPrefix string) {
+		if index != nil && t.Implements(checker) {
+			owner, ownerPrefix = index, prefix
+		}
+		if index != nil && t.Implements(reflect.TypeFor[validator]()) {
+			secs = append(secs, section{prefix: prefix, index: index})
+		}
 		for i := range t.NumField() {
 			sf := t.Field(i)
 			name := sf.Tag.Get("yaml")
@@ -64,18 +129,25 @@ func fields() []field {
 				panic(fmt.Sprintf("config: field %s has no yaml tag", sf.Name))
 			}
 			idx := append(append([]int(nil), index...), i)
+			if name == ",inline" {
+				walk(sf.Type, prefix, envPrefix, flagPrefix, idx, owner, ownerPrefix)
+				continue
+			}
 			if sf.Type.Kind() == reflect.Struct && sf.Type != reflect.TypeFor[time.Duration]() {
-				walk(sf.Type, prefix+name+".", envPrefix+sf.Tag.Get("env"), flagPrefix+sf.Tag.Get("flag"), idx)
+				walk(sf.Type, prefix+name+".", envPrefix+sf.Tag.Get("env"), flagPrefix+sf.Tag.Get("flag"), idx, owner, ownerPrefix)
 				continue
 			}
 			f := field{
-				key:   prefix + name,
-				env:   envPrefix + sf.Tag.Get("env"),
-				flag:  flagPrefix + sf.Tag.Get("flag"),
-				help:  sf.Tag.Get("help"),
-				arg:   sf.Tag.Get("arg"),
-				kind:  kindOf(sf.Type),
-				index: idx,
+				key:    prefix + name,
+				env:    envPrefix + sf.Tag.Get("env"),
+				flag:   flagPrefix + sf.Tag.Get("flag"),
+				help:   sf.Tag.Get("help"),
+				arg:    sf.Tag.Get("arg"),
+				secret: sf.Tag.Get("secret"),
+				kind:   kindOf(sf.Type),
+				index:  idx,
+				owner:  owner,
+				rel:    strings.TrimPrefix(prefix+name, ownerPrefix),
 			}
 			if sf.Tag.Get("env") == "" || sf.Tag.Get("flag") == "" || f.help == "" {
 				panic(fmt.Sprintf("config: field %s needs env, flag and help tags", sf.Name))
@@ -83,8 +155,8 @@ func fields() []field {
 			out = append(out, f)
 		}
 	}
-	walk(reflect.TypeFor[Config](), "", "", "", nil)
-	return out
+	walk(reflect.TypeFor[Config](), "", "", "", nil, nil, "")
+	return out, secs
 }
 
 func kindOf(t reflect.Type) kind {
@@ -115,21 +187,17 @@ func parseText(k kind, s string) (any, error) {
 		// Base 10 only: a leading zero must not silently mean octal.
 		n, err := strconv.ParseInt(strings.TrimSpace(s), 10, strconv.IntSize)
 		if err != nil {
-			return nil, fmt.Errorf("invalid integer %q", s)
+			return nil, fmt.Errorf("invalid integer %s", check.Quote(s))
 		}
 		return int(n), nil
 	case kindDuration:
-		d, err := time.ParseDuration(strings.TrimSpace(s))
-		if err != nil {
-			return nil, fmt.Errorf("invalid duration %q (want Go syntax such as 500ms, 5s, 1h30m)", s)
-		}
-		return d, nil
+		return check.ParseDuration(s)
 	case kindSize:
-		return parseSize(s)
+		return check.ParseSize(s)
 	case kindBool:
 		b, err := strconv.ParseBool(strings.TrimSpace(s))
 		if err != nil {
-			return nil, fmt.Errorf("invalid boolean %q (want true or false)", s)
+			return nil, fmt.Errorf("invalid boolean %s (want true or false)", check.Quote(s))
 		}
 		return b, nil
 	}
@@ -176,67 +244,12 @@ func inURLHost(e string) bool {
 // target.
 func startsTarget(s string) bool {
 	s = strings.TrimSpace(s)
-	for _, sc := range exportSchemes() {
-		if strings.HasPrefix(s, sc.name+":") {
+	for _, name := range targets.Names() {
+		if strings.HasPrefix(s, name+":") {
 			return true
 		}
 	}
 	return false
-}
-
-type sizeUnit struct {
-	suffix string
-	shift  uint
-}
-
-// sizeUnits returns the accepted size suffixes, largest first. Only binary
-// units exist: the ring buffer must be a power of two, which decimal units
-// (MB) never are. A function rather than a package variable, so that no
-// package state is mutable.
-func sizeUnits() [3]sizeUnit {
-	return [...]sizeUnit{{"GiB", 30}, {"MiB", 20}, {"KiB", 10}}
-}
-
-// parseSize parses a byte count: "4096", "64KiB", "4MiB", "1GiB".
-func parseSize(s string) (uint64, error) {
-	num, shift := strings.TrimSpace(s), uint(0)
-	for _, u := range sizeUnits() {
-		if n, ok := strings.CutSuffix(num, u.suffix); ok {
-			num, shift = strings.TrimSpace(n), u.shift
-			break
-		}
-	}
-	n, err := strconv.ParseUint(num, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("invalid size %q (want bytes, or a number with a KiB, MiB or GiB suffix)", s)
-	}
-	if n > 0 && bits.LeadingZeros64(n) < int(shift) {
-		return 0, fmt.Errorf("size %q overflows 64 bits", s)
-	}
-	return n << shift, nil
-}
-
-// formatSize is the inverse of parseSize, using the largest exact unit.
-func formatSize(n uint64) string {
-	for _, u := range sizeUnits() {
-		if unit := uint64(1) << u.shift; n >= unit && n%unit == 0 {
-			return strconv.FormatUint(n/unit, 10) + u.suffix
-		}
-	}
-	return strconv.FormatUint(n, 10)
-}
-
-// formatDuration is time.Duration.String without the zero tails that make
-// 24h print as 24h0m0s.
-func formatDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = s[:len(s)-2]
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = s[:len(s)-2]
-	}
-	return s
 }
 
 // formatText renders a value in the syntax parseText reads back.
@@ -247,9 +260,9 @@ func formatText(k kind, v any) string {
 	case kindInt:
 		return strconv.Itoa(v.(int))
 	case kindDuration:
-		return formatDuration(v.(time.Duration))
+		return check.FormatDuration(v.(time.Duration))
 	case kindSize:
-		return formatSize(v.(uint64))
+		return check.FormatSize(v.(uint64))
 	case kindBool:
 		return strconv.FormatBool(v.(bool))
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"loupe/internal/config/check"
 )
 
 // Flags is the set of configuration flags bound to a flag.FlagSet.
@@ -32,7 +34,7 @@ func BindFlags(fs *flag.FlagSet) *Flags {
 		usage := fmt.Sprintf("%s (%s, %s)", fd.help, fd.key, fd.env)
 		switch p := fd.ptr(&f.vals).(type) {
 		case *string:
-			fs.StringVar(p, fd.flag, *p, usage)
+			fs.StringVar(p, fd.flag, *p, withArg(usage, fd.arg))
 		case *int:
 			fs.IntVar(p, fd.flag, *p, usage)
 		case *bool:
@@ -86,7 +88,7 @@ func (f *Flags) apply(cfg *Config) error {
 			return // --config, --print-config or a flag of the caller
 		}
 		v := fd.get(&f.vals)
-		if e := checkValue(fd.key, v); e != nil {
+		if e := fd.check(v); e != nil {
 			err = fmt.Errorf("config: flag --%s: %s: %w", fl.Name, fd.key, e)
 			return
 		}
@@ -124,11 +126,11 @@ func (v *sizeValue) String() string {
 	if v == nil || v.p == nil {
 		return ""
 	}
-	return formatSize(*v.p)
+	return check.FormatSize(*v.p)
 }
 
 func (v *sizeValue) Set(s string) error {
-	n, err := parseSize(s)
+	n, err := check.ParseSize(s)
 	if err != nil {
 		return err
 	}

@@ -6,11 +6,17 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"loupe/internal/config/check"
 )
+
+// MaxFileSize bounds the configuration file: a real one is a few KiB, and
+// a mistaken path (/dev/zero, a log file) must fail at once rather than
+// fill the memory.
+const MaxFileSize = 1 << 20
 
 // envPrefix marks the environment variables that belong to Loupe. Any other
 // variable is ignored; an unknown one with this prefix is an error.
@@ -26,7 +32,7 @@ const envPrefix = "LOUPE_"
 func Load(flags *Flags, environ []string) (Config, error) {
 	cfg := Default()
 	if p := flags.ConfigPath(); p != "" {
-		data, err := os.ReadFile(p)
+		data, err := check.ReadFile(p, MaxFileSize)
 		if err != nil {
 			var pe *fs.PathError
 			if errors.As(err, &pe) {
@@ -99,10 +105,10 @@ func decodeMapping(cfg *Config, m *yaml.Node, prefix string, byKey map[string]fi
 		if strings.Contains(k.Value, ".") {
 			// Only nesting reaches store.path; a literal dotted key
 			// would otherwise match it by accident.
-			return fmt.Errorf("line %d: unknown key %q", k.Line, key)
+			return fmt.Errorf("line %d: unknown key %s", k.Line, check.Quote(key))
 		}
 		if line, dup := seen[key]; dup {
-			return fmt.Errorf("line %d: duplicate key %q (first at line %d)", k.Line, key, line)
+			return fmt.Errorf("line %d: duplicate key %s (first at line %d)", k.Line, check.Quote(key), line)
 		}
 		seen[key] = k.Line
 		if f, ok := byKey[key]; ok {
@@ -123,7 +129,7 @@ func decodeMapping(cfg *Config, m *yaml.Node, prefix string, byKey map[string]fi
 			}
 			continue
 		}
-		return fmt.Errorf("line %d: unknown key %q", k.Line, key)
+		return fmt.Errorf("line %d: unknown key %s", k.Line, check.Quote(key))
 	}
 	return nil
 }
@@ -167,7 +173,7 @@ func decodeValue(cfg *Config, f field, n *yaml.Node) error {
 			return fmt.Errorf("line %d: %s: %w", n.Line, f.key, err)
 		}
 	}
-	if err := checkValue(f.key, v); err != nil {
+	if err := f.check(v); err != nil {
 		return fmt.Errorf("line %d: %s: %w", n.Line, f.key, err)
 	}
 	f.set(cfg, v)
@@ -196,7 +202,7 @@ func describe(n *yaml.Node) string {
 		if isNull(n) {
 			return "null"
 		}
-		return fmt.Sprintf("%q", n.Value)
+		return check.Quote(n.Value)
 	}
 	return "an unexpected node"
 }
@@ -221,11 +227,11 @@ func applyEnv(cfg *Config, environ []string) error {
 		}
 		f, ok := byEnv[name]
 		if !ok {
-			return fmt.Errorf("config: unknown environment variable %s", name)
+			return fmt.Errorf("config: unknown environment variable %s", check.Cut(name))
 		}
 		v, err := parseText(f.kind, value)
 		if err == nil {
-			err = checkValue(f.key, v)
+			err = f.check(v)
 		}
 		if err != nil {
 			return fmt.Errorf("config: environment variable %s: %s: %w", name, f.key, err)

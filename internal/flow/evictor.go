@@ -65,6 +65,9 @@ type EvictorStats struct {
 	Stale        uint64            // per-CPU leftovers discarded
 	OutputErrors uint64
 	LastFlows    uint64 // entries in the table at the last eviction
+	// LastRecords are the records the last eviction wrote (at shutdown,
+	// the ring buffer's drain included).
+	LastRecords  uint64
 	LastDuration time.Duration
 }
 
@@ -85,7 +88,7 @@ type Evictor struct {
 	evictTimer, evictFull, evictShutdown atomic.Uint64
 	flows, records, stale, outErrs       atomic.Uint64
 	eventsFull, eventsBusy, eventsOther  atomic.Uint64
-	lastFlows                            atomic.Uint64
+	lastFlows, lastRecords               atomic.Uint64
 	lastDuration                         atomic.Int64
 }
 
@@ -194,6 +197,8 @@ func (e *Evictor) shutdown(events <-chan Event) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
+	before := e.records.Load()
+	defer func() { e.lastRecords.Store(e.records.Load() - before) }()
 	err := e.evict(ctx, EvictShutdown)
 	if events != nil { // nil: no event source, or it already closed
 		if e.cfg.DrainEvents != nil {
@@ -214,6 +219,8 @@ func (e *Evictor) shutdown(events <-chan Event) error {
 func (e *Evictor) evict(ctx context.Context, reason string) error {
 	start := time.Now()
 	e.lastEvict = start
+	before := e.records.Load()
+	defer func() { e.lastRecords.Store(e.records.Load() - before) }()
 	switch reason {
 	case EvictTimer:
 		e.evictTimer.Add(1)
@@ -324,6 +331,7 @@ func (e *Evictor) Stats() EvictorStats {
 		Stale:        e.stale.Load(),
 		OutputErrors: e.outErrs.Load(),
 		LastFlows:    e.lastFlows.Load(),
+		LastRecords:  e.lastRecords.Load(),
 		LastDuration: time.Duration(e.lastDuration.Load()),
 	}
 }

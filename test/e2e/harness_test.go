@@ -36,7 +36,8 @@ func TestMain(m *testing.M) {
 	// World-readable: the capability test runs the binary as nobody.
 	_ = os.Chmod(dir, 0o755)
 	loupeBin = filepath.Join(dir, "loupe")
-	build := exec.Command("go", "build", "-o", loupeBin, "loupe/cmd/loupe")
+	// Built as the scripts build it, version and commit stamped.
+	build := exec.Command(filepath.Join("..", "..", "scripts", "build.sh"), loupeBin)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build loupe:", err)

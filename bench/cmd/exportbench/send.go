@@ -46,7 +46,7 @@ func send(args []string) error {
 	cfg := config.Default()
 	cfg.Delivery.ShutdownTimeout = time.Minute
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	sink, q, err := targets.Open(*target, cfg, log)
+	sink, q, err := targets.Open(*target, cfg.Exporters, log)
 	if err != nil {
 		return err
 	}

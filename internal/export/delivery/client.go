@@ -65,3 +65,12 @@ type Connector interface {
 type Abandoner interface {
 	Abandoned() uint64
 }
+
+// Unreacher is implemented by clients that learn when the collector's host
+// refuses what they send (an ICMP port unreachable over UDP, a refused TCP
+// connection). Unreachable returns how many times, since the start; the
+// queue exports it as loupe_export_unreachable_total. The refused records
+// are failed, and retried, like any others.
+type Unreacher interface {
+	Unreachable() uint64
+}

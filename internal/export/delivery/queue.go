@@ -38,6 +38,15 @@ type Options struct {
 	Logger      *slog.Logger
 }
 
+// Defaults of Options.
+const (
+	DefaultQueueSize       = 65536
+	DefaultBatchSize       = 4096
+	DefaultMaxLinger       = time.Second
+	DefaultRetryMax        = 30 * time.Second
+	DefaultShutdownTimeout = 5 * time.Second
+)
+
 func (o *Options) setDefaults() {
 	def := func(v *time.Duration, d time.Duration) {
 		if *v <= 0 {
@@ -45,18 +54,18 @@ func (o *Options) setDefaults() {
 		}
 	}
 	if o.QueueSize <= 0 {
-		o.QueueSize = 65536
+		o.QueueSize = DefaultQueueSize
 	}
 	if o.BatchSize <= 0 {
-		o.BatchSize = 4096
+		o.BatchSize = DefaultBatchSize
 	}
 	o.BatchSize = min(o.BatchSize, o.QueueSize)
-	def(&o.MaxLinger, time.Second)
+	def(&o.MaxLinger, DefaultMaxLinger)
 	def(&o.RetryMin, 100*time.Millisecond)
-	def(&o.RetryMax, 30*time.Second)
+	def(&o.RetryMax, DefaultRetryMax)
 	o.RetryMax = max(o.RetryMax, o.RetryMin)
 	def(&o.SendTimeout, 30*time.Second)
-	def(&o.ShutdownTimeout, 5*time.Second)
+	def(&o.ShutdownTimeout, DefaultShutdownTimeout)
 	def(&o.LogInterval, 10*time.Second)
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -82,8 +91,12 @@ type Stats struct {
 	Batches                                            uint64 // successful Send calls
 	SendErrors                                         uint64 // failed Send calls (each is retried)
 	// Connected is 1 or 0 if the client reports its connection, -1 if it
-	// cannot tell (UDP).
+	// cannot tell.
 	Connected int
+	// Unreachable counts the times the collector's host refused a send
+	// (see Unreacher); HasUnreachable says whether the client tells.
+	Unreachable    uint64
+	HasUnreachable bool
 }
 
 // Dropped is the sum of every drop reason.
@@ -286,6 +299,9 @@ func (q *Queue) Stats() Stats {
 		if c.Connected() {
 			st.Connected = 1
 		}
+	}
+	if u, ok := q.client.(Unreacher); ok {
+		st.Unreachable, st.HasUnreachable = u.Unreachable(), true
 	}
 	return st
 }

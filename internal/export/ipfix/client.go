@@ -27,6 +27,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"loupe/internal/flow"
 )
 
@@ -90,8 +92,8 @@ func (o *Options) setDefaults(network string) error {
 	if o.EnterpriseNumber == 0 {
 		o.EnterpriseNumber = DefaultEnterpriseNumber
 	}
-	if low := max(minMessageLen, minMaxLen(o.EnterpriseNumber)); o.MTU < low || o.MTU > maxMessageLen {
-		return fmt.Errorf("ipfix MTU %d: want %d to %d", o.MTU, low, maxMessageLen)
+	if err := checkMTU(o.MTU); err != nil {
+		return fmt.Errorf("ipfix MTU: %w", err)
 	}
 	if o.TemplateRefresh == 0 {
 		o.TemplateRefresh = DefaultTemplateRefresh
@@ -118,9 +120,9 @@ func (o *Options) setDefaults(network string) error {
 }
 
 // Client sends flow records to one IPFIX collector. It implements
-// delivery.Client, delivery.Rejecter and delivery.Connector. Send and Close
-// must be called from one goroutine (the queue's); Connected and Rejected
-// may be called from any.
+// delivery.Client, delivery.Rejecter, delivery.Connector and
+// delivery.Unreacher. Send and Close must be called from one goroutine (the
+// queue's); Connected, Rejected and Unreachable may be called from any.
 type Client struct {
 	target Target
 	opts   Options
@@ -129,6 +131,16 @@ type Client struct {
 
 	conn net.Conn
 	raw  syscall.RawConn // TCP only: send-queue and liveness checks
+	// udpRaw (UDP only) reads the socket's pending error: the ICMP port
+	// unreachable a datagram drew. readSoErr, made once, stores it in
+	// soErr and soErrErr, so that the read allocates nothing.
+	udpRaw    syscall.RawConn
+	readSoErr func(fd uintptr)
+	soErr     int
+	soErrErr  error
+	// down: the collector was found unreachable and not reached since;
+	// "collector unreachable" is logged once per outage.
+	down bool
 	// seq counts the data records sent in this transport session, mod
 	// 2^32: the header's sequence number (RFC 7011 §3.1).
 	seq uint32
@@ -140,9 +152,10 @@ type Client struct {
 
 	win window // TCP only: messages written but not yet acknowledged
 
-	connected atomic.Bool
-	rejected  atomic.Uint64
-	abandoned uint64 // set by Close: see Abandoned
+	connected   atomic.Bool
+	rejected    atomic.Uint64
+	unreachable atomic.Uint64
+	abandoned   uint64 // set by Close: see Abandoned
 
 	// abort lets a Send's context cut a blocked write short. abortConn
 	// is the connection Send writes to; abortGen changes when a Send
@@ -163,23 +176,34 @@ func New(target string, opts Options) (*Client, error) {
 	if err := opts.setDefaults(t.Network); err != nil {
 		return nil, err
 	}
-	return &Client{
+	c := &Client{
 		target:        t,
 		opts:          opts,
 		log:           opts.Logger.With("component", "ipfix", "target", t.String()),
 		enc:           newEncoder(opts.ObservationDomain, opts.MTU, opts.EnterpriseNumber),
 		needTemplates: true,
-	}, nil
+	}
+	c.readSoErr = func(fd uintptr) {
+		c.soErr, c.soErrErr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_ERROR)
+	}
+	return c, nil
 }
 
 // Target returns the parsed target.
 func (c *Client) Target() Target { return c.target }
 
 // Connected implements delivery.Connector. Over TCP it means a connection
-// is open and was alive at the last Send. Over UDP it means the last
-// message was written without error; UDP cannot see a dead collector
-// unless its host answers with ICMP port unreachable.
+// is open and was alive at the last Send. Over UDP it means the last Send
+// wrote every message and neither they nor the Send before drew an ICMP
+// error (port unreachable) from the collector's host; UDP cannot see a
+// dead collector whose host does not answer so.
 func (c *Client) Connected() bool { return c.connected.Load() }
+
+// Unreachable implements delivery.Unreacher: how many times the collector
+// was found unreachable: an ICMP error on the UDP socket (port
+// unreachable: ECONNREFUSED), or a TCP connection refused or without a
+// route.
+func (c *Client) Unreachable() uint64 { return c.unreachable.Load() }
 
 // Rejected implements delivery.Rejecter. Every record fits a template and
 // the MTU holds the largest record with the templates, so nothing is
@@ -188,7 +212,18 @@ func (c *Client) Rejected() uint64 { return c.rejected.Swap(0) }
 
 // Send implements delivery.Client: it encodes batch into as many messages
 // as the MTU requires and writes them in order. On a write error it returns
-// the records from the failed message on (a tail of batch). Over TCP it
+// the records from the failed message on (a tail of batch).
+//
+// Over UDP a collector's host that has no listener answers each datagram
+// with an ICMP port unreachable, which the kernel keeps as the socket's
+// pending error: Send reads it after every message, so that a message the
+// host refused fails with its records (the queue retries them) instead of
+// counting as sent. On a loopback or a local link the ICMP error is there
+// when the write returns; from a remote host it arrives one round trip
+// later, so Send also reads it before the first message: an error found
+// then belongs to an earlier Send's datagrams, which are lost (and were
+// counted as sent), and keeps Connected false. Hosts rate-limit ICMP
+// errors, so some refused datagrams draw none. Over TCP Send
 // first closes a connection the collector closed, reconnects, resends the
 // templates and the messages the dead connection's peer never acknowledged
 // (at-least-once: a record acknowledged by the collector's kernel but never
@@ -218,6 +253,14 @@ func (c *Client) Send(ctx context.Context, batch []flow.Record) ([]flow.Record, 
 	if err := c.ensureConn(ctx); err != nil {
 		return batch, err
 	}
+	lateRefusal := false
+	if c.udpRaw != nil {
+		if err := c.pendingError(); err != nil {
+			// For datagrams of an earlier Send: this batch is unsent.
+			c.refused(fmt.Errorf("ipfix %s: an earlier message was refused: %w", c.target, err))
+			lateRefusal = true
+		}
+	}
 	for i := 0; i < len(batch); {
 		now := c.opts.Now()
 		withTemplates := c.target.Network == "udp" && (c.needTemplates ||
@@ -234,7 +277,45 @@ func (c *Client) Send(ctx context.Context, batch []flow.Record) ([]flow.Record, 
 		}
 		i += n
 	}
+	if c.udpRaw != nil && !lateRefusal {
+		c.down = false
+		c.connected.Store(true)
+	}
 	return nil, nil
+}
+
+// pendingError reads and clears the UDP socket's pending error, which is
+// how the kernel reports an ICMP error for a datagram already sent.
+func (c *Client) pendingError() error {
+	if err := c.udpRaw.Control(c.readSoErr); err != nil {
+		return err
+	}
+	if c.soErrErr != nil {
+		return c.soErrErr
+	}
+	if c.soErr != 0 {
+		return syscall.Errno(c.soErr)
+	}
+	return nil
+}
+
+// isUnreachable reports whether err says the collector's host refused a
+// message or connection, or cannot be routed to.
+func isUnreachable(err error) bool {
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) ||
+		errors.Is(err, syscall.ENETUNREACH)
+}
+
+// refused records that the collector was found unreachable over UDP.
+func (c *Client) refused(err error) {
+	c.unreachable.Add(1)
+	c.connected.Store(false)
+	// The collector is down or restarting, and will need templates.
+	c.needTemplates = true
+	if !c.down {
+		c.down = true
+		c.log.Warn("collector unreachable", "err", err)
+	}
 }
 
 // write writes one message of n records, which carries the template set if
@@ -247,13 +328,19 @@ func (c *Client) write(ctx context.Context, msg []byte, n int, withTemplates boo
 		return err
 	}
 	w, err := c.conn.Write(msg)
-	if err != nil {
-		if errors.Is(err, syscall.ECONNREFUSED) {
-			// An ICMP port unreachable for an earlier datagram: the
-			// collector is down or restarting, and will need templates.
-			c.needTemplates = true
+	if err == nil && c.udpRaw != nil {
+		// The ICMP error this datagram drew, if the host answered
+		// already: then it was refused, not delivered.
+		if err = c.pendingError(); err != nil {
+			err = fmt.Errorf("refused: %w", err)
 		}
-		return c.fail(fmt.Errorf("ipfix %s: write: %w", c.target, err), w)
+	}
+	if err != nil {
+		err = fmt.Errorf("ipfix %s: write: %w", c.target, err)
+		if c.udpRaw != nil && isUnreachable(err) {
+			c.refused(err)
+		}
+		return c.fail(err, w)
 	}
 	c.seq += uint32(n)
 	if c.raw != nil {
@@ -263,7 +350,7 @@ func (c *Client) write(ctx context.Context, msg []byte, n int, withTemplates boo
 		}
 		c.win.push(msg[headerLen+tpl:], n, len(msg))
 	}
-	if !c.connected.Load() {
+	if c.raw != nil && !c.connected.Load() {
 		c.connected.Store(true)
 	}
 	return nil
@@ -300,10 +387,19 @@ func (c *Client) ensureConn(ctx context.Context) error {
 	d := net.Dialer{Timeout: c.opts.DialTimeout}
 	conn, err := d.DialContext(ctx, c.target.Network, c.target.Address)
 	if err != nil {
+		if isUnreachable(err) {
+			c.unreachable.Add(1)
+		}
 		return fmt.Errorf("ipfix %s: dial: %w", c.target, err)
 	}
 	c.setConn(conn)
 	if c.target.Network == "udp" {
+		c.udpRaw, err = conn.(*net.UDPConn).SyscallConn()
+		if err != nil {
+			_ = conn.Close()
+			c.setConn(nil)
+			return fmt.Errorf("ipfix %s: %w", c.target, err)
+		}
 		return nil
 	}
 	c.raw, err = conn.(*net.TCPConn).SyscallConn()
@@ -384,7 +480,7 @@ func (c *Client) Close() error {
 	}
 	err := c.conn.Close()
 	c.setConn(nil)
-	c.raw = nil
+	c.raw, c.udpRaw = nil, nil
 	if err != nil {
 		return fmt.Errorf("ipfix %s: close: %w", c.target, err)
 	}

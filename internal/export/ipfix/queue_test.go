@@ -67,3 +67,78 @@ func TestThroughQueueTCPCollectorLate(t *testing.T) {
 	}
 	t.Logf("%d records after %d refused sends: %s", len(s.ids), st.SendErrors, strconv.Itoa(s.messages)+" messages")
 }
+
+// TestThroughQueueUDPPortUnreachable runs a UDP client behind the queue
+// to a port where nothing listens: the host's ICMP port unreachable makes
+// every send fail, so nothing counts as sent, the records stay queued, the
+// connected gauge stays 0 and each refusal is counted; once a collector
+// listens, every record arrives exactly once.
+func TestThroughQueueUDPPortUnreachable(t *testing.T) {
+	probe := listenUDP(t, "udp4", "127.0.0.1:0")
+	addr := probe.LocalAddr().String()
+	probe.Close() // the port is free: datagrams draw ICMP port unreachable
+
+	c, err := New("ipfix+udp://"+addr, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := delivery.New(c.Target().String(), c, delivery.Options{
+		BatchSize: 500, RetryMin: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond, ShutdownTimeout: 20 * time.Second,
+	})
+	const total = 2000
+	ctx := context.Background()
+	if err := q.Write(ctx, idBatch(0, total)); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; q.Stats().SendErrors < 3; i++ {
+		if i == 2000 {
+			t.Fatalf("the queue did not retry: %+v", q.Stats())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if st := q.Stats(); st.Sent != 0 || st.Queued != total || st.Connected != 0 || st.Unreachable == 0 {
+		t.Fatalf("while refused: %+v; want nothing sent, all %d queued, not connected, refusals counted", st, total)
+	}
+
+	col := listenUDP(t, "udp4", addr)
+	d := newDecoder()
+	var ids []int
+	buf := make([]byte, 65536)
+	_ = col.SetReadDeadline(time.Now().Add(20 * time.Second))
+	for len(ids) < total {
+		n, err := col.Read(buf)
+		if err != nil {
+			t.Fatalf("after %d records: %v", len(ids), err)
+		}
+		m, err := d.decode(buf[:n])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range m.records {
+			id, _ := strconv.Atoi(r.fields["packetDeltaCount"])
+			ids = append(ids, id)
+		}
+	}
+	for i, id := range ids {
+		if id != i+1 {
+			t.Fatalf("record %d has id %d", i, id)
+		}
+	}
+	for i := 0; q.Stats().Sent != total || q.Stats().Connected != 1; i++ {
+		if i == 2000 {
+			t.Fatalf("after delivery: %+v", q.Stats())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	assertNoMore(t, col)
+	// Every failed send was one refusal: none failed for another reason.
+	if st := q.Stats(); st.Dropped() != 0 || st.Unreachable != st.SendErrors {
+		t.Fatalf("final stats: %+v; want no drops and one refusal per failed send", st)
+	}
+}

@@ -1,7 +1,6 @@
 package kafka
 
 import (
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
+	"loupe/internal/config/check"
 	"loupe/internal/export/tlsconf"
 )
 
@@ -23,6 +23,20 @@ const (
 	DefaultLinger          = 0
 	DefaultClientID        = "loupe"
 	DefaultDeliveryTimeout = 30 * time.Second
+)
+
+// Bounds of Options, the same for the configuration (kafka.*) and for
+// code that builds Options itself.
+const (
+	// MinBatchMaxBytes and MaxBatchMaxBytes bound BatchMaxBytes: below
+	// 1 KiB a batch holds a handful of records; 64 MiB is far above any
+	// broker's default max.message.bytes (1 MiB) and bounds what one
+	// partition's batch can hold in memory.
+	MinBatchMaxBytes = 1 << 10
+	MaxBatchMaxBytes = 64 << 20
+	// MaxLinger bounds Linger: records already waited in the delivery
+	// queue, so a longer wait only adds latency.
+	MaxLinger = 10 * time.Second
 )
 
 // Options tune the Kafka client. Zero values take the defaults.
@@ -43,8 +57,9 @@ type Options struct {
 	// nothing lingers; a positive value trades latency for fuller batches
 	// when Send is called with few records at a time.
 	Linger time.Duration
-	TLS    TLSOptions
-	SASL   SASLOptions
+	// TLS to the brokers; on if any of its settings is (tlsconf.Config.On).
+	TLS  tlsconf.Config
+	SASL SASLOptions
 	// ClientID names the client in the broker's logs and quotas [loupe].
 	ClientID string
 	// DeliveryTimeout bounds how long the client keeps retrying a record
@@ -54,27 +69,6 @@ type Options struct {
 	DeliveryTimeout time.Duration
 	// Logger receives the client's warnings, with component=kafka.
 	Logger *slog.Logger
-}
-
-// TLSOptions configure TLS to the brokers.
-type TLSOptions struct {
-	// Enable turns TLS on. It is implied by any other field.
-	Enable bool
-	// CAFile is a PEM bundle of the CAs to trust instead of the system's.
-	CAFile string
-	// CertFile and KeyFile are a PEM client certificate and key, for
-	// brokers that authenticate clients by certificate (mTLS).
-	CertFile, KeyFile string
-	// InsecureSkipVerify accepts any server certificate. For tests only.
-	InsecureSkipVerify bool
-	// ServerName overrides the name checked in the server certificate
-	// (default: the broker's host).
-	ServerName string
-}
-
-func (o TLSOptions) enabled() bool {
-	return o.Enable || o.CAFile != "" || o.CertFile != "" || o.KeyFile != "" ||
-		o.InsecureSkipVerify || o.ServerName != ""
 }
 
 // SASL mechanisms.
@@ -115,6 +109,9 @@ func (o *Options) setDefaults() {
 // zstdFastest is klauspost/compress zstd.SpeedFastest, the level franz-go
 // passes to it.
 const zstdFastest = 1
+
+// Compressions are the values of Options.Compression.
+func Compressions() []string { return []string{"none", "gzip", "snappy", "lz4", "zstd"} }
 
 // compression maps an option value to franz-go's codec.
 func compression(name string) (kgo.CompressionCodec, error) {
@@ -160,11 +157,11 @@ func kgoOpts(t Target, o *Options, log *slog.Logger) ([]kgo.Opt, error) {
 	if err != nil {
 		return nil, err
 	}
-	if o.BatchMaxBytes < 1<<10 || o.BatchMaxBytes > 1<<30 {
-		return nil, fmt.Errorf("batch max bytes %d out of range (1 KiB to 1 GiB)", o.BatchMaxBytes)
+	if err := check.Size(uint64(max(o.BatchMaxBytes, 0)), MinBatchMaxBytes, MaxBatchMaxBytes); err != nil {
+		return nil, fmt.Errorf("batch max bytes %d out of range: %w", o.BatchMaxBytes, err)
 	}
-	if o.Linger < 0 {
-		return nil, fmt.Errorf("negative linger %s", o.Linger)
+	if err := check.Duration(o.Linger, 0, MaxLinger); err != nil {
+		return nil, fmt.Errorf("linger: %w", err)
 	}
 	if o.DeliveryTimeout < time.Second {
 		return nil, fmt.Errorf("delivery timeout %s is below franz-go's minimum of 1s", o.DeliveryTimeout)
@@ -188,8 +185,8 @@ func kgoOpts(t Target, o *Options, log *slog.Logger) ([]kgo.Opt, error) {
 		kgo.MetadataMinAge(time.Second),
 		kgo.WithLogger(&logger{log: log}),
 	}
-	if o.TLS.enabled() {
-		cfg, err := tlsConfig(o.TLS)
+	if o.TLS.On() {
+		cfg, err := o.TLS.ClientConfig()
 		if err != nil {
 			return nil, err
 		}
@@ -213,16 +210,6 @@ func retryBackoff(fails int) time.Duration {
 	d := 100 * time.Millisecond << min(max(fails-1, 0), 4)
 	d = min(d, time.Second)
 	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
-}
-
-func tlsConfig(o TLSOptions) (*tls.Config, error) {
-	return tlsconf.Options{
-		CAFile:             o.CAFile,
-		CertFile:           o.CertFile,
-		KeyFile:            o.KeyFile,
-		ServerName:         o.ServerName,
-		InsecureSkipVerify: o.InsecureSkipVerify,
-	}.Config()
 }
 
 func saslMechanism(o SASLOptions) (sasl.Mechanism, error) {

@@ -19,6 +19,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
+
+	"loupe/internal/export/tlsconf"
 )
 
 // newKgo builds the franz-go client New would build, to read its options.
@@ -120,7 +122,7 @@ func TestTLSOptions(t *testing.T) {
 	}
 	caFile, certFile, keyFile := write("ca.pem", caPEM), write("c.pem", certPEM), write("c.key", keyPEM)
 
-	kc := newKgo(t, Options{TLS: TLSOptions{CAFile: caFile, CertFile: certFile, KeyFile: keyFile, ServerName: "kafka.example"}})
+	kc := newKgo(t, Options{TLS: tlsconf.Config{CAFile: caFile, CertFile: certFile, KeyFile: keyFile, ServerName: "kafka.example"}})
 	cfg, _ := kc.OptValue(kgo.DialTLSConfig).(*tls.Config)
 	if cfg == nil {
 		t.Fatal("TLS not enabled by its files")
@@ -144,7 +146,7 @@ func TestTLSOptions(t *testing.T) {
 		t.Errorf("a foreign CA verifies against the configured pool")
 	}
 
-	kc = newKgo(t, Options{TLS: TLSOptions{Enable: true, InsecureSkipVerify: true}})
+	kc = newKgo(t, Options{TLS: tlsconf.Config{Enabled: true, InsecureSkipVerify: true}})
 	cfg, _ = kc.OptValue(kgo.DialTLSConfig).(*tls.Config)
 	if cfg == nil || !cfg.InsecureSkipVerify || cfg.RootCAs != nil || len(cfg.Certificates) != 0 {
 		t.Errorf("Enable+InsecureSkipVerify gave %+v", cfg)
@@ -162,16 +164,17 @@ func TestBadOptions(t *testing.T) {
 		msg  string
 	}{
 		{Options{Compression: "brotli"}, `unknown compression "brotli"`},
-		{Options{BatchMaxBytes: 100}, "batch max bytes 100 out of range"},
-		{Options{Linger: -time.Second}, "negative linger"},
+		{Options{BatchMaxBytes: 100}, "batch max bytes 100 out of range: must be between 1KiB and 64MiB, got 100"},
+		{Options{BatchMaxBytes: 64<<20 + 1}, "batch max bytes 67108865 out of range"},
+		{Options{Linger: -time.Second}, "linger: must be between 0s and 10s, got -1s"},
 		{Options{DeliveryTimeout: time.Millisecond}, "below franz-go's minimum"},
 		{Options{SASL: SASLOptions{Mechanism: "gssapi", Username: "u"}}, `unknown sasl mechanism "gssapi"`},
 		{Options{SASL: SASLOptions{Mechanism: SASLPlain}}, "no username"},
 		{Options{SASL: SASLOptions{Username: "u", Password: "p"}}, "without a mechanism"},
-		{Options{TLS: TLSOptions{CAFile: filepath.Join(dir, "missing.pem")}}, "tls ca file"},
-		{Options{TLS: TLSOptions{CAFile: notPEM}}, "no PEM certificate"},
-		{Options{TLS: TLSOptions{CertFile: notPEM}}, "both a cert file and a key file"},
-		{Options{TLS: TLSOptions{CertFile: notPEM, KeyFile: notPEM}}, "tls client certificate"},
+		{Options{TLS: tlsconf.Config{CAFile: filepath.Join(dir, "missing.pem")}}, "tls ca file"},
+		{Options{TLS: tlsconf.Config{CAFile: notPEM}}, "no PEM certificate"},
+		{Options{TLS: tlsconf.Config{CertFile: notPEM}}, "both a cert file and a key file"},
+		{Options{TLS: tlsconf.Config{CertFile: notPEM, KeyFile: notPEM}}, "tls client certificate"},
 	} {
 		_, err := New("kafka://k1:9092/t", tc.opts)
 		if err == nil || !strings.Contains(err.Error(), tc.msg) {

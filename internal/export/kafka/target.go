@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"loupe/internal/config/check"
 )
 
 // Format is how a flow record is encoded in a Kafka record's value.
@@ -61,16 +63,23 @@ func (t Target) String() string {
 func ParseTarget(s string) (Target, error) {
 	t, err := parseTarget(s)
 	if err != nil {
-		return Target{}, fmt.Errorf("kafka target %q: %w", s, err)
+		return Target{}, fmt.Errorf("kafka target %s: %w (want %s)", check.Quote(s), err, Syntax)
 	}
 	return t, nil
+}
+
+// CheckTarget checks a target's syntax. Its error gives the reason alone,
+// for a caller that names the target and the syntax itself.
+func CheckTarget(s string) error {
+	_, err := parseTarget(s)
+	return err
 }
 
 func parseTarget(s string) (Target, error) {
 	var t Target
 	rest, ok := strings.CutPrefix(s, "kafka://")
 	if !ok {
-		return t, errors.New("want kafka://BROKER[,BROKER]/TOPIC[?format=protobuf|json]")
+		return t, errors.New("not a kafka:// URL")
 	}
 	if strings.Contains(rest, "#") {
 		return t, errors.New("a fragment (#...) has no meaning here")
@@ -78,13 +87,13 @@ func parseTarget(s string) (Target, error) {
 	rest, query, _ := strings.Cut(rest, "?")
 	hosts, topic, ok := strings.Cut(rest, "/")
 	if !ok || topic == "" {
-		return t, errors.New("no topic: want kafka://BROKER[,BROKER]/TOPIC")
+		return t, errors.New("no topic")
 	}
 	if strings.Contains(hosts, "@") {
 		return t, errors.New("credentials do not belong in the target (it is logged): use the SASL options")
 	}
 	if hosts == "" {
-		return t, errors.New("no broker: want kafka://BROKER[,BROKER]/TOPIC")
+		return t, errors.New("no broker")
 	}
 	for h := range strings.SplitSeq(hosts, ",") {
 		b, err := parseBroker(h)
@@ -106,7 +115,7 @@ func parseTarget(s string) (Target, error) {
 	}
 	for k, v := range q {
 		if k != "format" {
-			return t, fmt.Errorf("unknown option %q (the only option is format=protobuf|json)", k)
+			return t, fmt.Errorf("unknown option %s (the only option is format=protobuf|json)", check.Quote(k))
 		}
 		if len(v) != 1 {
 			return t, errors.New("format given more than once")
@@ -117,7 +126,7 @@ func parseTarget(s string) (Target, error) {
 		case "json":
 			t.Format = FormatJSON
 		default:
-			return t, fmt.Errorf("unknown format %q (want protobuf or json)", v[0])
+			return t, fmt.Errorf("unknown format %s (want protobuf or json)", check.Quote(v[0]))
 		}
 	}
 	return t, nil
@@ -133,19 +142,19 @@ func parseBroker(h string) (string, error) {
 	host, port, err := net.SplitHostPort(h)
 	if err != nil {
 		if strings.Count(h, ":") > 1 && !strings.HasPrefix(h, "[") {
-			return "", fmt.Errorf("broker %q: put an IPv6 address in brackets ([::1]:9092)", h)
+			return "", fmt.Errorf("broker %s: put an IPv6 address in brackets ([::1]:9092)", check.Quote(h))
 		}
-		return "", fmt.Errorf("broker %q: want HOST:PORT (%w)", h, err)
+		return "", fmt.Errorf("broker %s: want HOST:PORT", check.Quote(h))
 	}
 	if host == "" {
-		return "", fmt.Errorf("broker %q: no host", h)
+		return "", fmt.Errorf("broker %s: no host", check.Quote(h))
 	}
 	if strings.ContainsAny(host, " /\\@") {
-		return "", fmt.Errorf("broker %q: bad host", h)
+		return "", fmt.Errorf("broker %s: bad host", check.Quote(h))
 	}
 	n, err := strconv.ParseUint(port, 10, 16)
 	if err != nil || n == 0 {
-		return "", fmt.Errorf("broker %q: bad port %q (want 1-65535)", h, port)
+		return "", fmt.Errorf("broker %s: bad port %s (want 1-65535)", check.Quote(h), check.Quote(port))
 	}
 	return net.JoinHostPort(host, port), nil
 }
@@ -157,11 +166,11 @@ func validTopic(topic string) error {
 		return fmt.Errorf("topic is %d characters long (Kafka allows %d)", len(topic), maxTopicLen)
 	}
 	if topic == "." || topic == ".." {
-		return fmt.Errorf("topic %q is not allowed by Kafka", topic)
+		return fmt.Errorf("topic %s is not allowed by Kafka", check.Quote(topic))
 	}
 	for _, c := range topic {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return fmt.Errorf("topic %q: character %q is not allowed (Kafka allows a-z A-Z 0-9 . _ -)", topic, c)
+			return fmt.Errorf("topic %s: character %q is not allowed (Kafka allows a-z A-Z 0-9 . _ -)", check.Quote(topic), c)
 		}
 	}
 	return nil

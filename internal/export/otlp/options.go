@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding/gzip"
 
+	"loupe/internal/config/check"
 	"loupe/internal/export/tlsconf"
 )
 
@@ -41,18 +42,10 @@ const (
 // Options configure a Client. The zero value is valid: plaintext gRPC, no
 // compression, the defaults above.
 type Options struct {
-	// TLS enables transport security. CAFile (PEM) replaces the system
-	// roots; CertFile and KeyFile (PEM, both or neither) present a client
-	// certificate; ServerName overrides the name verified in the server's
-	// certificate (default: the target's host); InsecureSkipVerify
-	// disables verification (tests only). Setting any of them without TLS
-	// is an error rather than a silent plaintext connection.
-	TLS                bool
-	CAFile             string
-	CertFile           string
-	KeyFile            string
-	ServerName         string
-	InsecureSkipVerify bool
+	// TLS is transport security, on if any of its settings is
+	// (tlsconf.Config.On): a CA file or a client certificate never leads
+	// to a silent plaintext connection.
+	TLS tlsconf.Config
 
 	// Headers are sent as gRPC metadata with every request (authentication
 	// tokens: "authorization": "Bearer ..."). Keys are lowercased by gRPC.
@@ -143,18 +136,15 @@ func (o *Options) withDefaults() (Options, error) {
 		errs = append(errs, fmt.Errorf("max metric streams %d is negative", v.MaxMetricStreams))
 	}
 	if v.Compression != CompressionNone && v.Compression != CompressionGzip {
-		errs = append(errs, fmt.Errorf("compression %q is not none or gzip", v.Compression))
-	}
-	if !v.TLS && (v.CAFile != "" || v.CertFile != "" || v.KeyFile != "" || v.ServerName != "" || v.InsecureSkipVerify) {
-		errs = append(errs, errors.New("CA, certificate, key, server name or skip-verify set without TLS"))
+		errs = append(errs, fmt.Errorf("compression %s is not none or gzip", check.Quote(v.Compression)))
 	}
 	for k, val := range v.Headers {
 		if err := checkHeader(k, val); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if (v.CertFile == "") != (v.KeyFile == "") {
-		errs = append(errs, errors.New("client certificate and key must be set together"))
+	if err := v.TLS.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("tls.%w", err))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return v, fmt.Errorf("otlp options: %w", err)
@@ -165,14 +155,8 @@ func (o *Options) withDefaults() (Options, error) {
 // dialOptions turns the transport options into gRPC dial options.
 func (o *Options) dialOptions() ([]grpc.DialOption, error) {
 	creds := insecure.NewCredentials()
-	if o.TLS {
-		cfg, err := tlsconf.Options{
-			CAFile:             o.CAFile,
-			CertFile:           o.CertFile,
-			KeyFile:            o.KeyFile,
-			ServerName:         o.ServerName,
-			InsecureSkipVerify: o.InsecureSkipVerify,
-		}.Config()
+	if o.TLS.On() {
+		cfg, err := o.TLS.ClientConfig()
 		if err != nil {
 			return nil, fmt.Errorf("otlp: %w", err)
 		}
@@ -206,16 +190,17 @@ func (o *Options) callOptions() []grpc.CallOption {
 func checkHeader(k, v string) error {
 	lk := strings.ToLower(k)
 	if lk == "" || strings.HasPrefix(lk, "grpc-") {
-		return fmt.Errorf("header %q: empty or reserved (grpc-) name", k)
+		return fmt.Errorf("header %s: empty or reserved (grpc-) name", check.Quote(k))
 	}
 	for _, c := range lk {
 		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
-			return fmt.Errorf("header %q: names take only letters, digits, '-', '_' and '.'", k)
+			return fmt.Errorf("header %s: names take only letters, digits, '-', '_' and '.'", check.Quote(k))
 		}
 	}
+	// The value is never shown: it is usually a secret.
 	for _, c := range v {
 		if c < 0x20 || c > 0x7e {
-			return fmt.Errorf("header %q: the value must be printable ASCII", k)
+			return fmt.Errorf("header %s: the value must be printable ASCII", check.Quote(k))
 		}
 	}
 	return nil

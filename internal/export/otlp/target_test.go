@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"loupe/internal/export/tlsconf"
 )
 
 func TestParseTarget(t *testing.T) {
@@ -65,9 +67,8 @@ func TestOptionsDefaultsAndValidation(t *testing.T) {
 		{Options{MaxRequestRecords: -1}, "max request records -1"},
 		{Options{Timeout: -time.Second}, "timeout"},
 		{Options{MaxMetricStreams: -1}, "max metric streams"},
-		{Options{CAFile: "/ca.pem"}, "without TLS"},
-		{Options{InsecureSkipVerify: true}, "without TLS"},
-		{Options{TLS: true, CertFile: "/c.pem"}, "together"},
+		{Options{TLS: tlsconf.Config{CertFile: "/c.pem"}}, "tls.key_file: must be set with cert_file"},
+		{Options{TLS: tlsconf.Config{Enabled: true, KeyFile: "/k.pem"}}, "tls.cert_file: must be set with key_file"},
 		{Options{Headers: map[string]string{"x tenant": "a"}}, `header "x tenant"`},
 		{Options{Headers: map[string]string{"grpc-timeout": "1S"}}, "reserved"},
 		{Options{Headers: map[string]string{"authorization": "Bearer \n"}}, "printable"},
@@ -77,7 +78,7 @@ func TestOptionsDefaultsAndValidation(t *testing.T) {
 			t.Errorf("New(%+v): err %v, want one containing %q", tc.opts, err, tc.want)
 		}
 	}
-	if _, err := New("otlp://127.0.0.1:4317", Options{HostName: "h", TLS: true, CAFile: "/nonexistent/ca.pem"}); err == nil || !strings.Contains(err.Error(), "tls ca file") {
+	if _, err := New("otlp://127.0.0.1:4317", Options{HostName: "h", TLS: tlsconf.Config{CAFile: "/nonexistent/ca.pem"}}); err == nil || !strings.Contains(err.Error(), "tls ca file") {
 		t.Errorf("missing CA file: err %v", err)
 	}
 }

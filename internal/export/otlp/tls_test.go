@@ -24,6 +24,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"loupe/internal/export/tlsconf"
 )
 
 // writeCerts creates a CA and a server certificate for 127.0.0.1 signed by
@@ -103,7 +105,7 @@ func TestTLSWithHeaders(t *testing.T) {
 	}})
 
 	c := newTestClient(t, col.target(), Options{
-		TLS: true, CAFile: caFile, DisableMetrics: true,
+		TLS: tlsconf.Config{CAFile: caFile}, DisableMetrics: true,
 		Headers: map[string]string{"authorization": "Bearer t0ken"},
 	})
 	if failed, err := c.Send(context.Background(), manyRecords(20, 1)); err != nil || failed != nil {
@@ -120,7 +122,7 @@ func TestTLSWithHeaders(t *testing.T) {
 	if len(failed) != 4 || status.Code(err) != codes.Unavailable {
 		t.Fatalf("plaintext client to a TLS collector: failed %d, err %v; want 4 failed, Unavailable", len(failed), err)
 	}
-	unknownCA := newTestClient(t, col.target(), Options{TLS: true, DisableMetrics: true})
+	unknownCA := newTestClient(t, col.target(), Options{TLS: tlsconf.Config{Enabled: true}, DisableMetrics: true})
 	failed, err = unknownCA.Send(context.Background(), manyRecords(4, 1))
 	if len(failed) != 4 || status.Code(err) != codes.Unavailable {
 		t.Fatalf("client without the CA: failed %d, err %v; want 4 failed, Unavailable", len(failed), err)

@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+
+	"loupe/internal/config/check"
 )
 
 // Group is a named set of CIDR prefixes, the value of the src_group and
@@ -31,7 +33,7 @@ func NewGroup(name string, prefixes []string) (Group, error) {
 	for _, s := range prefixes {
 		p, err := parsePrefix(strings.TrimSpace(s))
 		if err != nil {
-			return Group{}, fmt.Errorf("cidr_groups: group %q: %w", g.Name, err)
+			return Group{}, fmt.Errorf("cidr_groups: group %s: %w", check.Quote(g.Name), err)
 		}
 		g.Prefixes = append(g.Prefixes, p)
 	}
@@ -47,10 +49,10 @@ func NewGroup(name string, prefixes []string) (Group, error) {
 func ParseGroup(s string) (Group, error) {
 	name, list, ok := strings.Cut(s, "=")
 	if !ok {
-		return Group{}, fmt.Errorf("cidr_groups: %q: want name=prefix[,prefix...]", s)
+		return Group{}, fmt.Errorf("cidr_groups: %s: want name=prefix[,prefix...]", check.Quote(s))
 	}
 	if strings.TrimSpace(list) == "" {
-		return Group{}, fmt.Errorf("cidr_groups: %q: no prefix after '='", s)
+		return Group{}, fmt.Errorf("cidr_groups: %s: no prefix after '='", check.Quote(s))
 	}
 	return NewGroup(name, strings.Split(list, ","))
 }
@@ -85,13 +87,13 @@ func parsePrefix(s string) (netip.Prefix, error) {
 	if !strings.Contains(s, "/") {
 		a, err := netip.ParseAddr(s)
 		if err != nil {
-			return netip.Prefix{}, fmt.Errorf("%q is neither a prefix nor an address", s)
+			return netip.Prefix{}, fmt.Errorf("%s is neither a prefix nor an address", check.Quote(s))
 		}
 		return netip.PrefixFrom(a, a.BitLen()), nil
 	}
 	p, err := netip.ParsePrefix(s)
 	if err != nil {
-		return netip.Prefix{}, fmt.Errorf("%q is not a CIDR prefix", s)
+		return netip.Prefix{}, fmt.Errorf("%s is not a CIDR prefix", check.Quote(s))
 	}
 	return p, nil
 }
@@ -101,25 +103,25 @@ func (g *Group) validate() error {
 	case "":
 		return fmt.Errorf("a group has no name")
 	case Other, None:
-		return fmt.Errorf("group name %q is reserved", g.Name)
+		return fmt.Errorf("group name %s is reserved", check.Quote(g.Name))
 	}
 	if len(g.Prefixes) == 0 {
-		return fmt.Errorf("group %q has no prefix", g.Name)
+		return fmt.Errorf("group %s has no prefix", check.Quote(g.Name))
 	}
 	for i, p := range g.Prefixes {
 		if !p.IsValid() {
-			return fmt.Errorf("group %q: invalid prefix %v", g.Name, p)
+			return fmt.Errorf("group %s: invalid prefix %v", check.Quote(g.Name), p)
 		}
 		if p.Addr().Zone() != "" {
-			return fmt.Errorf("group %q: prefix %v has a zone", g.Name, p)
+			return fmt.Errorf("group %s: prefix %v has a zone", check.Quote(g.Name), p)
 		}
 		if m := p.Masked(); m != p {
 			// Most likely a typo; matching the masked prefix silently
 			// would hide it.
-			return fmt.Errorf("group %q: %v has host bits set (did you mean %v?)", g.Name, p, m)
+			return fmt.Errorf("group %s: %v has host bits set (did you mean %v?)", check.Quote(g.Name), p, m)
 		}
 		if slices.Contains(g.Prefixes[:i], p) {
-			return fmt.Errorf("group %q: %v listed twice", g.Name, p)
+			return fmt.Errorf("group %s: %v listed twice", check.Quote(g.Name), p)
 		}
 	}
 	return nil
@@ -134,12 +136,12 @@ func validateGroups(groups []Group) error {
 			return fmt.Errorf("cidr_groups: %w", err)
 		}
 		if names[g.Name] {
-			return fmt.Errorf("cidr_groups: group %q defined twice", g.Name)
+			return fmt.Errorf("cidr_groups: group %s defined twice", check.Quote(g.Name))
 		}
 		names[g.Name] = true
 		for _, p := range g.Prefixes {
 			if o, ok := owner[p]; ok {
-				return fmt.Errorf("cidr_groups: %v is in both %q and %q", p, o, g.Name)
+				return fmt.Errorf("cidr_groups: %v is in both %s and %s", p, check.Quote(o), check.Quote(g.Name))
 			}
 			owner[p] = g.Name
 		}

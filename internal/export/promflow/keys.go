@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"loupe/internal/config/check"
 	"loupe/internal/flow"
 )
 
@@ -72,10 +73,10 @@ func ParseKeys(names []string) ([]Key, error) {
 	for _, name := range names {
 		k, ok := parseKey(strings.TrimSpace(name))
 		if !ok {
-			return nil, fmt.Errorf("keys: unknown key %q (valid: %s)", name, strings.Join(KeyNames(), ", "))
+			return nil, fmt.Errorf("keys: unknown key %s (valid: %s)", check.Quote(name), strings.Join(KeyNames(), ", "))
 		}
 		if seen[k] {
-			return nil, fmt.Errorf("keys: %q listed twice", name)
+			return nil, fmt.Errorf("keys: %s listed twice", check.Quote(name))
 		}
 		seen[k] = true
 		out = append(out, k)
