@@ -204,7 +204,7 @@ func (c Coverage) Check(t testing.TB) {
 			}
 			diff := Diff(out0, out1)
 			if len(diff) == 0 {
-				t.Errorf("field %s is not encoded in a %s record (a record differing only in %s, %s instead of %s, encodes the same); encode it or list it in the exclusions with the reason",
+				t.Errorf("field %s is not encoded in the %s record (a record differing only in %s, %s instead of %s, encodes the same); encode it or list it in the exclusions with the reason",
 					f.Name, b.Name, f.Name, Value(&f, &v), Value(&f, &base))
 			}
 			for _, k := range diff {
