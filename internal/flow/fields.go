@@ -228,7 +228,7 @@ var fields = [...]Field{
 		SetUint: func(r *Record, v uint64) { r.Packets = v },
 		Wire: Wire{Proto: 12, Store: 3, OTLP: []string{"loupe.flow.packets"},
 			IPFIX:  []IE{{ID: 2, Name: "packetDeltaCount"}},
-			Metric: &Metric{Prom: "loupe_traffic_packets_total", OTLP: "loupe.network.packet.count", OTLPUnit: "{packet}", Help: "Packets (buffers, a GSO/GRO super-packet counting once) seen at the TC hooks"}},
+			Metric: &Metric{Prom: "loupe_traffic_packets_total", OTLP: "loupe.network.packet.count", OTLPUnit: "{packet}", Help: "Packets seen at the TC hooks (buffers: a GSO/GRO super-packet counts once)"}},
 	},
 	{
 		Name: "bytes", Type: TypeUint, Bits: 64, Unit: "bytes", Counter: true,
@@ -237,7 +237,7 @@ var fields = [...]Field{
 		SetUint: func(r *Record, v uint64) { r.Bytes = v },
 		Wire: Wire{Proto: 13, Store: 4, OTLP: []string{"loupe.flow.bytes"},
 			IPFIX:  []IE{{ID: 1, Name: "octetDeltaCount"}},
-			Metric: &Metric{Prom: "loupe_traffic_bytes_total", OTLP: "loupe.network.io", OTLPUnit: "By", Help: "Bytes of those buffers (L2 length at the hook)"}},
+			Metric: &Metric{Prom: "loupe_traffic_bytes_total", OTLP: "loupe.network.io", OTLPUnit: "By", Help: "Bytes seen at the TC hooks (the L2 length of those buffers)"}},
 	},
 	{
 		Name: "segments", Type: TypeUint, Bits: 64, Unit: "packets", Counter: true,
@@ -246,7 +246,7 @@ var fields = [...]Field{
 		SetUint: func(r *Record, v uint64) { r.Segments = v },
 		Wire: Wire{Proto: 50, Store: 19, OTLP: []string{"loupe.flow.segments"},
 			IPFIX:  []IE{{ID: 6, Name: "loupeSegmentDeltaCount", Enterprise: true}},
-			Metric: &Metric{Prom: "loupe_traffic_segments_total", OTLP: "loupe.network.segment.count", OTLPUnit: "{segment}", Help: "Wire packets (segments) those buffers stand for"}},
+			Metric: &Metric{Prom: "loupe_traffic_segments_total", OTLP: "loupe.network.segment.count", OTLPUnit: "{segment}", Help: "Wire packets seen at the TC hooks (segments: a GSO/GRO super-packet counts as its segments)"}},
 	},
 	{
 		Name: "wire_bytes", Type: TypeUint, Bits: 64, Unit: "bytes", Counter: true,
@@ -255,7 +255,7 @@ var fields = [...]Field{
 		SetUint: func(r *Record, v uint64) { r.WireBytes = v },
 		Wire: Wire{Proto: 51, Store: 20, OTLP: []string{"loupe.flow.wire_bytes"},
 			IPFIX:  []IE{{ID: 7, Name: "loupeWireOctetDeltaCount", Enterprise: true}},
-			Metric: &Metric{Prom: "loupe_traffic_wire_bytes_total", OTLP: "loupe.network.wire.io", OTLPUnit: "By", Help: "Bytes of those segments on the wire (L2 length)"}},
+			Metric: &Metric{Prom: "loupe_traffic_wire_bytes_total", OTLP: "loupe.network.wire.io", OTLPUnit: "By", Help: "Wire bytes seen at the TC hooks (the L2 length of those segments on the wire)"}},
 	},
 	{
 		Name: "tcp_flags", Type: TypeUint, Bits: 16, Applies: isTCP,
