@@ -3,11 +3,13 @@ package flow_test
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"loupe/internal/flow"
 	"loupe/internal/flow/flowtest"
@@ -369,5 +371,22 @@ func TestProtocols(t *testing.T) {
 	}
 	if !slices.Equal([]bool{(&flow.Key{EtherType: flow.EtherTypeIPv4, Proto: 6}).IsTCP(), (&flow.Key{EtherType: flow.EtherTypeARP, Proto: 6}).IsTCP()}, []bool{true, false}) {
 		t.Error("IsTCP")
+	}
+}
+
+// TestAppendTimeIsTheLayout checks the hand-written time format against
+// time.Time.AppendFormat, across the years a record can hold.
+func TestAppendTimeIsTheLayout(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	times := []time.Time{{}, time.Unix(0, 0), time.Unix(0, 1), time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC),
+		time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(-1, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(2026, 11, 21, 10, 0, 0, 5, time.FixedZone("x", 3600+1800))}
+	for range 10000 {
+		times = append(times, time.Unix(0, rng.Int64()).In(time.FixedZone("y", rng.IntN(50000)-25000)))
+	}
+	for _, tm := range times {
+		if got, want := string(flow.AppendTime(nil, tm)), tm.UTC().Format(flow.TimeLayout); got != want {
+			t.Fatalf("%v: %s, want %s", tm, got, want)
+		}
 	}
 }

@@ -57,10 +57,49 @@ func (f *Field) appendJSON(b []byte, r *Record) []byte {
 		return append(b, '"')
 	case TypeTime:
 		b = append(b, '"')
-		b = f.Time(r).UTC().AppendFormat(b, TimeLayout)
+		b = AppendTime(b, *f.Time(r))
 		return append(b, '"')
 	}
 	return append(b, "null"...)
+}
+
+// AppendTime appends t in TimeLayout. It writes the digits itself: the
+// general time.Time.AppendFormat took half of AppendJSON's time, for two
+// timestamps a record.
+func AppendTime(b []byte, t time.Time) []byte {
+	t = t.UTC()
+	year, month, day := t.Date()
+	if year < 0 || year > 9999 {
+		return t.AppendFormat(b, TimeLayout)
+	}
+	hour, minute, sec := t.Clock()
+	b = appendDigits(b, year, 4)
+	b = append(b, '-')
+	b = appendDigits(b, int(month), 2)
+	b = append(b, '-')
+	b = appendDigits(b, day, 2)
+	b = append(b, 'T')
+	b = appendDigits(b, hour, 2)
+	b = append(b, ':')
+	b = appendDigits(b, minute, 2)
+	b = append(b, ':')
+	b = appendDigits(b, sec, 2)
+	b = append(b, '.')
+	b = appendDigits(b, t.Nanosecond(), 9)
+	return append(b, 'Z')
+}
+
+// appendDigits appends the n lowest decimal digits of v >= 0, zero padded.
+func appendDigits(b []byte, v, n int) []byte {
+	start := len(b)
+	for range n {
+		b = append(b, '0')
+	}
+	for i := len(b) - 1; i >= start && v > 0; i-- {
+		b[i] = byte('0' + v%10)
+		v /= 10
+	}
+	return b
 }
 
 // AppendMAC appends m as net.HardwareAddr.String does (02:00:5e:10:00:01),
