@@ -28,16 +28,24 @@ package store
 // Three levels of checksums so that every reader verifies every byte it
 // uses, and no more: Scan and compaction read everything and check the
 // whole-file CRC; Top checks the header CRC and the CRCs of just the blocks
-// it touches (a top-talkers query reads 3 of the 22 blocks, a quarter of
+// it touches (a top-talkers query reads 3 of the 25 blocks, a fifth of
 // the bytes, and never faults in the pages of the others).
 //
-// Block kinds. Kinds 1..18 are columns of N fixed-width elements:
+// Block kinds. Kinds 1..21 are columns of N fixed-width elements, one per
+// field of flow.Record (the kind is the field's Wire.Store in flow's
+// registry; TestColumnKindsAreTheRegistrys checks it):
 //
 //	1 first_seen i64   2 last_seen i64   3 packets u64   4 bytes u64
 //	5 ifindex u32      6 sampling u32    7 eth_type u16  8 src_port u16
 //	9 dst_port u16    10 tcp_flags u16  11 direction u8 12 proto u8
 //	13 dscp u8        14 src_addr u32   15 dst_addr u32 16 src_mac u32
-//	17 dst_mac u32    18 iface u32
+//	17 dst_mac u32    18 iface u32      19 segments u64 20 wire_bytes u64
+//	21 vlan_id u16
+//
+// Kinds 19..21 came later: a segment written without them reads as if
+// segments were packets, wire_bytes bytes and vlan_id 0, which is what the
+// datapath counted before it measured them (every buffer one segment of
+// its own length, tags not recorded); compaction writes those values out.
 //
 // Times are unix nanoseconds; math.MinInt64 stands for the zero time.Time,
 // which has no unix-nanosecond form. Kinds 14..18 are indices into the
@@ -102,6 +110,9 @@ const (
 	cSrcMAC
 	cDstMAC
 	cIface
+	cSegments
+	cWireBytes
+	cVlanID
 	numCols
 )
 
@@ -113,19 +124,25 @@ const (
 	kindNames    = 103
 )
 
-// colWidth is the element width of column c in bytes.
-func colWidth(c int) int {
-	switch {
-	case c <= cBytes:
-		return 8
-	case c <= cSampling:
-		return 4
-	case c <= cTCPFlags:
-		return 2
-	case c <= cDSCP:
-		return 1
-	}
-	return 4 // dictionary indices
+// colWidths is the element width of each column in bytes. Dictionary
+// columns hold u32 indices.
+var colWidths = [numCols]int{
+	cFirst: 8, cLast: 8, cPackets: 8, cBytes: 8, cIfIndex: 4, cSampling: 4,
+	cEthType: 2, cSrcPort: 2, cDstPort: 2, cTCPFlags: 2, cDirection: 1, cProto: 1, cDSCP: 1,
+	cSrcAddr: 4, cDstAddr: 4, cSrcMAC: 4, cDstMAC: 4, cIface: 4,
+	cSegments: 8, cWireBytes: 8, cVlanID: 2,
+}
+
+func colWidth(c int) int { return colWidths[c] }
+
+// isDictCol reports whether column c holds dictionary indices.
+func isDictCol(c int) bool { return c >= cSrcAddr && c <= cIface }
+
+// laterCols are the columns added after the first segments were written,
+// and what a segment without them reads: the column it copies, or zeros
+// (-1).
+var laterCols = [...]struct{ col, from int }{
+	{cSegments, cPackets}, {cWireBytes, cBytes}, {cVlanID, -1},
 }
 
 // Address families as stored in the family block.
@@ -265,6 +282,9 @@ func (b *batch) add(r *flow.Record) {
 	c[cSrcMAC] = le.AppendUint32(c[cSrcMAC], b.mac(r.SrcMAC))
 	c[cDstMAC] = le.AppendUint32(c[cDstMAC], b.mac(r.DstMAC))
 	c[cIface] = le.AppendUint32(c[cIface], b.name(r.Iface))
+	c[cSegments] = le.AppendUint64(c[cSegments], r.Segments)
+	c[cWireBytes] = le.AppendUint64(c[cWireBytes], r.WireBytes)
+	c[cVlanID] = le.AppendUint16(c[cVlanID], r.VlanID)
 	b.n++
 }
 
@@ -287,8 +307,10 @@ func (b *batch) appendSegment(s *segment) error {
 	for i, n := range names {
 		nameMap[i] = b.name(n)
 	}
-	for c := range cSrcAddr {
-		b.cols[c] = append(b.cols[c], s.cols[c]...)
+	for c := range numCols {
+		if !isDictCol(c) {
+			b.cols[c] = append(b.cols[c], s.cols[c]...)
+		}
 	}
 	remaps := [...]struct {
 		col int

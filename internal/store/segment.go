@@ -205,6 +205,17 @@ func parseSegment(data []byte, path string) (*segment, error) {
 		}
 		s.blk[b], s.blkCRC[b], seen[b] = body[off:off+length], le.Uint32(e[24:]), true
 	}
+	for _, lc := range laterCols {
+		if seen[lc.col] {
+			continue
+		}
+		seen[lc.col] = true
+		if lc.from >= 0 && seen[lc.from] {
+			s.blk[lc.col], s.blkCRC[lc.col] = s.blk[lc.from], s.blkCRC[lc.from]
+			continue
+		}
+		s.blk[lc.col], s.verified[lc.col] = make([]byte, n*uint64(colWidth(lc.col))), true
+	}
 	for b, ok := range seen {
 		if !ok {
 			return nil, corruptf(path, "block %d missing", b)
@@ -319,12 +330,15 @@ func (d *recordDecoder) decode(i int, r *flow.Record) error {
 			EtherType: le.Uint16(c[cEthType][2*i:]),
 			SrcPort:   le.Uint16(c[cSrcPort][2*i:]),
 			DstPort:   le.Uint16(c[cDstPort][2*i:]),
+			VlanID:    le.Uint16(c[cVlanID][2*i:]),
 			Proto:     c[cProto][i],
 			Direction: flow.Direction(c[cDirection][i]),
 		},
 		Iface:     d.names[iface],
 		Packets:   le.Uint64(c[cPackets][8*i:]),
 		Bytes:     le.Uint64(c[cBytes][8*i:]),
+		Segments:  le.Uint64(c[cSegments][8*i:]),
+		WireBytes: le.Uint64(c[cWireBytes][8*i:]),
 		FirstSeen: nsTime(int64(le.Uint64(c[cFirst][8*i:]))),
 		LastSeen:  nsTime(int64(le.Uint64(c[cLast][8*i:]))),
 		Sampling:  le.Uint32(c[cSampling][4*i:]),

@@ -73,16 +73,15 @@ func (a *agent) wireRecords(iface string) []wireRecord {
 	return out
 }
 
-// hasWireFields reports whether the records carry segments, wire_bytes and
-// vlan_id. Until every encoder writes them the assertions on them are
-// skipped, after those on packets and bytes ran.
-func hasWireFields(recs []wireRecord) bool {
+// requireWireFields fails the test unless every record carries segments,
+// wire_bytes and vlan_id: a JSON export without them cannot prove them.
+func requireWireFields(t *testing.T, recs []wireRecord) {
+	t.Helper()
 	for _, r := range recs {
 		if r.Segments == nil || r.WireBytes == nil || r.VlanID == nil {
-			return false
+			t.Fatalf("record without segments, wire_bytes or vlan_id: %+v", r)
 		}
 	}
-	return true
 }
 
 // wireTotals sums the records of one direction; match, if not nil, picks

@@ -107,9 +107,7 @@ func checkVLAN(t *testing.T, mode []string) {
 		t.Errorf("%d frames with three tags keyed as VLAN frames, want 10", deep.packets)
 	}
 
-	if !hasWireFields(recs) {
-		t.Skip("the JSON export does not carry segments, wire_bytes and vlan_id")
-	}
+	requireWireFields(t, recs)
 	wantVID := map[string]map[uint16]uint16{
 		"ingress": {portTagged: 42, portQinQ: 100, portMetaIn: 77, 0: 300},
 		"egress":  {portTaggedOut: 7, portMetaOut: 99, portTxVLANOff: 98},

@@ -34,14 +34,15 @@ func sampleRecords() []flow.Record {
 			Key: k, Iface: "eth0", Packets: uint64(10 + i), Bytes: uint64(1_000_000_000_000 + i),
 			FirstSeen: t0.Add(time.Duration(i) * time.Millisecond), LastSeen: t0.Add(time.Duration(i)*time.Millisecond + 4*time.Second + 7*time.Millisecond),
 			Sampling: uint32(i % 3), TCPFlags: uint16(0x100 | i), DSCP: uint8(i % 64),
+			Segments: uint64(10+i) * 3, WireBytes: uint64(1_000_000_000_000+i) + 2*52*uint64(10+i),
 		}
 	}
 	return []flow.Record{
-		base(flow.Key{SrcAddr: mustAddr("::ffff:10.1.2.3"), DstAddr: mustAddr("::ffff:192.0.2.200"), IfIndex: 7, EtherType: flow.EtherTypeIPv4, SrcPort: 40000, DstPort: 443, Proto: 6, Direction: flow.Ingress}, 1),
-		base(flow.Key{SrcAddr: mustAddr("2001:db8::1"), DstAddr: mustAddr("2001:db8:ffff::abcd"), IfIndex: 9, EtherType: flow.EtherTypeIPv6, SrcPort: 5353, DstPort: 53, Proto: 17, Direction: flow.Egress}, 2),
+		base(flow.Key{SrcAddr: mustAddr("::ffff:10.1.2.3"), DstAddr: mustAddr("::ffff:192.0.2.200"), IfIndex: 7, EtherType: flow.EtherTypeIPv4, SrcPort: 40000, DstPort: 443, Proto: 6, Direction: flow.Ingress, VlanID: 100}, 1),
+		base(flow.Key{SrcAddr: mustAddr("2001:db8::1"), DstAddr: mustAddr("2001:db8:ffff::abcd"), IfIndex: 9, EtherType: flow.EtherTypeIPv6, SrcPort: 5353, DstPort: 53, Proto: 17, Direction: flow.Egress, VlanID: 4095}, 2),
 		base(flow.Key{SrcAddr: mustAddr("::ffff:10.0.0.1"), DstAddr: mustAddr("::ffff:10.0.0.2"), IfIndex: 3, EtherType: flow.EtherTypeIPv4, SrcPort: 8, DstPort: 0, Proto: 1, Direction: flow.Egress}, 3),
 		base(flow.Key{SrcAddr: mustAddr("fe80::1"), DstAddr: mustAddr("ff02::1"), IfIndex: 4, EtherType: flow.EtherTypeIPv6, SrcPort: 135, DstPort: 0, Proto: 58, Direction: flow.Ingress}, 4),
-		base(flow.Key{IfIndex: 5, EtherType: 0x0806, Direction: flow.Ingress}, 5),
+		base(flow.Key{IfIndex: 5, EtherType: 0x0806, Direction: flow.Ingress, VlanID: 7}, 5),
 		base(flow.Key{IfIndex: 6, EtherType: flow.EtherTypeIPv4, Proto: 6, Direction: flow.Ingress}, 6), // cut short: no addresses
 		base(flow.Key{SrcAddr: mustAddr("::ffff:203.0.113.9"), DstAddr: mustAddr("::ffff:198.51.100.1"), IfIndex: 1 << 31, EtherType: flow.EtherTypeIPv4, SrcPort: 65535, DstPort: 1, Proto: 132, Direction: flow.Egress}, 7),
 	}
@@ -160,7 +161,8 @@ func TestEveryFieldDecodes(t *testing.T) {
 	// is not just the encoder's logic restated.
 	for k, v := range map[string]string{"sourceIPv4Address": "10.1.2.3", "destinationIPv4Address": "192.0.2.200", "ingressInterface": "7", "egressInterface": "0",
 		"tcpControlBits": "257", "octetDeltaCount": "1000000000001", "flowStartMilliseconds": strconv.FormatInt(t0.UnixMilli()+1, 10),
-		"flowEndMilliseconds": strconv.FormatInt(t0.UnixMilli()+4008, 10), "loupeSamplingRate": "1", "ethernetType": "2048"} {
+		"flowEndMilliseconds": strconv.FormatInt(t0.UnixMilli()+4008, 10), "loupeSamplingRate": "1", "ethernetType": "2048",
+		"vlanId": "100", "postVlanId": "0", "dot1qVlanId": "100", "loupeSegmentDeltaCount": "33", "loupeWireOctetDeltaCount": "1000000001145"} {
 		if got := m.records[0].fields[k]; got != v {
 			t.Errorf("record 0 %s = %s, want %s", k, got, v)
 		}
@@ -174,7 +176,10 @@ func TestEveryFieldDecodes(t *testing.T) {
 	if f := m.records[5].fields; f["sourceIPv4Address"] != "0.0.0.0" {
 		t.Errorf("cut-short IPv4 record: %v", f)
 	}
-	if m.records[4].template != 258 || m.records[4].fields["ethernetType"] != "2054" {
+	if f := m.records[1].fields; f["vlanId"] != "0" || f["postVlanId"] != "4095" || f["dot1qVlanId"] != "4095" {
+		t.Errorf("tagged egress record: %v", f)
+	}
+	if m.records[4].template != 258 || m.records[4].fields["ethernetType"] != "2054" || m.records[4].fields["vlanId"] != "7" {
 		t.Errorf("ARP record: %+v", m.records[4])
 	}
 	assertNoMore(t, col)
@@ -191,8 +196,13 @@ func TestTemplatesMatchEncoder(t *testing.T) {
 			t.Errorf("template %d: %d bytes encoded, %d declared", ti, got, templates()[ti].recordLen)
 		}
 	}
-	if n := len(appendTemplateSet(nil, templates(), testPEN)); n != 224 {
-		t.Errorf("template set is %d bytes, documented as 224", n)
+	if n := len(appendTemplateSet(nil, templates(), testPEN)); n != 308 {
+		t.Errorf("template set is %d bytes, documented as 308", n)
+	}
+	for i, want := range []int{99, 123, 81} {
+		if n := templates()[i].recordLen; n != want {
+			t.Errorf("template %d: records of %d bytes, documented as %d", templates()[i].id, n, want)
+		}
 	}
 }
 
@@ -203,26 +213,28 @@ func TestSplitsWithinMTU(t *testing.T) {
 	for _, mtu := range []int{512, 1400, 9000} {
 		t.Run(strconv.Itoa(mtu), func(t *testing.T) {
 			col := listenUDP(t, "udp6", "[::1]:0")
-			c := newClient(t, "ipfix+udp://"+col.LocalAddr().String(), Options{MTU: mtu, Now: (&fakeClock{now: t0}).Now})
+			// No refresh within the test's messages: only the first carries
+			// templates (TestTemplateRefresh tests the refresh).
+			c := newClient(t, "ipfix+udp://"+col.LocalAddr().String(), Options{MTU: mtu, TemplateRefreshMessages: 1000, Now: (&fakeClock{now: t0}).Now})
 			recs := numbered(500, true)
 			send(t, c, recs)
 
 			// Expected layout, computed from the sizes: 16-byte header,
-			// 224 bytes of templates in the first message only, a
+			// 308 bytes of templates in the first message only, a
 			// 4-byte set header at each change of template, records of
-			// 77 (IPv4) and 101 (IPv6) bytes.
+			// 99 (IPv4) and 123 (IPv6) bytes.
 			var sizes []int
-			size, cur := 16+224, -1
+			size, cur := 16+308, -1
 			for i := range recs {
 				ti := i % 2
-				need := []int{77, 101}[ti]
+				need := []int{99, 123}[ti]
 				if ti != cur {
 					need += 4
 				}
 				if size+need > mtu {
 					sizes = append(sizes, size)
 					size, cur = 16, -1
-					need = []int{77, 101}[ti] + 4
+					need = []int{99, 123}[ti] + 4
 				}
 				size += need
 				cur = ti

@@ -27,7 +27,8 @@ var fieldNames = map[[2]uint32]string{
 	{0, 32}: "icmpTypeCodeIPv4", {0, 56}: "sourceMacAddress", {0, 61}: "flowDirection",
 	{0, 80}: "destinationMacAddress", {0, 195}: "ipDiffServCodePoint", {0, 139}: "icmpTypeCodeIPv6",
 	{0, 152}: "flowStartMilliseconds", {0, 153}: "flowEndMilliseconds", {0, 256}: "ethernetType",
-	{testPEN, 1}: "loupeSamplingRate",
+	{0, 58}: "vlanId", {0, 59}: "postVlanId", {0, 243}: "dot1qVlanId",
+	{testPEN, 1}: "loupeSamplingRate", {testPEN, 6}: "loupeSegmentDeltaCount", {testPEN, 7}: "loupeWireOctetDeltaCount",
 }
 
 type fieldSpec struct {
@@ -193,12 +194,17 @@ func expectFields(r *flow.Record) (uint16, map[string]string) {
 		out = r.IfIndex
 	}
 	samp := max(r.Sampling, 1)
+	vin, vout := r.VlanID, uint16(0)
+	if r.Direction == flow.Egress {
+		vin, vout = 0, r.VlanID
+	}
 	f := map[string]string{
 		"sourceMacAddress": net.HardwareAddr(r.SrcMAC[:]).String(), "destinationMacAddress": net.HardwareAddr(r.DstMAC[:]).String(),
 		"ethernetType": u(uint64(r.EtherType)), "octetDeltaCount": u(r.Bytes), "packetDeltaCount": u(r.Packets),
 		"flowStartMilliseconds": ms(r.FirstSeen), "flowEndMilliseconds": ms(r.LastSeen),
 		"ingressInterface": u(uint64(in)), "egressInterface": u(uint64(out)), "flowDirection": u(uint64(r.Direction)),
-		"loupeSamplingRate": u(uint64(samp)),
+		"loupeSamplingRate": u(uint64(samp)), "vlanId": u(uint64(vin)), "postVlanId": u(uint64(vout)),
+		"dot1qVlanId": u(uint64(r.VlanID)), "loupeSegmentDeltaCount": u(r.Segments), "loupeWireOctetDeltaCount": u(r.WireBytes),
 	}
 	var tpl uint16
 	switch r.EtherType {

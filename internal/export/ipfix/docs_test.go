@@ -5,6 +5,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"loupe/internal/flow"
 )
 
 // docRow is the row docs/exporters/ipfix.md must hold for e.
@@ -13,8 +15,8 @@ func docRow(e Element) string {
 	if e.Enterprise {
 		pen = "32473 (`EnterpriseNumber`)"
 	}
-	if !e.Sent {
-		sent = " (reserved, not sent)"
+	if e.Status != flow.Sent {
+		sent = " (" + e.Status.String() + ")"
 	}
 	return fmt.Sprintf("| `%s`%s | %d | %s | %s (%d) | %s |", e.Name, sent, e.ID, pen, e.Type, e.Length, e.Description)
 }
@@ -40,7 +42,7 @@ func TestDocsListEveryElement(t *testing.T) {
 	}
 
 	// The README lists the enterprise elements, the ones no collector
-	// documents.
+	// documents: all of flow's registry, sent, reserved and withdrawn.
 	var enterprise []string
 	for _, e := range Elements() {
 		if e.Enterprise {

@@ -16,8 +16,6 @@ const (
 	enterpriseBit   = 0x8000
 	maxMessageLen   = 65535 // the header's 16-bit length
 	minMessageLen   = 512   // RFC 7011 §10.3.3: the size to assume when the PMTU is unknown
-	icmpProtocol    = 1
-	icmpv6Protocol  = 58
 	mappedPrefixLen = 12
 )
 
@@ -184,12 +182,12 @@ func appendRecord(b []byte, ti, n int, r *flow.Record) []byte {
 		be.PutUint64(p[30:], millis(r.FirstSeen))
 		be.PutUint64(p[38:], millis(r.LastSeen))
 		putInterfaces(p[46:], r)
-		be.PutUint32(p[55:], sampling(r.Sampling))
+		putTail(p[55:], r)
 		return b
 	}
 	var icmp uint16
 	sport, dport := r.SrcPort, r.DstPort
-	if (ti == 0 && r.Proto == icmpProtocol) || (ti == 1 && r.Proto == icmpv6Protocol) {
+	if r.PortKind() == flow.ICMPTypeCode {
 		icmp = sport<<8 | dport&0xff
 		sport, dport = 0, 0
 	}
@@ -208,8 +206,28 @@ func appendRecord(b []byte, ti, n int, r *flow.Record) []byte {
 	be.PutUint16(q[60:], r.EtherType)
 	q[62] = r.DSCP
 	be.PutUint16(q[63:], icmp)
-	be.PutUint32(q[65:], sampling(r.Sampling))
+	putTail(q[65:], r)
 	return b
+}
+
+// putTail writes the elements every template ends with (26 bytes):
+// loupeSamplingRate, vlanId, postVlanId, dot1qVlanId, loupeSegmentDeltaCount
+// and loupeWireOctetDeltaCount. The VLAN goes into vlanId for ingress
+// records and postVlanId for egress ones, as the ifindex goes into
+// ingressInterface or egressInterface: pmacct, for one, reads the VLAN of
+// an egress record from postVlanId. dot1qVlanId carries it in both
+// directions, for collectors that read only the frame's tag.
+func putTail(p []byte, r *flow.Record) {
+	be := binary.BigEndian
+	be.PutUint32(p[0:], sampling(r.Sampling))
+	if r.Direction == flow.Egress {
+		be.PutUint16(p[6:], r.VlanID)
+	} else {
+		be.PutUint16(p[4:], r.VlanID)
+	}
+	be.PutUint16(p[8:], r.VlanID)
+	be.PutUint64(p[10:], r.Segments)
+	be.PutUint64(p[18:], r.WireBytes)
 }
 
 // putInterfaces writes ingressInterface, egressInterface and flowDirection

@@ -16,7 +16,7 @@ import (
 func TestNfacctdDecodesUDP(t *testing.T) {
 	for _, tc := range []struct{ name, listen string }{{"ipv4", "127.0.0.1:0"}, {"ipv6", "[::1]:0"}} {
 		t.Run(tc.name, func(t *testing.T) {
-			n := nfacctd.Start(t, nfacctd.Options{Listen: tc.listen})
+			n := nfacctd.Start(t, nfacctd.Options{Listen: tc.listen, Aggregate: nfacctdAggregate, Primitives: nfacctdPrimitives})
 			c := newClient(t, n.Target(), Options{})
 			recs := peerRecords(500)
 			ctx := context.Background()
@@ -36,6 +36,17 @@ func TestNfacctdDecodesUDP(t *testing.T) {
 			assertNfacctd(t, got, ipRecs)
 		})
 	}
+}
+
+// nfacctdAggregate is nfacctd's default list plus the VLAN (its own
+// primitives vlan, in_vlan and out_vlan) and Loupe's segment and wire-byte
+// elements, which nfacctd only knows as custom primitives.
+var nfacctdAggregate = append(append([]string(nil), nfacctd.DefaultAggregate...),
+	"vlan", "loupe_segments", "loupe_wire_bytes")
+
+var nfacctdPrimitives = []nfacctd.Primitive{
+	{Name: "loupe_segments", PEN: testPEN, FieldType: 6, Len: 8, Semantics: "u_int"},
+	{Name: "loupe_wire_bytes", PEN: testPEN, FieldType: 7, Len: 8, Semantics: "u_int"},
 }
 
 // assertNfacctd matches nfacctd's objects to records by packet count (the
@@ -99,5 +110,7 @@ func nfacctdExpect(r *flow.Record) map[string]string {
 		"mac_src": net.HardwareAddr(r.SrcMAC[:]).String(), "mac_dst": net.HardwareAddr(r.DstMAC[:]).String(),
 		"etype":           strings.ToLower(strconv.FormatUint(uint64(r.EtherType), 16)),
 		"timestamp_start": ms(r.FirstSeen), "timestamp_end": ms(r.LastSeen),
+		"vlan":           u(uint64(r.VlanID)),
+		"loupe_segments": u(r.Segments), "loupe_wire_bytes": u(r.WireBytes),
 	}
 }

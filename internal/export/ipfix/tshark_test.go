@@ -3,6 +3,7 @@ package ipfix
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -20,7 +21,8 @@ import (
 
 // peerRecords returns n records for the real-collector tests: IPv4 and
 // IPv6 alternating, with ICMP/ICMPv6 every fifth, ARP every fiftieth,
-// both directions, 64-bit byte counts, and distinct values in every field.
+// both directions, 64-bit byte counts, VLAN-tagged but every seventh, and
+// distinct values in every field.
 // The packet count identifies a record (1..n).
 func peerRecords(n int) []flow.Record {
 	recs := numbered(n, true)
@@ -43,6 +45,11 @@ func peerRecords(n int) []flow.Record {
 		r.SrcMAC = [6]byte{0x02, 0, 0, 0, byte(i >> 8), byte(i)}
 		r.DstMAC = [6]byte{0x02, 0xee, 0, 0, byte(i >> 8), byte(i)}
 		r.Bytes = 1<<33 + uint64(i)
+		r.Segments = r.Packets + uint64(i%5)*1000
+		r.WireBytes = r.Bytes + uint64(i%5)*66_000 + 1<<34
+		if i%7 != 0 {
+			r.VlanID = uint16(i*13%4095 + 1)
+		}
 		r.DSCP = uint8(i % 64)
 		r.Sampling = uint32(1 + i%4)
 		r.FirstSeen = t0.Add(time.Duration(i) * time.Millisecond)
@@ -108,10 +115,29 @@ func tsharkExpect(recs []flow.Record) map[string][]string {
 		add("srcmac", net.HardwareAddr(r.SrcMAC[:]).String())
 		add("dstmac", net.HardwareAddr(r.DstMAC[:]).String())
 		add("ethernet_type", strconv.Itoa(int(r.EtherType)))
-		s := r.Sampling
-		add("enterprise_private_entry", fmt.Sprintf("%02x:%02x:%02x:%02x", s>>24, s>>16&0xff, s>>8&0xff, s&0xff))
+		vin, vout := r.VlanID, uint16(0)
+		if r.Direction == flow.Egress {
+			vin, vout = 0, r.VlanID
+		}
+		add("vlanid", strconv.Itoa(int(vin)))
+		add("post_vlanid", strconv.Itoa(int(vout)))
+		add("dot1q_vlan_id", strconv.Itoa(int(r.VlanID)))
+		// tshark does not know Loupe's elements: it shows their bytes, in
+		// template order (sampling, segments, wire bytes).
+		add("enterprise_private_entry", hexColons(binary.BigEndian.AppendUint32(nil, r.Sampling)))
+		add("enterprise_private_entry", hexColons(binary.BigEndian.AppendUint64(nil, r.Segments)))
+		add("enterprise_private_entry", hexColons(binary.BigEndian.AppendUint64(nil, r.WireBytes)))
 	}
 	return want
+}
+
+// hexColons formats bytes as tshark shows an unknown element: 00:0a:...
+func hexColons(b []byte) string {
+	parts := make([]string, len(b))
+	for i, c := range b {
+		parts[i] = fmt.Sprintf("%02x", c)
+	}
+	return strings.Join(parts, ":")
 }
 
 // tshark is a live capture on lo, printing EK JSON per packet.

@@ -14,6 +14,7 @@ import (
 
 	"loupe/internal/export"
 	"loupe/internal/flow"
+	"loupe/internal/flow/flowtest"
 	"loupe/internal/testutil"
 )
 
@@ -23,7 +24,7 @@ func TestWritesOneObjectPerLine(t *testing.T) {
 	now := time.Date(2026, 11, 21, 0, 0, 0, 5, time.UTC)
 	batch := []flow.Record{
 		{Key: flow.Key{EtherType: flow.EtherTypeIPv4, Proto: 17, SrcPort: 1}, Iface: "a", Packets: 1, Bytes: 60, FirstSeen: now, LastSeen: now},
-		{Key: flow.Key{EtherType: flow.EtherTypeIPv4, Proto: 6, SrcPort: 2}, Iface: "b", Packets: 2, Bytes: 120, FirstSeen: now, LastSeen: now},
+		{Key: flow.Key{EtherType: flow.EtherTypeIPv4, Proto: 6, SrcPort: 2, VlanID: 12}, Iface: "b", Packets: 2, Bytes: 120, Segments: 3, WireBytes: 186, FirstSeen: now, LastSeen: now},
 	}
 	if err := s.Write(context.Background(), batch); err != nil {
 		t.Fatal(err)
@@ -43,7 +44,7 @@ func TestWritesOneObjectPerLine(t *testing.T) {
 		}
 		got = append(got, r)
 	}
-	if len(got) != 2 || got[0].Iface != "a" || got[1].Bytes != 120 || !got[1].FirstSeen.Equal(now) {
+	if len(got) != 2 || got[0].Iface != "a" || got[1].Bytes != 120 || got[1].Segments != 3 || got[1].WireBytes != 186 || got[1].VlanID != 12 || !got[1].FirstSeen.Equal(now) {
 		t.Fatalf("decoded %+v", got)
 	}
 }
@@ -201,4 +202,35 @@ func TestPartialWriteCompletedOnRetry(t *testing.T) {
 	if a := balanced(t, s, export.CountOf(recs)); a.Stored != export.CountOf(recs) {
 		t.Fatalf("%+v", a)
 	}
+}
+
+// TestCoverage is the JSON sink's field-coverage test: what it writes for
+// a record, one line, carries every field of flow.Fields under its name.
+func TestCoverage(t *testing.T) {
+	flowtest.Coverage{
+		Encode: func(t testing.TB, r *flow.Record) flowtest.Parts {
+			var buf bytes.Buffer
+			s := New("json:test", &buf)
+			if err := s.Write(context.Background(), []flow.Record{*r}); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Flush(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			line, rest, _ := bytes.Cut(buf.Bytes(), []byte("\n"))
+			if len(rest) != 0 {
+				t.Fatalf("more than one line: %q", buf.Bytes())
+			}
+			var m map[string]json.RawMessage
+			if err := json.Unmarshal(line, &m); err != nil {
+				t.Fatal(err)
+			}
+			p := flowtest.Parts{}
+			for k, v := range m {
+				p[k] = string(v)
+			}
+			return p
+		},
+		IDs: func(f *flow.Field) []string { return []string{f.Name} },
+	}.Check(t)
 }

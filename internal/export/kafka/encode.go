@@ -9,9 +9,11 @@ import (
 	"loupe/internal/flow"
 )
 
-// Field numbers of loupe.flow.v1.FlowRecord (proto/loupe/flow/v1/flow.proto).
-// TestProtoEncodingMatchesGenerated checks them, and the whole encoding,
-// against proto.Marshal of the generated type.
+// Field numbers of loupe.flow.v1.FlowRecord (proto/loupe/flow/v1/flow.proto),
+// as flow's registry of wire identifiers assigns them (Wire.Proto).
+// TestProtoNumbersAreTheRegistrys checks them against the registry and the
+// generated descriptor, TestProtoEncodingMatchesGenerated the whole
+// encoding against proto.Marshal of the generated type.
 const (
 	fieldIface     protowire.Number = 1
 	fieldIfIndex   protowire.Number = 2
@@ -31,8 +33,11 @@ const (
 	fieldTCPFlags  protowire.Number = 16
 	fieldDSCP      protowire.Number = 17
 	fieldSampling  protowire.Number = 18
-	keyLenIPv4                      = 24 + 2*4
-	keyLenMax                       = 24 + 2*16
+	fieldSegments  protowire.Number = 50
+	fieldWireBytes protowire.Number = 51
+	fieldVlanID    protowire.Number = 52
+	keyLenIPv4                      = 24 + 2*4      // untagged IPv4 flow
+	keyLenMax                       = 24 + 2*16 + 2 // tagged, 16-byte addresses
 )
 
 // AppendProto appends r encoded as a loupe.flow.v1.FlowRecord.
@@ -63,6 +68,9 @@ func AppendProto(b []byte, r *flow.Record) []byte {
 	b = appendUvarint(b, fieldTCPFlags, uint64(r.TCPFlags))
 	b = appendUvarint(b, fieldDSCP, uint64(r.DSCP))
 	b = appendUvarint(b, fieldSampling, uint64(r.Sampling))
+	b = appendUvarint(b, fieldSegments, r.Segments)
+	b = appendUvarint(b, fieldWireBytes, r.WireBytes)
+	b = appendUvarint(b, fieldVlanID, uint64(r.VlanID))
 	return b
 }
 
@@ -148,10 +156,13 @@ func unixNano(t time.Time) uint64 {
 // versions and hosts and the partitioner sends one flow to one partition:
 //
 //	ifindex u32 | direction u8 | eth_type u16 | proto u8 | src_port u16 |
-//	dst_port u16 | src_mac [6] | dst_mac [6] | src_addr | dst_addr
+//	dst_port u16 | src_mac [6] | dst_mac [6] | src_addr | dst_addr [| vlan_id u16]
 //
 // Addresses are 4 bytes each when the EtherType is IPv4 and both are
-// IPv4-mapped (a 32-byte key), 16 bytes each otherwise (56 bytes).
+// IPv4-mapped (a 32-byte key), 16 bytes each otherwise (56 bytes). The
+// VLAN ID follows only when it is not 0 (34 or 58 bytes): the keys of
+// untagged flows are those of the versions before it, so their records
+// stay in the partitions they were in.
 func AppendKey(b []byte, k *flow.Key) []byte {
 	b = binary.BigEndian.AppendUint32(b, k.IfIndex)
 	b = append(b, byte(k.Direction))
@@ -163,8 +174,13 @@ func AppendKey(b []byte, k *flow.Key) []byte {
 	b = append(b, k.DstMAC[:]...)
 	if k.EtherType == flow.EtherTypeIPv4 && isMapped(&k.SrcAddr) && isMapped(&k.DstAddr) {
 		b = append(b, k.SrcAddr[12:]...)
-		return append(b, k.DstAddr[12:]...)
+		b = append(b, k.DstAddr[12:]...)
+	} else {
+		b = append(b, k.SrcAddr[:]...)
+		b = append(b, k.DstAddr[:]...)
 	}
-	b = append(b, k.SrcAddr[:]...)
-	return append(b, k.DstAddr[:]...)
+	if k.VlanID != 0 {
+		b = binary.BigEndian.AppendUint16(b, k.VlanID)
+	}
+	return b
 }

@@ -22,10 +22,10 @@ func edgeRecords() []flow.Record {
 			SrcAddr: [16]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff},
 			DstAddr: netip.IPv6Unspecified().As16(), SrcMAC: [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff},
 			IfIndex: math.MaxUint32, EtherType: flow.EtherTypeIPv6, SrcPort: math.MaxUint16, DstPort: math.MaxUint16,
-			Proto: math.MaxUint8, Direction: flow.Egress,
+			Proto: math.MaxUint8, Direction: flow.Egress, VlanID: 4095,
 		},
 		Iface:   "a-fifteen-chars",
-		Packets: math.MaxUint64, Bytes: math.MaxUint64,
+		Packets: math.MaxUint64, Bytes: math.MaxUint64, Segments: math.MaxUint64, WireBytes: math.MaxUint64,
 		FirstSeen: time.Unix(0, 1).UTC(), LastSeen: time.Date(2262, 4, 11, 23, 47, 16, 854775807, time.UTC),
 		Sampling: math.MaxUint32, TCPFlags: 0x1ff, DSCP: 63,
 	}
@@ -74,6 +74,7 @@ func TestProtoEncodingMatchesGenerated(t *testing.T) {
 	r := testRecords(1, 1)[0]
 	r.Key = flowKey(2)
 	r.Iface, r.TCPFlags, r.DSCP = "eth0", flow.TCPSyn|flow.TCPAck, 46
+	r.Segments, r.WireBytes, r.VlanID = 2, 1566, 100
 	got := hex.EncodeToString(AppendProto(nil, &r))
 	const golden = "0a0465746830" + // 1 iface "eth0"
 		"1004" + "1802" + "208010" + // 2 ifindex 4, 3 direction egress, 4 eth_type 2048
@@ -81,7 +82,8 @@ func TestProtoEncodingMatchesGenerated(t *testing.T) {
 		"3806" + "42040a010002" + "4a04c0000202" + // 7 proto 6, 8, 9 addresses
 		"50924e" + "58bd03" + "6001" + "68dc0b" + // 10 port 10002, 11 port 445, 12 packets 1, 13 bytes 1500
 		"71150d88c41707ea18" + "79150d88c41707ea18" + // 14, 15 times (fixed64 little-endian)
-		"800112" + "88012e" + "900101" // 16 tcp_flags 0x12, 17 dscp 46, 18 sampling 1
+		"800112" + "88012e" + "900101" + // 16 tcp_flags 0x12, 17 dscp 46, 18 sampling 1
+		"900302" + "98039e0c" + "a00364" // 50 segments 2, 51 wire_bytes 1566, 52 vlan_id 100
 	if got != golden {
 		t.Errorf("IPv4 record encodes as\n%s\nwant\n%s", got, golden)
 	}
@@ -97,7 +99,9 @@ func TestKeyLayout(t *testing.T) {
 	if got != want4 {
 		t.Errorf("IPv4 key\n%s\nwant\n%s", got, want4)
 	}
-	for f, wantLen := range map[int]int{1: keyLenMax, 2: keyLenIPv4, 7: keyLenMax} {
+	// Flow 1: IPv6, tagged; 2: IPv4 untagged; 3: IPv6 untagged; 7: ARP;
+	// 6: IPv4 tagged.
+	for f, wantLen := range map[int]int{1: keyLenMax, 2: keyLenIPv4, 3: keyLenMax - 2, 6: keyLenIPv4 + 2, 7: keyLenMax - 2} {
 		k := flowKey(f)
 		if n := len(AppendKey(nil, &k)); n != wantLen {
 			t.Errorf("flow %d (ethertype %#x): key of %d bytes, want %d", f, k.EtherType, n, wantLen)
@@ -120,6 +124,7 @@ func TestKeyLayout(t *testing.T) {
 		"sport": func(k *flow.Key) { k.SrcPort++ }, "dport": func(k *flow.Key) { k.DstPort++ },
 		"smac": func(k *flow.Key) { k.SrcMAC[5]++ }, "dmac": func(k *flow.Key) { k.DstMAC[0]++ },
 		"saddr": func(k *flow.Key) { k.SrcAddr[15]++ }, "daddr": func(k *flow.Key) { k.DstAddr[15]++ },
+		"vlan": func(k *flow.Key) { k.VlanID = 7 },
 	} {
 		k := base
 		mut(&k)
@@ -172,6 +177,7 @@ func BenchmarkProtoMarshal(b *testing.B) {
 		m.SrcPort, m.DstPort, m.Packets, m.Bytes = uint32(r.SrcPort), uint32(r.DstPort), r.Packets, r.Bytes
 		m.FirstSeenUnixNano, m.LastSeenUnixNano = uint64(r.FirstSeen.UnixNano()), uint64(r.LastSeen.UnixNano())
 		m.TcpFlags, m.Dscp, m.Sampling = uint32(r.TCPFlags), uint32(r.DSCP), r.Sampling
+		m.Segments, m.WireBytes, m.VlanId = r.Segments, r.WireBytes, uint32(r.VlanID)
 		var err error
 		if buf, err = (proto.MarshalOptions{}).MarshalAppend(buf[:0], &m); err != nil {
 			b.Fatal(err)

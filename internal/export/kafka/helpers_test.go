@@ -27,6 +27,9 @@ func flowKey(f int) flow.Key {
 		SrcPort:   uint16(10000 + f),
 		DstPort:   uint16(443 + f%5),
 	}
+	if f%5 == 1 {
+		k.VlanID = uint16(100 + f)
+	}
 	binary.BigEndian.PutUint16(k.SrcMAC[4:], uint16(f))
 	k.SrcMAC[0] = 0x02
 	k.DstMAC = [6]byte{0x02, 0xaa, 0xbb, 0xcc, byte(f >> 8), byte(f)}
@@ -61,6 +64,8 @@ func testRecords(flows, perFlow int) []flow.Record {
 				Iface:     fmt.Sprintf("veth%d", f%3),
 				Packets:   uint64(i + 1),
 				Bytes:     uint64(i+1)*1500 + uint64(f),
+				Segments:  uint64(i+1) * uint64(1+f%4),
+				WireBytes: uint64(i+1)*1500 + uint64(f) + uint64(i+1)*uint64(f%4)*66,
 				FirstSeen: first,
 				LastSeen:  first.Add(time.Duration(i%5000) * time.Millisecond),
 				Sampling:  uint32(1 + f%2),
@@ -115,6 +120,11 @@ func fromProto(m *flowpb.FlowRecord) (flow.Record, error) {
 	r.FirstSeen = time.Unix(0, int64(m.GetFirstSeenUnixNano())).UTC()
 	r.LastSeen = time.Unix(0, int64(m.GetLastSeenUnixNano())).UTC()
 	r.TCPFlags, r.DSCP, r.Sampling = uint16(m.GetTcpFlags()), uint8(m.GetDscp()), m.GetSampling()
+	r.Segments, r.WireBytes = m.GetSegments(), m.GetWireBytes()
+	if m.GetVlanId() > 0xfff {
+		return r, fmt.Errorf("vlan_id %d", m.GetVlanId())
+	}
+	r.VlanID = uint16(m.GetVlanId())
 	return r, nil
 }
 
@@ -136,6 +146,9 @@ func toProto(r *flow.Record) *flowpb.FlowRecord {
 		TcpFlags:  uint32(r.TCPFlags),
 		Dscp:      uint32(r.DSCP),
 		Sampling:  r.Sampling,
+		Segments:  r.Segments,
+		WireBytes: r.WireBytes,
+		VlanId:    uint32(r.VlanID),
 	}
 	if !r.FirstSeen.IsZero() {
 		m.FirstSeenUnixNano = uint64(r.FirstSeen.UnixNano())

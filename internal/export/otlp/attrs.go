@@ -1,15 +1,14 @@
 package otlp
 
-import (
-	"strconv"
-
-	"loupe/internal/flow"
-)
+import "loupe/internal/flow"
 
 // Attribute and metric names. The network ones are from the OpenTelemetry
 // semantic-conventions registry (see docs/exporters/otlp.md for the
-// version); the registry has no per-flow MAC, IP protocol number, ICMP,
-// TCP-flag, DSCP or sampling attribute, so those live under loupe.*.
+// version); the registry has no per-flow MAC, VLAN, IP protocol number,
+// ICMP, TCP-flag, DSCP or sampling attribute, so those live under loupe.*.
+// Which record field each one carries is flow's registry of wire
+// identifiers (flow.Field.Wire.OTLP, Metric); the coverage tests check the
+// encoder against it.
 const (
 	AttrServiceName    = "service.name"
 	AttrServiceVersion = "service.version"
@@ -29,6 +28,8 @@ const (
 	AttrICMPCode   = "loupe.icmp.code"
 	AttrPackets    = "loupe.flow.packets"
 	AttrBytes      = "loupe.flow.bytes"
+	AttrSegments   = "loupe.flow.segments"
+	AttrWireBytes  = "loupe.flow.wire_bytes"
 	AttrFlowStart  = "loupe.flow.start"
 	AttrTCPFlags   = "loupe.tcp.flags"
 	AttrDSCP       = "loupe.dscp"
@@ -37,14 +38,19 @@ const (
 	AttrSrcMAC     = "loupe.source.mac"
 	AttrDstMAC     = "loupe.destination.mac"
 	AttrEthType    = "loupe.eth_type"
+	AttrVlanID     = "loupe.vlan.id"
 
 	// EventName is every flow log record's event name.
 	EventName = "loupe.flow"
 	// ScopeName is the instrumentation scope of logs and metrics.
 	ScopeName = "loupe"
 
-	MetricIO      = "loupe.network.io"
-	MetricPackets = "loupe.network.packet.count"
+	// The traffic sums, one per counter field of flow.Fields (the names
+	// are the registry's: flow.Field.Wire.Metric.OTLP).
+	MetricIO       = "loupe.network.io"
+	MetricPackets  = "loupe.network.packet.count"
+	MetricSegments = "loupe.network.segment.count"
+	MetricWireIO   = "loupe.network.wire.io"
 
 	// OtherIface is the interface name streams fold into past
 	// MaxMetricStreams, as in the Prometheus sink.
@@ -66,6 +72,8 @@ const (
 	aICMPCode
 	aPackets
 	aBytes
+	aSegments
+	aWireBytes
 	aStart
 	aTCPFlags
 	aDSCP
@@ -74,6 +82,7 @@ const (
 	aSrcMAC
 	aDstMAC
 	aEthType
+	aVlanID
 	nAttrs
 )
 
@@ -83,74 +92,18 @@ var attrKeys = [nAttrs]string{
 	aTransport: AttrTransport, aSrcAddr: AttrSrcAddr, aSrcPort: AttrSrcPort,
 	aDstAddr: AttrDstAddr, aDstPort: AttrDstPort, aProto: AttrIPProtocol,
 	aICMPType: AttrICMPType, aICMPCode: AttrICMPCode, aPackets: AttrPackets,
-	aBytes: AttrBytes, aStart: AttrFlowStart, aTCPFlags: AttrTCPFlags,
+	aBytes: AttrBytes, aSegments: AttrSegments, aWireBytes: AttrWireBytes,
+	aStart: AttrFlowStart, aTCPFlags: AttrTCPFlags,
 	aDSCP: AttrDSCP, aSampling: AttrSampling, aIfIndex: AttrIfIndex,
-	aSrcMAC: AttrSrcMAC, aDstMAC: AttrDstMAC, aEthType: AttrEthType,
+	aSrcMAC: AttrSrcMAC, aDstMAC: AttrDstMAC, aEthType: AttrEthType, aVlanID: AttrVlanID,
 }
-
-// IP protocol numbers with special handling.
-const (
-	protoICMP    = 1
-	protoTCP     = 6
-	protoUDP     = 17
-	protoICMPv6  = 58
-	protoSCTP    = 132
-	protoUDPLite = 136
-)
 
 // Transport is the network.transport value of an IP protocol number: the
 // IANA protocol-numbers registry keyword, lowercased (semconv asks for
 // lowercase and lists tcp and udp; the registry's keywords extend that
 // naturally to icmp, sctp, ...), or the decimal number for protocols
-// without a keyword here.
-func Transport(proto uint8) string {
-	switch proto {
-	case protoICMP:
-		return "icmp"
-	case 2:
-		return "igmp"
-	case protoTCP:
-		return "tcp"
-	case protoUDP:
-		return "udp"
-	case 33:
-		return "dccp"
-	case 41:
-		return "ipv6"
-	case 47:
-		return "gre"
-	case 50:
-		return "esp"
-	case 51:
-		return "ah"
-	case protoICMPv6:
-		return "ipv6-icmp"
-	case 89:
-		return "ospfigp"
-	case 103:
-		return "pim"
-	case 112:
-		return "vrrp"
-	case protoSCTP:
-		return "sctp"
-	case protoUDPLite:
-		return "udplite"
-	}
-	return strconv.Itoa(int(proto))
-}
-
-// hasPorts says whether the key's ports are transport ports; the parser
-// reads them for these protocols only.
-func hasPorts(proto uint8) bool {
-	switch proto {
-	case protoTCP, protoUDP, protoSCTP, protoUDPLite:
-		return true
-	}
-	return false
-}
-
-// isICMP says whether the key's ports carry an ICMP type and code.
-func isICMP(proto uint8) bool { return proto == protoICMP || proto == protoICMPv6 }
+// without a keyword in flow's protocol table.
+func Transport(proto uint8) string { return flow.ProtoKeyword(proto) }
 
 // IODirection is the network.io.direction value of a hook: packets seen at
 // ingress were received by the interface, at egress transmitted.

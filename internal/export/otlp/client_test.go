@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -156,12 +158,12 @@ func TestMetricsAreCumulativeTotals(t *testing.T) {
 		"loupe.network.packet.count {packet} -/transmit/sctp":       5,
 		"loupe.network.packet.count {packet} eth0/receive/gre":      4,
 	}
-	checkPoints(t, col.lastMetrics(t), want, start, uint64(t0.Add(time.Second).UnixNano()))
+	checkPoints(t, col.lastMetrics(t), withWireMetrics(want), start, uint64(t0.Add(time.Second).UnixNano()))
 
 	// A second batch adds to two streams and creates one.
 	clock.Add(time.Second)
 	second := []flow.Record{testCases()[0].rec, testCases()[0].rec, testCases()[4].rec}
-	second[1].Packets, second[1].Bytes = 7, 700
+	second[1].Packets, second[1].Bytes, second[1].Segments, second[1].WireBytes = 7, 700, 14, 770
 	second[2].Iface = "eth1"
 	if failed, err := c.Send(context.Background(), second); err != nil || failed != nil {
 		t.Fatalf("Send: failed %d, err %v", len(failed), err)
@@ -170,7 +172,7 @@ func TestMetricsAreCumulativeTotals(t *testing.T) {
 	want["loupe.network.packet.count {packet} eth0/receive/tcp"] = 10 + 10 + 7
 	want["loupe.network.io By eth1/receive/-"] = 42
 	want["loupe.network.packet.count {packet} eth1/receive/-"] = 1
-	checkPoints(t, col.lastMetrics(t), want, start, uint64(t0.Add(2*time.Second).UnixNano()))
+	checkPoints(t, col.lastMetrics(t), withWireMetrics(want), start, uint64(t0.Add(2*time.Second).UnixNano()))
 	if n := len(col.metrics.AllMetrics()); n != 2 {
 		t.Errorf("collector received %d metrics requests, want one per Send (2)", n)
 	}
@@ -246,7 +248,7 @@ func TestMetricsIntervalAndFinalExportOnClose(t *testing.T) {
 		t.Fatalf("%d metrics requests once the interval passed, want 2", n)
 	}
 	want := map[string]int64{"loupe.network.io By eth0/receive/tcp": 4500, "loupe.network.packet.count {packet} eth0/receive/tcp": 30}
-	checkPoints(t, col.lastMetrics(t), want, uint64(t0.UnixNano()), uint64(t0.Add(10*time.Second).UnixNano()))
+	checkPoints(t, col.lastMetrics(t), withWireMetrics(want), uint64(t0.UnixNano()), uint64(t0.Add(10*time.Second).UnixNano()))
 
 	clock.Add(time.Second)
 	send([]flow.Record{rec}) // counted, not exported yet
@@ -256,7 +258,7 @@ func TestMetricsIntervalAndFinalExportOnClose(t *testing.T) {
 	if n := len(col.metrics.AllMetrics()); n != 3 {
 		t.Fatalf("%d metrics requests after Close, want 3 (Close exports the last totals)", n)
 	}
-	want = map[string]int64{"loupe.network.io By eth0/receive/tcp": 6000, "loupe.network.packet.count {packet} eth0/receive/tcp": 40}
+	want = withWireMetrics(map[string]int64{"loupe.network.io By eth0/receive/tcp": 6000, "loupe.network.packet.count {packet} eth0/receive/tcp": 40})
 	checkPoints(t, col.lastMetrics(t), want, uint64(t0.UnixNano()), uint64(t0.Add(11*time.Second).UnixNano()))
 }
 
@@ -287,9 +289,24 @@ func TestMetricStreamsAreBounded(t *testing.T) {
 	for _, p := range pts {
 		got[fmt.Sprintf("%s %s %s/%s/%s", p.metric, p.unit, attrOr(p.attrs, AttrIfaceName), attrOr(p.attrs, AttrIODirection), attrOr(p.attrs, AttrTransport))] = p.value
 	}
-	if !reflect.DeepEqual(got, want) {
+	if want = withWireMetrics(want); !reflect.DeepEqual(got, want) {
 		t.Fatalf("points:\n got %v\nwant %v", got, want)
 	}
+}
+
+// withWireMetrics adds to want, which lists the packet and byte sums of
+// streams, their segment and wire-byte sums, for records whose segments
+// are twice their packets and whose wire bytes are their bytes plus 10 a
+// packet (testCases and manyRecords).
+func withWireMetrics(want map[string]int64) map[string]int64 {
+	out := maps.Clone(want)
+	for k, v := range want {
+		if stream, ok := strings.CutPrefix(k, MetricPackets+" {packet} "); ok {
+			out[MetricSegments+" {segment} "+stream] = 2 * v
+			out[MetricWireIO+" By "+stream] = want[MetricIO+" By "+stream] + 10*v
+		}
+	}
+	return out
 }
 
 func TestCollectorDownThenUp(t *testing.T) {

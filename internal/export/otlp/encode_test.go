@@ -26,9 +26,10 @@ func worstRecord() flow.Record {
 		Key: flow.Key{
 			SrcAddr: addr("ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe"), DstAddr: addr("ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffd"),
 			SrcMAC: mac1, DstMAC: mac2, IfIndex: math.MaxUint32, EtherType: flow.EtherTypeIPv6,
-			SrcPort: 65535, DstPort: 65535, Proto: protoTCP, Direction: flow.Egress,
+			SrcPort: 65535, DstPort: 65535, Proto: flow.ProtoTCP, Direction: flow.Egress, VlanID: 4095,
 		},
 		Iface: strings.Repeat("v", 15), Packets: math.MaxInt64, Bytes: math.MaxInt64,
+		Segments: math.MaxInt64, WireBytes: math.MaxInt64,
 		FirstSeen: time.Unix(0, math.MaxInt64), LastSeen: time.Unix(0, math.MaxInt64),
 		Sampling: math.MaxUint32, TCPFlags: 0x1ff, DSCP: 63,
 	}

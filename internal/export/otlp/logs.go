@@ -15,7 +15,7 @@ import (
 
 // maxRecordBytes bounds the encoded size of one log record, attributes
 // included (a test measures the worst case against it).
-const maxRecordBytes = 700
+const maxRecordBytes = 800
 
 // Field numbers of the OTLP messages the encoder writes
 // (opentelemetry/proto/{collector/logs,logs,common}/v1/*.proto).
@@ -139,29 +139,32 @@ func (e *logEncoder) appendRecord(b []byte, r *flow.Record, observed uint64) []b
 		b = appendStr(b, e.keys[aNetType], networkType(r.EtherType))
 		b = appendStr(b, e.keys[aTransport], Transport(r.Proto))
 		var tmp [48]byte
+		ports := r.PortKind()
 		if a := r.SrcIP(); a.IsValid() {
 			b = appendStr(b, e.keys[aSrcAddr], a.AppendTo(tmp[:0]))
 		}
-		if hasPorts(r.Proto) {
+		if ports == flow.TransportPorts {
 			b = e.appendInt(b, aSrcPort, int64(r.SrcPort))
 		}
 		if a := r.DstIP(); a.IsValid() {
 			b = appendStr(b, e.keys[aDstAddr], a.AppendTo(tmp[:0]))
 		}
-		if hasPorts(r.Proto) {
+		if ports == flow.TransportPorts {
 			b = e.appendInt(b, aDstPort, int64(r.DstPort))
 		}
 		b = e.appendInt(b, aProto, int64(r.Proto))
-		if isICMP(r.Proto) {
+		if ports == flow.ICMPTypeCode {
 			b = e.appendInt(b, aICMPType, int64(r.SrcPort))
 			b = e.appendInt(b, aICMPCode, int64(r.DstPort))
 		}
 	}
 	b = e.appendInt(b, aPackets, int64(r.Packets))
 	b = e.appendInt(b, aBytes, int64(r.Bytes))
+	b = e.appendInt(b, aSegments, int64(r.Segments))
+	b = e.appendInt(b, aWireBytes, int64(r.WireBytes))
 	b = e.appendInt(b, aStart, int64(unixNano(r.FirstSeen)))
 	if ip {
-		if r.Proto == protoTCP {
+		if r.IsTCP() {
 			b = e.appendInt(b, aTCPFlags, int64(r.TCPFlags))
 		}
 		b = e.appendInt(b, aDSCP, int64(r.DSCP))
@@ -172,6 +175,7 @@ func (e *logEncoder) appendRecord(b []byte, r *flow.Record, observed uint64) []b
 	b = appendStr(b, e.keys[aSrcMAC], appendMAC(mac[:0], r.SrcMAC))
 	b = appendStr(b, e.keys[aDstMAC], appendMAC(mac[:0], r.DstMAC))
 	b = e.appendInt(b, aEthType, int64(r.EtherType))
+	b = e.appendInt(b, aVlanID, int64(r.VlanID))
 	if observed != 0 {
 		b = protowire.AppendTag(b, fLogObserved, protowire.Fixed64Type)
 		b = protowire.AppendFixed64(b, observed)

@@ -22,10 +22,14 @@ type streamKey struct {
 	ip    bool
 }
 
-type streamTotals struct{ packets, bytes uint64 }
+// streamTotals are a stream's sums of the record's counters, in the order
+// of flow.Record.Counters.
+type streamTotals [flow.NumCounters]uint64
 
 // trafficMetrics keeps cumulative traffic totals by stream, the state
-// behind the loupe.network.* sums. Cumulative (not delta) temporality is
+// behind the loupe.network.* sums: one sum per counter field of
+// flow.Fields, named by flow's registry (Wire.Metric), so a counter added
+// to the table is summed here too. Cumulative (not delta) temporality is
 // what makes the metrics robust to a lost export: the next one carries the
 // totals, and a backend computes rates from any two.
 type trafficMetrics struct {
@@ -71,8 +75,10 @@ func (m *trafficMetrics) add(batch []flow.Record) (startedFolding bool) {
 				m.streams[k] = t
 			}
 		}
-		t.packets += r.Packets
-		t.bytes += r.Bytes
+		c := r.Counters()
+		for i := range c {
+			t[i] += c[i]
+		}
 		m.dirty = true
 	}
 	return startedFolding
@@ -90,36 +96,36 @@ func (m *trafficMetrics) request(res *resourcepb.Resource, scope *commonpb.Instr
 			compareBool(a.ip, b.ip), cmp.Compare(a.proto, b.proto))
 	})
 	ts := unixNano(now)
-	ioPoints := make([]*metricspb.NumberDataPoint, len(keys))
-	pktPoints := make([]*metricspb.NumberDataPoint, len(keys))
+	counters := flow.CounterFields()
+	points := make([][]*metricspb.NumberDataPoint, len(counters))
+	for c := range points {
+		points[c] = make([]*metricspb.NumberDataPoint, len(keys))
+	}
 	for i, k := range keys {
 		t := m.streams[k]
 		attrs := streamAttrs(k)
-		ioPoints[i] = &metricspb.NumberDataPoint{
-			Attributes: attrs, StartTimeUnixNano: m.start, TimeUnixNano: ts,
-			Value: &metricspb.NumberDataPoint_AsInt{AsInt: int64(t.bytes)},
-		}
-		pktPoints[i] = &metricspb.NumberDataPoint{
-			Attributes: attrs, StartTimeUnixNano: m.start, TimeUnixNano: ts,
-			Value: &metricspb.NumberDataPoint_AsInt{AsInt: int64(t.packets)},
+		for c := range points {
+			points[c][i] = &metricspb.NumberDataPoint{
+				Attributes: attrs, StartTimeUnixNano: m.start, TimeUnixNano: ts,
+				Value: &metricspb.NumberDataPoint_AsInt{AsInt: int64(t[c])},
+			}
 		}
 	}
-	sum := func(name, unit, desc string, points []*metricspb.NumberDataPoint) *metricspb.Metric {
-		return &metricspb.Metric{Name: name, Unit: unit, Description: desc, Data: &metricspb.Metric_Sum{Sum: &metricspb.Sum{
-			DataPoints:             points,
-			AggregationTemporality: metricspb.AggregationTemporality_AGGREGATION_TEMPORALITY_CUMULATIVE,
-			IsMonotonic:            true,
-		}}}
+	metrics := make([]*metricspb.Metric, len(counters))
+	for c, f := range counters {
+		mt := f.Wire.Metric
+		metrics[c] = &metricspb.Metric{
+			Name: mt.OTLP, Unit: mt.OTLPUnit, Description: mt.Help + ", by interface, direction and transport.",
+			Data: &metricspb.Metric_Sum{Sum: &metricspb.Sum{
+				DataPoints:             points[c],
+				AggregationTemporality: metricspb.AggregationTemporality_AGGREGATION_TEMPORALITY_CUMULATIVE,
+				IsMonotonic:            true,
+			}},
+		}
 	}
 	return &colmetricspb.ExportMetricsServiceRequest{ResourceMetrics: []*metricspb.ResourceMetrics{{
-		Resource: res,
-		ScopeMetrics: []*metricspb.ScopeMetrics{{
-			Scope: scope,
-			Metrics: []*metricspb.Metric{
-				sum(MetricIO, "By", "Bytes of the flows Loupe recorded (L2 length at the TC hook), by interface, direction and transport.", ioPoints),
-				sum(MetricPackets, "{packet}", "Packets of the flows Loupe recorded, by interface, direction and transport.", pktPoints),
-			},
-		}},
+		Resource:     res,
+		ScopeMetrics: []*metricspb.ScopeMetrics{{Scope: scope, Metrics: metrics}},
 	}}}
 }
 

@@ -28,8 +28,8 @@ const (
 	// MaxRequestRecordsLimit bounds MaxRequestRecords so that one logs
 	// request stays under gRPC's default 4 MiB receive limit, which
 	// collectors keep unless configured otherwise: a record encodes to at
-	// most maxRecordBytes (700; a test asserts it), so 4 000 of them stay
-	// under 2.7 MiB, leaving room for a large resource.
+	// most maxRecordBytes (800; a test asserts it), so 4 000 of them stay
+	// under 3.1 MiB, leaving room for a large resource.
 	MaxRequestRecordsLimit = 4000
 )
 

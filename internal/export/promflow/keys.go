@@ -33,6 +33,9 @@ const (
 	// KeyDSCP labels the DSCP of the flow's last packet (0-63); "none" for
 	// non-IP flows.
 	KeyDSCP
+	// KeyVlanID labels the VLAN ID of the frame's outer tag (1-4095);
+	// "none" for untagged frames.
+	KeyVlanID
 
 	keyCount = iota + 1 // one past the last key
 )
@@ -44,6 +47,7 @@ var keyNames = [keyCount]string{
 	KeySrcGroup: "src_group",
 	KeyDstGroup: "dst_group",
 	KeyDSCP:     "dscp",
+	KeyVlanID:   "vlan_id",
 }
 
 // String returns the key's name, which is also its label name.
@@ -118,41 +122,13 @@ const (
 	groupBase = 2       // index of the first configured group
 )
 
-// protoLabel names the protocols most dashboards filter on; others keep
-// their IANA number, which is unambiguous.
+// protoLabel is flow's short protocol name, or the IANA number; "none"
+// for non-IP flows.
 func protoLabel(p uint16) string {
-	switch p {
-	case protoNone:
+	if p == protoNone {
 		return None
-	case 1:
-		return "icmp"
-	case 2:
-		return "igmp"
-	case 6:
-		return "tcp"
-	case 17:
-		return "udp"
-	case 47:
-		return "gre"
-	case 50:
-		return "esp"
-	case 58:
-		return "icmpv6"
-	case 132:
-		return "sctp"
-	case 136:
-		return "udplite"
 	}
-	return strconv.Itoa(int(p))
-}
-
-// hasPorts reports whether the flow key's port fields are transport ports.
-func hasPorts(proto uint8) bool {
-	switch proto {
-	case 6, 17, 132, 136:
-		return true
-	}
-	return false
+	return flow.ProtoName(uint8(p))
 }
 
 func ethTypeLabel(t uint16) string {
@@ -161,7 +137,7 @@ func ethTypeLabel(t uint16) string {
 		return "ipv4"
 	case flow.EtherTypeIPv6:
 		return "ipv6"
-	case 0x0806:
+	case flow.EtherTypeARP:
 		return "arp"
 	}
 	return fmt.Sprintf("0x%04x", t)
@@ -172,6 +148,13 @@ func portLabel(p uint32) string {
 		return None
 	}
 	return strconv.Itoa(int(p))
+}
+
+func vlanLabel(v uint16) string {
+	if v == 0 {
+		return None
+	}
+	return strconv.Itoa(int(v))
 }
 
 func dscpLabel(d uint8) string {

@@ -38,10 +38,12 @@ func TestRealPrometheus(t *testing.T) {
 	})
 
 	recs := distinctFlows(flows)
-	var packets, bytes float64
+	var packets, bytes, segments, wireBytes float64
 	for _, r := range recs {
 		packets += float64(r.Packets)
 		bytes += float64(r.Bytes)
+		segments += float64(r.Segments)
+		wireBytes += float64(r.WireBytes)
 	}
 	writeAll := func() {
 		for i := 0; i < flows; i += 65536 {
@@ -62,9 +64,16 @@ func TestRealPrometheus(t *testing.T) {
 		}{
 			{`count(loupe_traffic_bytes_total)`, DefaultMaxSeries},
 			{`count(loupe_traffic_packets_total)`, DefaultMaxSeries},
+			{`count(loupe_traffic_segments_total)`, DefaultMaxSeries},
+			{`count(loupe_traffic_wire_bytes_total)`, DefaultMaxSeries},
 			{`count(loupe_traffic_packets_total{iface="other",proto="other",dst_port="other"})`, 2},
+			{`count(loupe_traffic_wire_bytes_total{iface="other",proto="other",dst_port="other"})`, 2},
 			{`sum(loupe_traffic_bytes_total)`, round * bytes},
 			{`sum(loupe_traffic_packets_total)`, round * packets},
+			{`sum(loupe_traffic_segments_total)`, round * segments},
+			{`sum(loupe_traffic_wire_bytes_total)`, round * wireBytes},
+			// The same label sets in every counter, the fold series too.
+			{`count(loupe_traffic_segments_total and on(iface, direction, proto, dst_port) loupe_traffic_packets_total)`, DefaultMaxSeries},
 			{`loupe_traffic_series_folded_total`, round * (flows - (DefaultMaxSeries - 2))},
 			{`loupe_traffic_series`, DefaultMaxSeries},
 			{`loupe_traffic_series_limit`, DefaultMaxSeries},

@@ -1,7 +1,9 @@
-// Package promflow turns flow records into Prometheus traffic counters:
-// loupe_traffic_packets_total and loupe_traffic_bytes_total by interface,
-// direction and protocol, plus the aggregation keys the operator chose
-// (ports, CIDR groups, EtherType, DSCP).
+// Package promflow turns flow records into Prometheus traffic counters, one
+// per counter field of flow.Fields, named by flow's registry
+// (loupe_traffic_packets_total, _bytes_total, _segments_total and
+// _wire_bytes_total), by interface, direction and protocol, plus the
+// aggregation keys the operator chose (ports, CIDR groups, EtherType, DSCP,
+// VLAN).
 //
 // Series are bounded twice. By construction: every label has a bounded set
 // of values, and there are no per-flow labels (addresses only through CIDR
@@ -42,8 +44,8 @@ const foldLogInterval = time.Minute
 // Options configure the sink. The zero value is valid: labels iface,
 // direction and proto, at most 4096 series, idle series dropped after 1 h.
 type Options struct {
-	// MaxSeries is the hard cap on label sets (a packets/bytes pair counts
-	// once), the two fold series included. Default 4096. With 1, the one
+	// MaxSeries is the hard cap on label sets (one label set counts once,
+	// for all the counters), the two fold series included. Default 4096. With 1, the one
 	// series is the fold series, and its direction is "other" too.
 	MaxSeries int
 	// Keys are aggregation keys added as labels. Default none.
@@ -92,7 +94,7 @@ func (o *Options) Validate() error {
 }
 
 // seriesKey identifies a label set. It is fixed-size and holds no pointer
-// (the interface name is interned), so it hashes as 24 plain bytes; fields
+// (the interface name is interned), so it hashes as 28 plain bytes; fields
 // of keys that are not configured stay zero. Label strings are only built
 // when a series is created.
 type seriesKey struct {
@@ -103,6 +105,7 @@ type seriesKey struct {
 	ethType  uint16
 	srcGroup uint16 // group index, see groupTable
 	dstGroup uint16
+	vlan     uint16
 	dscp     uint8 // dscpNone for non-IP flows
 	dir      flow.Direction
 	fold     bool // the fold series of dir; every other field is zero
@@ -112,9 +115,9 @@ type seriesKey struct {
 const dirAny flow.Direction = 0xff
 
 type series struct {
-	labels         []string // label values, in the order of the Descs' labels
-	packets, bytes uint64
-	updated        time.Time
+	labels  []string // label values, in the order of the Descs' labels
+	counts  [flow.NumCounters]uint64
+	updated time.Time
 }
 
 // Sink is both an export.Sink and a prometheus.Collector.
@@ -124,7 +127,8 @@ type Sink struct {
 	groups *groupTable
 	log    *slog.Logger
 
-	packets, bytes, folded, count, limit *prometheus.Desc
+	counters             [flow.NumCounters]*prometheus.Desc // one per counter field
+	folded, count, limit *prometheus.Desc
 
 	mu     sync.Mutex
 	series map[seriesKey]*series
@@ -192,14 +196,14 @@ func New(opts Options) *Sink {
 			labels = append(labels, k.String())
 		}
 	}
-	s.packets = prometheus.NewDesc("loupe_traffic_packets_total",
-		"Packets seen at the TC hooks, by interface, direction, protocol and the configured keys.", labels, nil)
-	s.bytes = prometheus.NewDesc("loupe_traffic_bytes_total",
-		"Bytes (L2 length at the hook) seen at the TC hooks, by interface, direction, protocol and the configured keys.", labels, nil)
+	for i, f := range flow.CounterFields() {
+		s.counters[i] = prometheus.NewDesc(f.Wire.Metric.Prom,
+			f.Wire.Metric.Help+", by interface, direction, protocol and the configured keys.", labels, nil)
+	}
 	s.folded = prometheus.NewDesc("loupe_traffic_series_folded_total",
 		`Records counted in the fold series (proto="other") because the series cap was reached.`, nil, nil)
 	s.count = prometheus.NewDesc("loupe_traffic_series",
-		"Label sets of loupe_traffic_packets_total (and of loupe_traffic_bytes_total) now.", nil, nil)
+		"Label sets of the loupe_traffic_*_total counters now (each counter has the same).", nil, nil)
 	s.limit = prometheus.NewDesc("loupe_traffic_series_limit",
 		"The cap on loupe_traffic_series (max_series); past it new label sets fold.", nil, nil)
 	return s
@@ -246,8 +250,10 @@ func (s *Sink) Write(_ context.Context, batch []flow.Record) error {
 			}
 			lastKey, last = k, t
 		}
-		t.packets += r.Packets
-		t.bytes += r.Bytes
+		c := r.Counters()
+		for i := range c {
+			t.counts[i] += c[i]
+		}
 		t.updated = now
 	}
 	if bad > 0 {
@@ -259,15 +265,18 @@ func (s *Sink) Write(_ context.Context, batch []flow.Record) error {
 // keyOf computes a record's label set.
 func (s *Sink) keyOf(r *flow.Record, iface uint32) seriesKey {
 	k := seriesKey{iface: iface, dir: r.Direction, proto: uint16(r.Proto)}
-	ip := r.EtherType == flow.EtherTypeIPv4 || r.EtherType == flow.EtherTypeIPv6
+	ip := r.IsIP()
 	if !ip {
 		k.proto = protoNone
+	}
+	if s.keys[KeyVlanID] {
+		k.vlan = r.VlanID
 	}
 	if s.keys[KeyEthType] {
 		k.ethType = r.EtherType
 	}
 	if s.keys[KeySrcPort] || s.keys[KeyDstPort] {
-		if ip && hasPorts(r.Proto) {
+		if r.PortKind() == flow.TransportPorts {
 			if s.keys[KeySrcPort] {
 				k.srcPort = uint32(r.SrcPort)
 			}
@@ -364,6 +373,8 @@ func (s *Sink) labelValues(k seriesKey) []string {
 			out = append(out, s.groups.names[k.dstGroup])
 		case KeyDSCP:
 			out = append(out, dscpLabel(k.dscp))
+		case KeyVlanID:
+			out = append(out, vlanLabel(k.vlan))
 		}
 	}
 	return out
@@ -431,8 +442,9 @@ func (s *Sink) Close() error { return nil }
 
 // Describe implements prometheus.Collector.
 func (s *Sink) Describe(ch chan<- *prometheus.Desc) {
-	ch <- s.packets
-	ch <- s.bytes
+	for _, d := range s.counters {
+		ch <- d
+	}
 	ch <- s.folded
 	ch <- s.count
 	ch <- s.limit
@@ -453,8 +465,9 @@ func (s *Sink) Collect(ch chan<- prometheus.Metric) {
 
 	for i := range snap {
 		t := &snap[i]
-		ch <- prometheus.MustNewConstMetric(s.packets, prometheus.CounterValue, float64(t.packets), t.labels...)
-		ch <- prometheus.MustNewConstMetric(s.bytes, prometheus.CounterValue, float64(t.bytes), t.labels...)
+		for c, d := range s.counters {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(t.counts[c]), t.labels...)
+		}
 	}
 	ch <- prometheus.MustNewConstMetric(s.folded, prometheus.CounterValue, float64(folded))
 	ch <- prometheus.MustNewConstMetric(s.count, prometheus.GaugeValue, float64(len(snap)))

@@ -24,14 +24,16 @@ func ipRec(iface string, dir flow.Direction, proto uint8, src, dst string, sport
 		et = flow.EtherTypeIPv4
 	}
 	return flow.Record{
-		Iface: iface, Packets: packets, Bytes: bytes,
+		Iface: iface, Packets: packets, Bytes: bytes, Segments: 2 * packets, WireBytes: bytes + 10*packets,
 		Key: flow.Key{Direction: dir, EtherType: et, Proto: proto, SrcAddr: s.As16(), DstAddr: d.As16(), SrcPort: sport, DstPort: dport},
 	}
 }
 
-// rawRec builds a non-IP record.
+// rawRec builds a non-IP record. Records of both have twice as many
+// segments as packets, and 10 wire bytes more a packet.
 func rawRec(iface string, dir flow.Direction, etherType uint16, packets, bytes uint64) flow.Record {
-	return flow.Record{Iface: iface, Packets: packets, Bytes: bytes, Key: flow.Key{Direction: dir, EtherType: etherType}}
+	return flow.Record{Iface: iface, Packets: packets, Bytes: bytes, Segments: 2 * packets, WireBytes: bytes + 10*packets,
+		Key: flow.Key{Direction: dir, EtherType: etherType}}
 }
 
 func write(t *testing.T, s *Sink, recs ...flow.Record) {
@@ -50,7 +52,7 @@ func flush(t *testing.T, s *Sink) {
 
 // gather returns every sample of the sink as `name{l="v",...}` -> value,
 // labels sorted by name.
-func gather(t *testing.T, s *Sink) map[string]float64 {
+func gather(t testing.TB, s *Sink) map[string]float64 {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(s)
@@ -104,7 +106,7 @@ func TestDefaultLabels(t *testing.T) {
 		rawRec("", flow.Ingress, 0x88cc, 4, 400), // interface name unknown, LLDP
 	)
 	want := `
-# HELP loupe_traffic_bytes_total Bytes (L2 length at the hook) seen at the TC hooks, by interface, direction, protocol and the configured keys.
+# HELP loupe_traffic_bytes_total Bytes seen at the TC hooks (the L2 length of those buffers), by interface, direction, protocol and the configured keys.
 # TYPE loupe_traffic_bytes_total counter
 loupe_traffic_bytes_total{direction="egress",iface="eth0",proto="99"} 102
 loupe_traffic_bytes_total{direction="egress",iface="eth0",proto="none"} 42
@@ -115,7 +117,7 @@ loupe_traffic_bytes_total{direction="ingress",iface="eth0",proto="icmp"} 294
 loupe_traffic_bytes_total{direction="ingress",iface="eth0",proto="icmpv6"} 86
 loupe_traffic_bytes_total{direction="ingress",iface="eth0",proto="udp"} 180
 loupe_traffic_bytes_total{direction="ingress",iface="unknown",proto="none"} 400
-# HELP loupe_traffic_packets_total Packets seen at the TC hooks, by interface, direction, protocol and the configured keys.
+# HELP loupe_traffic_packets_total Packets seen at the TC hooks (buffers: a GSO/GRO super-packet counts once), by interface, direction, protocol and the configured keys.
 # TYPE loupe_traffic_packets_total counter
 loupe_traffic_packets_total{direction="egress",iface="eth0",proto="99"} 1
 loupe_traffic_packets_total{direction="egress",iface="eth0",proto="none"} 1
@@ -126,7 +128,18 @@ loupe_traffic_packets_total{direction="ingress",iface="eth0",proto="icmp"} 3
 loupe_traffic_packets_total{direction="ingress",iface="eth0",proto="icmpv6"} 1
 loupe_traffic_packets_total{direction="ingress",iface="eth0",proto="udp"} 2
 loupe_traffic_packets_total{direction="ingress",iface="unknown",proto="none"} 4
-# HELP loupe_traffic_series Label sets of loupe_traffic_packets_total (and of loupe_traffic_bytes_total) now.
+# HELP loupe_traffic_segments_total Wire packets seen at the TC hooks (segments: a GSO/GRO super-packet counts as its segments), by interface, direction, protocol and the configured keys.
+# TYPE loupe_traffic_segments_total counter
+loupe_traffic_segments_total{direction="egress",iface="eth0",proto="99"} 2
+loupe_traffic_segments_total{direction="egress",iface="eth0",proto="none"} 2
+loupe_traffic_segments_total{direction="egress",iface="eth0",proto="sctp"} 2
+loupe_traffic_segments_total{direction="egress",iface="eth0",proto="tcp"} 30
+loupe_traffic_segments_total{direction="egress",iface="eth0",proto="udplite"} 2
+loupe_traffic_segments_total{direction="ingress",iface="eth0",proto="icmp"} 6
+loupe_traffic_segments_total{direction="ingress",iface="eth0",proto="icmpv6"} 2
+loupe_traffic_segments_total{direction="ingress",iface="eth0",proto="udp"} 4
+loupe_traffic_segments_total{direction="ingress",iface="unknown",proto="none"} 8
+# HELP loupe_traffic_series Label sets of the loupe_traffic_*_total counters now (each counter has the same).
 # TYPE loupe_traffic_series gauge
 loupe_traffic_series 9
 # HELP loupe_traffic_series_folded_total Records counted in the fold series (proto="other") because the series cap was reached.
@@ -135,6 +148,17 @@ loupe_traffic_series_folded_total 0
 # HELP loupe_traffic_series_limit The cap on loupe_traffic_series (max_series); past it new label sets fold.
 # TYPE loupe_traffic_series_limit gauge
 loupe_traffic_series_limit 4096
+# HELP loupe_traffic_wire_bytes_total Wire bytes seen at the TC hooks (the L2 length of those segments on the wire), by interface, direction, protocol and the configured keys.
+# TYPE loupe_traffic_wire_bytes_total counter
+loupe_traffic_wire_bytes_total{direction="egress",iface="eth0",proto="99"} 112
+loupe_traffic_wire_bytes_total{direction="egress",iface="eth0",proto="none"} 52
+loupe_traffic_wire_bytes_total{direction="egress",iface="eth0",proto="sctp"} 110
+loupe_traffic_wire_bytes_total{direction="egress",iface="eth0",proto="tcp"} 1850
+loupe_traffic_wire_bytes_total{direction="egress",iface="eth0",proto="udplite"} 111
+loupe_traffic_wire_bytes_total{direction="ingress",iface="eth0",proto="icmp"} 324
+loupe_traffic_wire_bytes_total{direction="ingress",iface="eth0",proto="icmpv6"} 96
+loupe_traffic_wire_bytes_total{direction="ingress",iface="eth0",proto="udp"} 200
+loupe_traffic_wire_bytes_total{direction="ingress",iface="unknown",proto="none"} 440
 `
 	if err := testutil.CollectAndCompare(s, strings.NewReader(want)); err != nil {
 		t.Fatal(err)
@@ -150,27 +174,29 @@ func TestEveryKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys, err := ParseKeys([]string{"dscp", "dst_group", "src_group", "dst_port", "src_port", "eth_type"})
+	keys, err := ParseKeys([]string{"dscp", "dst_group", "src_group", "dst_port", "src_port", "eth_type", "vlan_id"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := New(Options{Keys: keys, Groups: groups})
 	tcp := ipRec("eth0", flow.Egress, 6, "10.1.2.3", "10.0.0.53", 40000, 53, 2, 200)
-	tcp.DSCP = 46
+	tcp.DSCP, tcp.VlanID = 46, 100
+	arp := rawRec("eth0", flow.Egress, 0x0806, 1, 42)
+	arp.VlanID = 4095
 	write(t, s,
 		tcp,
 		ipRec("eth0", flow.Ingress, 17, "fd00::9", "2001:db8::1", 5353, 5353, 1, 100),
 		ipRec("eth0", flow.Ingress, 1, "192.0.2.1", "10.0.0.1", 8, 0, 1, 98), // ICMP type/code are not ports
-		rawRec("eth0", flow.Egress, 0x0806, 1, 42),
+		arp,
 		rawRec("eth0", flow.Egress, 0x88cc, 1, 60),
 	)
 	got := gather(t, s)
 	for _, want := range []string{
-		`loupe_traffic_bytes_total{direction="egress",dscp="46",dst_group="dns",dst_port="53",eth_type="ipv4",iface="eth0",proto="tcp",src_group="lan",src_port="40000"}`,
-		`loupe_traffic_bytes_total{direction="ingress",dscp="0",dst_group="other",dst_port="5353",eth_type="ipv6",iface="eth0",proto="udp",src_group="lan",src_port="5353"}`,
-		`loupe_traffic_bytes_total{direction="ingress",dscp="0",dst_group="lan",dst_port="none",eth_type="ipv4",iface="eth0",proto="icmp",src_group="other",src_port="none"}`,
-		`loupe_traffic_bytes_total{direction="egress",dscp="none",dst_group="none",dst_port="none",eth_type="arp",iface="eth0",proto="none",src_group="none",src_port="none"}`,
-		`loupe_traffic_bytes_total{direction="egress",dscp="none",dst_group="none",dst_port="none",eth_type="0x88cc",iface="eth0",proto="none",src_group="none",src_port="none"}`,
+		`loupe_traffic_bytes_total{direction="egress",dscp="46",dst_group="dns",dst_port="53",eth_type="ipv4",iface="eth0",proto="tcp",src_group="lan",src_port="40000",vlan_id="100"}`,
+		`loupe_traffic_bytes_total{direction="ingress",dscp="0",dst_group="other",dst_port="5353",eth_type="ipv6",iface="eth0",proto="udp",src_group="lan",src_port="5353",vlan_id="none"}`,
+		`loupe_traffic_bytes_total{direction="ingress",dscp="0",dst_group="lan",dst_port="none",eth_type="ipv4",iface="eth0",proto="icmp",src_group="other",src_port="none",vlan_id="none"}`,
+		`loupe_traffic_bytes_total{direction="egress",dscp="none",dst_group="none",dst_port="none",eth_type="arp",iface="eth0",proto="none",src_group="none",src_port="none",vlan_id="4095"}`,
+		`loupe_traffic_bytes_total{direction="egress",dscp="none",dst_group="none",dst_port="none",eth_type="0x88cc",iface="eth0",proto="none",src_group="none",src_port="none",vlan_id="none"}`,
 	} {
 		if _, ok := got[want]; !ok {
 			t.Errorf("missing %s", want)
@@ -187,6 +213,13 @@ func TestEveryKey(t *testing.T) {
 	if sum, n := sumOf(got, "loupe_traffic_bytes_total"); sum != 500 || n != 5 {
 		t.Errorf("bytes: %v over %d series, want 500 over 5\n%v", sum, n, got)
 	}
+	// Every counter has the same label sets: 6 packets, 12 segments, 560
+	// wire bytes in all.
+	for name, want := range map[string]float64{"loupe_traffic_packets_total": 6, "loupe_traffic_segments_total": 12, "loupe_traffic_wire_bytes_total": 560} {
+		if sum, n := sumOf(got, name); sum != want || n != 5 {
+			t.Errorf("%s: %v over %d series, want %v over 5", name, sum, n, want)
+		}
+	}
 }
 
 func TestFoldAtTheCap(t *testing.T) {
@@ -202,13 +235,13 @@ func TestFoldAtTheCap(t *testing.T) {
 		ipRec("eth0", flow.Egress, 6, "10.0.0.1", "10.0.0.2", 1002, 443, 7, 700), // existing: still its own
 	)
 	want := `
-# HELP loupe_traffic_packets_total Packets seen at the TC hooks, by interface, direction, protocol and the configured keys.
+# HELP loupe_traffic_packets_total Packets seen at the TC hooks (buffers: a GSO/GRO super-packet counts once), by interface, direction, protocol and the configured keys.
 # TYPE loupe_traffic_packets_total counter
 loupe_traffic_packets_total{direction="egress",dst_port="443",iface="eth0",proto="tcp"} 10
 loupe_traffic_packets_total{direction="egress",dst_port="other",iface="other",proto="other"} 4
 loupe_traffic_packets_total{direction="ingress",dst_port="1000",iface="eth0",proto="tcp"} 3
 loupe_traffic_packets_total{direction="ingress",dst_port="other",iface="other",proto="other"} 11
-# HELP loupe_traffic_series Label sets of loupe_traffic_packets_total (and of loupe_traffic_bytes_total) now.
+# HELP loupe_traffic_series Label sets of the loupe_traffic_*_total counters now (each counter has the same).
 # TYPE loupe_traffic_series gauge
 loupe_traffic_series 4
 # HELP loupe_traffic_series_folded_total Records counted in the fold series (proto="other") because the series cap was reached.
@@ -303,10 +336,10 @@ func TestIdleSeriesExpire(t *testing.T) {
 	advance(31 * time.Second) // veth1 and the fold series idle 61 s, eth0 31 s
 	flush(t, s)
 	want := `
-# HELP loupe_traffic_bytes_total Bytes (L2 length at the hook) seen at the TC hooks, by interface, direction, protocol and the configured keys.
+# HELP loupe_traffic_bytes_total Bytes seen at the TC hooks (the L2 length of those buffers), by interface, direction, protocol and the configured keys.
 # TYPE loupe_traffic_bytes_total counter
 loupe_traffic_bytes_total{direction="egress",iface="eth0",proto="tcp"} 200
-# HELP loupe_traffic_series Label sets of loupe_traffic_packets_total (and of loupe_traffic_bytes_total) now.
+# HELP loupe_traffic_series Label sets of the loupe_traffic_*_total counters now (each counter has the same).
 # TYPE loupe_traffic_series gauge
 loupe_traffic_series 1
 `
@@ -321,12 +354,12 @@ loupe_traffic_series 1
 		ipRec("veth1", flow.Egress, 6, "10.0.0.1", "10.0.0.2", 1, 2, 5, 500), // folded
 	)
 	want = `
-# HELP loupe_traffic_bytes_total Bytes (L2 length at the hook) seen at the TC hooks, by interface, direction, protocol and the configured keys.
+# HELP loupe_traffic_bytes_total Bytes seen at the TC hooks (the L2 length of those buffers), by interface, direction, protocol and the configured keys.
 # TYPE loupe_traffic_bytes_total counter
 loupe_traffic_bytes_total{direction="egress",iface="eth0",proto="tcp"} 200
 loupe_traffic_bytes_total{direction="egress",iface="other",proto="other"} 500
 loupe_traffic_bytes_total{direction="egress",iface="veth2",proto="tcp"} 400
-# HELP loupe_traffic_series Label sets of loupe_traffic_packets_total (and of loupe_traffic_bytes_total) now.
+# HELP loupe_traffic_series Label sets of the loupe_traffic_*_total counters now (each counter has the same).
 # TYPE loupe_traffic_series gauge
 loupe_traffic_series 3
 # HELP loupe_traffic_series_folded_total Records counted in the fold series (proto="other") because the series cap was reached.
@@ -462,10 +495,10 @@ func TestCapOfOne(t *testing.T) {
 		rawRec("eth1", flow.Ingress, 0x0806, 3, 300),
 	)
 	want := `
-# HELP loupe_traffic_packets_total Packets seen at the TC hooks, by interface, direction, protocol and the configured keys.
+# HELP loupe_traffic_packets_total Packets seen at the TC hooks (buffers: a GSO/GRO super-packet counts once), by interface, direction, protocol and the configured keys.
 # TYPE loupe_traffic_packets_total counter
 loupe_traffic_packets_total{direction="other",iface="other",proto="other"} 6
-# HELP loupe_traffic_series Label sets of loupe_traffic_packets_total (and of loupe_traffic_bytes_total) now.
+# HELP loupe_traffic_series Label sets of the loupe_traffic_*_total counters now (each counter has the same).
 # TYPE loupe_traffic_series gauge
 loupe_traffic_series 1
 # HELP loupe_traffic_series_folded_total Records counted in the fold series (proto="other") because the series cap was reached.

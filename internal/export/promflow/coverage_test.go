@@ -1,0 +1,47 @@
+package promflow
+
+import (
+	"log/slog"
+	"strconv"
+	"testing"
+
+	"loupe/internal/flow"
+	"loupe/internal/flow/flowtest"
+)
+
+// TestCoverage is the traffic counters' field-coverage test, with every
+// aggregation key on. The counters aggregate: every counter field is
+// summed, and the exclusions are the fields they do not label by.
+func TestCoverage(t *testing.T) {
+	var keys []Key
+	for k := Key(1); k < keyCount; k++ {
+		keys = append(keys, k)
+	}
+	groups, err := ParseGroups([]string{"lab=192.0.2.0/24"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const summed = "summed over: no label carries it"
+	flowtest.Coverage{
+		Encode: func(t testing.TB, r *flow.Record) flowtest.Parts {
+			s := New(Options{Keys: keys, Groups: groups, Logger: slog.New(slog.DiscardHandler)})
+			if err := s.Write(t.Context(), []flow.Record{*r}); err != nil {
+				t.Fatal(err)
+			}
+			p := flowtest.Parts{}
+			for k, v := range gather(t, s) {
+				p[k] = strconv.FormatFloat(v, 'g', -1, 64)
+			}
+			return p
+		},
+		Excluded: map[string]string{
+			"ifindex": "the iface label is the interface's name", "src_mac": summed, "dst_mac": summed,
+			"src_addr":           "only through CIDR groups (src_group), never per address: per-flow labels are refused by design",
+			"dst_addr":           "only through CIDR groups (dst_group), never per address: per-flow labels are refused by design",
+			"src_port@ipv4-icmp": "ICMP type and code are not ports: src_port is none", "dst_port@ipv4-icmp": "ICMP type and code are not ports: dst_port is none",
+			"src_port@ipv6-icmpv6": "ICMPv6 type and code are not ports", "dst_port@ipv6-icmpv6": "ICMPv6 type and code are not ports",
+			"tcp_flags": "not a count: a union of flags does not add up", "sampling": "not a count: counters are summed as counted",
+			"first_seen": "counters are cumulative since the agent started", "last_seen": "counters are cumulative since the agent started",
+		},
+	}.Check(t)
+}
