@@ -9,7 +9,6 @@ import (
 	"io"
 	"io/fs"
 	"net/netip"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -58,7 +57,7 @@ func (q *queryFlags) query(now time.Time) (store.Query, error) {
 	}
 	sq.Port = q.port
 	if q.proto != "" {
-		p, err := parseProto(q.proto)
+		p, err := flow.ParseProto(q.proto)
 		if err != nil {
 			return sq, fmt.Errorf("--proto: %w", err)
 		}
@@ -83,35 +82,13 @@ func parsePrefix(s string) (netip.Prefix, error) {
 	return netip.PrefixFrom(a, a.BitLen()), nil
 }
 
-var protoNames = map[string]uint8{"icmp": 1, "tcp": 6, "udp": 17, "icmpv6": 58, "sctp": 132}
-
-func parseProto(s string) (uint8, error) {
-	if p, ok := protoNames[strings.ToLower(s)]; ok {
-		return p, nil
-	}
-	n, err := strconv.ParseUint(s, 10, 8)
-	if err != nil {
-		return 0, fmt.Errorf("%q is not a protocol number or one of tcp, udp, icmp, icmpv6, sctp", s)
-	}
-	return uint8(n), nil
-}
-
 // protoColumn names the protocol, with the type and code for ICMP, which
 // the record carries in the port fields.
 func protoColumn(r *flow.Record) string {
-	if (r.Proto == 1 || r.Proto == 58) && r.SrcIP().IsValid() {
-		return fmt.Sprintf("%s %d/%d", protoName(r.Proto), r.SrcPort, r.DstPort)
+	if r.PortKind() == flow.ICMPTypeCode && r.SrcIP().IsValid() {
+		return fmt.Sprintf("%s %d/%d", flow.ProtoName(r.Proto), r.SrcPort, r.DstPort)
 	}
-	return protoName(r.Proto)
-}
-
-func protoName(p uint8) string {
-	for name, n := range protoNames {
-		if n == p {
-			return name
-		}
-	}
-	return strconv.Itoa(int(p))
+	return flow.ProtoName(r.Proto)
 }
 
 // open validates the filters and opens the store; the returned report is
@@ -217,7 +194,7 @@ func topCmd(args []string, stdout, stderr io.Writer) error {
 		case store.ByPair:
 			fmt.Fprintf(tw, "%s\t%s\t", addrOrNonIP(r.Src), addrOrNonIP(r.Dst))
 		case store.ByPort:
-			fmt.Fprintf(tw, "%d\t%s\t", r.Port, protoName(r.Proto))
+			fmt.Fprintf(tw, "%d\t%s\t", r.Port, flow.ProtoName(r.Proto))
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t\n", humanBytes(r.Bytes), r.Packets, r.Flows)
 	}
@@ -236,8 +213,7 @@ func endpoint(a netip.Addr, port uint16, r *flow.Record) string {
 	if !a.IsValid() {
 		return fmt.Sprintf("ethertype %#04x", r.EtherType)
 	}
-	switch r.Proto {
-	case 6, 17, 132, 136:
+	if r.PortKind() == flow.TransportPorts {
 		return netip.AddrPortFrom(a, port).String()
 	}
 	return a.String()
@@ -256,7 +232,7 @@ var flagLetters = []struct {
 }{{flow.TCPFin, 'F'}, {flow.TCPSyn, 'S'}, {flow.TCPRst, 'R'}, {flow.TCPPsh, 'P'}, {flow.TCPAck, 'A'}, {flow.TCPUrg, 'U'}, {flow.TCPEce, 'E'}, {flow.TCPCwr, 'C'}}
 
 func tcpFlags(r *flow.Record) string {
-	if r.Proto != 6 {
+	if !r.IsTCP() {
 		return ""
 	}
 	var b []byte

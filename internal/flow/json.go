@@ -12,129 +12,140 @@ import (
 // TimeLayout is RFC 3339 with nanoseconds, always nine digits, in UTC.
 const TimeLayout = "2006-01-02T15:04:05.000000000Z07:00"
 
-// AppendJSON appends r as one JSON object (no trailing newline). It is the
-// one JSON form of a flow: the JSON sink writes it and `loupe flows --json`
-// prints it. It is hand-written because a sink encodes every record.
+// AppendJSON appends r as one JSON object (no trailing newline): every
+// field of Fields, in order, under its name. It is the one JSON form of a
+// flow: the JSON sink writes it, `loupe flows --json` prints it, the Kafka
+// exporter sends it. It appends by hand, allocating nothing, because a
+// sink encodes every record.
 func AppendJSON(b []byte, r *Record) []byte {
-	b = append(b, `{"iface":`...)
-	b = strconv.AppendQuote(b, r.Iface)
-	b = append(b, `,"ifindex":`...)
-	b = strconv.AppendUint(b, uint64(r.IfIndex), 10)
-	b = append(b, `,"direction":"`...)
-	b = append(b, r.Direction.String()...)
-	b = append(b, `","eth_type":`...)
-	b = strconv.AppendUint(b, uint64(r.EtherType), 10)
-	b = append(b, `,"src_mac":"`...)
-	b = append(b, net.HardwareAddr(r.SrcMAC[:]).String()...)
-	b = append(b, `","dst_mac":"`...)
-	b = append(b, net.HardwareAddr(r.DstMAC[:]).String()...)
-	b = append(b, `","proto":`...)
-	b = strconv.AppendUint(b, uint64(r.Proto), 10)
-	b = append(b, `,"src_addr":`...)
-	b = appendAddr(b, r.SrcIP())
-	b = append(b, `,"dst_addr":`...)
-	b = appendAddr(b, r.DstIP())
-	b = append(b, `,"src_port":`...)
-	b = strconv.AppendUint(b, uint64(r.SrcPort), 10)
-	b = append(b, `,"dst_port":`...)
-	b = strconv.AppendUint(b, uint64(r.DstPort), 10)
-	b = append(b, `,"packets":`...)
-	b = strconv.AppendUint(b, r.Packets, 10)
-	b = append(b, `,"bytes":`...)
-	b = strconv.AppendUint(b, r.Bytes, 10)
-	b = append(b, `,"tcp_flags":`...)
-	b = strconv.AppendUint(b, uint64(r.TCPFlags), 10)
-	b = append(b, `,"dscp":`...)
-	b = strconv.AppendUint(b, uint64(r.DSCP), 10)
-	b = append(b, `,"sampling":`...)
-	b = strconv.AppendUint(b, uint64(r.Sampling), 10)
-	b = append(b, `,"first_seen":"`...)
-	b = r.FirstSeen.UTC().AppendFormat(b, TimeLayout)
-	b = append(b, `","last_seen":"`...)
-	b = r.LastSeen.UTC().AppendFormat(b, TimeLayout)
-	b = append(b, `"}`...)
+	b = append(b, '{')
+	for i := range fields {
+		f := &fields[i]
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = append(b, f.Name...)
+		b = append(b, '"', ':')
+		b = f.appendJSON(b, r)
+	}
+	return append(b, '}')
+}
+
+// appendJSON appends the field's value in r.
+func (f *Field) appendJSON(b []byte, r *Record) []byte {
+	switch f.Type {
+	case TypeUint:
+		return strconv.AppendUint(b, f.Uint(r), 10)
+	case TypeDirection:
+		b = append(b, '"')
+		b = append(b, Direction(f.Uint(r)).String()...)
+		return append(b, '"')
+	case TypeString:
+		return strconv.AppendQuote(b, *f.Str(r))
+	case TypeMAC:
+		b = append(b, '"')
+		b = AppendMAC(b, f.MAC(r))
+		return append(b, '"')
+	case TypeAddr:
+		a := addrOf(r.EtherType, *f.Addr(r))
+		if !a.IsValid() {
+			return append(b, `""`...)
+		}
+		b = append(b, '"')
+		b = a.AppendTo(b)
+		return append(b, '"')
+	case TypeTime:
+		b = append(b, '"')
+		b = f.Time(r).UTC().AppendFormat(b, TimeLayout)
+		return append(b, '"')
+	}
+	return append(b, "null"...)
+}
+
+// AppendMAC appends m as net.HardwareAddr.String does (02:00:5e:10:00:01),
+// without allocating.
+func AppendMAC(b []byte, m *[6]byte) []byte {
+	const hex = "0123456789abcdef"
+	for i, o := range m {
+		if i > 0 {
+			b = append(b, ':')
+		}
+		b = append(b, hex[o>>4], hex[o&0xf])
+	}
 	return b
 }
 
-func appendAddr(b []byte, a netip.Addr) []byte {
-	if !a.IsValid() {
-		return append(b, `""`...)
-	}
-	b = append(b, '"')
-	b = a.AppendTo(b)
-	return append(b, '"')
-}
-
-// jsonRecord is the decoding side of AppendJSON, for tools and tests.
-type jsonRecord struct {
-	Iface     string `json:"iface"`
-	IfIndex   uint32 `json:"ifindex"`
-	Direction string `json:"direction"`
-	EtherType uint16 `json:"eth_type"`
-	SrcMAC    string `json:"src_mac"`
-	DstMAC    string `json:"dst_mac"`
-	Proto     uint8  `json:"proto"`
-	SrcAddr   string `json:"src_addr"`
-	DstAddr   string `json:"dst_addr"`
-	SrcPort   uint16 `json:"src_port"`
-	DstPort   uint16 `json:"dst_port"`
-	Packets   uint64 `json:"packets"`
-	Bytes     uint64 `json:"bytes"`
-	TCPFlags  uint16 `json:"tcp_flags"`
-	DSCP      uint8  `json:"dscp"`
-	Sampling  uint32 `json:"sampling"`
-	FirstSeen string `json:"first_seen"`
-	LastSeen  string `json:"last_seen"`
-}
-
-// UnmarshalJSON decodes the form AppendJSON writes.
+// UnmarshalJSON decodes the form AppendJSON writes, for tools and tests.
+// Fields it does not know are ignored and missing fields are zero, so it
+// reads the records of older and newer agents alike.
 func (r *Record) UnmarshalJSON(data []byte) error {
-	var j jsonRecord
-	if err := json.Unmarshal(data, &j); err != nil {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(data, &m); err != nil {
 		return err
 	}
-	dir, err := ParseDirection(j.Direction)
-	if err != nil {
-		return err
-	}
-	*r = Record{
-		Iface:    j.Iface,
-		Packets:  j.Packets,
-		Bytes:    j.Bytes,
-		TCPFlags: j.TCPFlags,
-		DSCP:     j.DSCP,
-		Sampling: j.Sampling,
-	}
-	r.IfIndex, r.Direction, r.EtherType, r.Proto = j.IfIndex, dir, j.EtherType, j.Proto
-	r.SrcPort, r.DstPort = j.SrcPort, j.DstPort
-	for _, m := range []struct {
-		s   string
-		dst *[6]byte
-	}{{j.SrcMAC, &r.SrcMAC}, {j.DstMAC, &r.DstMAC}} {
-		hw, err := net.ParseMAC(m.s)
-		if err != nil || len(hw) != 6 {
-			return fmt.Errorf("bad mac %q", m.s)
-		}
-		copy(m.dst[:], hw)
-	}
-	for _, a := range []struct {
-		s   string
-		dst *[16]byte
-	}{{j.SrcAddr, &r.SrcAddr}, {j.DstAddr, &r.DstAddr}} {
-		if a.s == "" {
+	*r = Record{}
+	for i := range fields {
+		f := &fields[i]
+		raw, ok := m[f.Name]
+		if !ok {
 			continue
 		}
-		ip, err := netip.ParseAddr(a.s)
-		if err != nil {
-			return fmt.Errorf("bad address: %w", err)
+		if err := f.parseJSON(r, raw); err != nil {
+			return fmt.Errorf("%s: %w", f.Name, err)
 		}
-		*a.dst = ip.As16()
 	}
-	if r.FirstSeen, err = time.Parse(time.RFC3339Nano, j.FirstSeen); err != nil {
-		return fmt.Errorf("first_seen: %w", err)
+	return nil
+}
+
+// parseJSON sets the field in r from its JSON value. Addresses are set
+// whatever the EtherType (which may come later in the object).
+func (f *Field) parseJSON(r *Record, raw json.RawMessage) error {
+	if f.Type == TypeUint {
+		var v uint64
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return err
+		}
+		if f.Bits < 64 && v>>f.Bits != 0 {
+			return fmt.Errorf("%d does not fit in %d bits", v, f.Bits)
+		}
+		f.SetUint(r, v)
+		return nil
 	}
-	if r.LastSeen, err = time.Parse(time.RFC3339Nano, j.LastSeen); err != nil {
-		return fmt.Errorf("last_seen: %w", err)
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return err
+	}
+	switch f.Type {
+	case TypeDirection:
+		d, err := ParseDirection(s)
+		if err != nil {
+			return err
+		}
+		f.SetUint(r, uint64(d))
+	case TypeString:
+		*f.Str(r) = s
+	case TypeMAC:
+		hw, err := net.ParseMAC(s)
+		if err != nil || len(hw) != 6 {
+			return fmt.Errorf("bad MAC address %q", s)
+		}
+		copy(f.MAC(r)[:], hw)
+	case TypeAddr:
+		if s == "" {
+			return nil
+		}
+		ip, err := netip.ParseAddr(s)
+		if err != nil {
+			return fmt.Errorf("bad address %q", s)
+		}
+		*f.Addr(r) = ip.As16()
+	case TypeTime:
+		t, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			return err
+		}
+		*f.Time(r) = t
 	}
 	return nil
 }

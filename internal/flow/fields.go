@@ -1,0 +1,298 @@
+package flow
+
+import "time"
+
+// This file is the one definition of a flow record's fields: their names,
+// meaning, types and how to read them from a Record, and, per field, the
+// identifiers it has in every wire format (the registry, wire.go). Every
+// encoder takes its fields from here, and has a field-coverage test
+// (internal/flow/flowtest) that fails when a field is added here and the
+// encoder neither carries it nor lists it as excluded, with a reason.
+//
+// To add a field: add it to Key or Record, add its row below (with its
+// wire identifiers, see wire.go for the free ones), and run the tests: each
+// encoder's coverage test says what it is missing.
+
+// FieldType is how a field's value is represented.
+type FieldType uint8
+
+// Field types. Each type uses its own accessor of Field.
+const (
+	// TypeUint is an unsigned integer of Field.Bits bits (Uint, SetUint).
+	TypeUint FieldType = iota + 1
+	// TypeDirection is a Direction: "ingress" or "egress" (Uint, SetUint).
+	TypeDirection
+	// TypeString is a string (Str).
+	TypeString
+	// TypeMAC is a 6-byte MAC address (MAC).
+	TypeMAC
+	// TypeAddr is a 16-byte key address, IPv4 stored IPv4-mapped (Addr).
+	// What it means depends on the EtherType: see Key.SrcIP.
+	TypeAddr
+	// TypeTime is a wall-clock time with nanoseconds (Time).
+	TypeTime
+)
+
+func (t FieldType) String() string {
+	switch t {
+	case TypeUint:
+		return "unsigned integer"
+	case TypeDirection:
+		return "direction"
+	case TypeString:
+		return "string"
+	case TypeMAC:
+		return "MAC address"
+	case TypeAddr:
+		return "IP address"
+	case TypeTime:
+		return "time"
+	}
+	return "unknown"
+}
+
+// Field is one field of a flow record.
+type Field struct {
+	// Name is the field's name in JSON, which every text form (docs,
+	// store column names, CLI) uses too.
+	Name string
+	Type FieldType
+	// Bits is the width of a TypeUint or TypeDirection field.
+	Bits int
+	// Unit of the value ("" where none applies).
+	Unit string
+	// Key fields are part of the flow key: every record of a flow has the
+	// same value.
+	Key bool
+	// Counter fields add up over the records of a flow (and over flows);
+	// see Record.Counters.
+	Counter bool
+	// Doc is the field's meaning, as the README's JSON table states it.
+	Doc string
+	// Applies reports whether the field can be non-zero for a flow of
+	// this key (nil: always). Where it does not apply, the field is zero
+	// and encoders may leave it out.
+	Applies func(k *Key) bool
+
+	Uint    func(r *Record) uint64 // TypeUint, TypeDirection
+	SetUint func(r *Record, v uint64)
+	Str     func(r *Record) *string    // TypeString
+	MAC     func(r *Record) *[6]byte   // TypeMAC
+	Addr    func(r *Record) *[16]byte  // TypeAddr
+	Time    func(r *Record) *time.Time // TypeTime
+
+	// Wire is the field's identifier in each wire format.
+	Wire Wire
+}
+
+// AppliesTo reports whether f can be non-zero for a flow of key k.
+func (f *Field) AppliesTo(k *Key) bool { return f.Applies == nil || f.Applies(k) }
+
+// Fields returns every field of a record, in JSON order.
+func Fields() []Field { return append([]Field(nil), fields[:]...) }
+
+// FieldByName returns the field named name.
+func FieldByName(name string) (Field, bool) {
+	for _, f := range fields {
+		if f.Name == name {
+			return f, true
+		}
+	}
+	return Field{}, false
+}
+
+// NumCounters is the number of counter fields: the length of
+// Record.Counters.
+const NumCounters = 4
+
+// Counters returns the record's counter fields, in the order of Fields
+// (TestCountersFollowFields checks it). Aggregating sinks sum them without
+// naming them, so a counter added to the table is summed everywhere.
+func (r *Record) Counters() [NumCounters]uint64 {
+	return [NumCounters]uint64{r.Packets, r.Bytes, r.Segments, r.WireBytes}
+}
+
+// CounterFields returns the counter fields, in the order of Counters.
+func CounterFields() []Field {
+	out := make([]Field, 0, NumCounters)
+	for _, f := range fields {
+		if f.Counter {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func isIP(k *Key) bool     { return k.IsIP() }
+func hasPorts(k *Key) bool { return k.PortKind() != NoPorts }
+func isTCP(k *Key) bool    { return k.IsTCP() }
+
+// fields is the table. It is read-only: Fields hands out copies.
+var fields = [...]Field{
+	{
+		Name: "iface", Type: TypeString,
+		Doc:  "interface name at eviction (`\"\"` if unknown)",
+		Str:  func(r *Record) *string { return &r.Iface },
+		Wire: Wire{Proto: 1, Store: 18, OTLP: []string{"network.interface.name"}},
+	},
+	{
+		Name: "ifindex", Type: TypeUint, Bits: 32, Key: true,
+		Doc:     "interface index",
+		Uint:    func(r *Record) uint64 { return uint64(r.IfIndex) },
+		SetUint: func(r *Record, v uint64) { r.IfIndex = uint32(v) },
+		Wire: Wire{Proto: 2, Store: 5, OTLP: []string{"loupe.ifindex"},
+			IPFIX: []IE{{ID: 10, Name: "ingressInterface"}, {ID: 14, Name: "egressInterface"}}},
+	},
+	{
+		Name: "direction", Type: TypeDirection, Bits: 8, Key: true,
+		Doc:     "`\"ingress\"` or `\"egress\"`: the TC hook the packets crossed",
+		Uint:    func(r *Record) uint64 { return uint64(r.Direction) },
+		SetUint: func(r *Record, v uint64) { r.Direction = Direction(v) },
+		Wire: Wire{Proto: 3, Store: 11, OTLP: []string{"network.io.direction"},
+			IPFIX: []IE{{ID: 61, Name: "flowDirection"}}},
+	},
+	{
+		Name: "eth_type", Type: TypeUint, Bits: 16, Key: true,
+		Doc:     "EtherType (2048 IPv4, 34525 IPv6, 2054 ARP, ...), after any VLAN tags",
+		Uint:    func(r *Record) uint64 { return uint64(r.EtherType) },
+		SetUint: func(r *Record, v uint64) { r.EtherType = uint16(v) },
+		Wire: Wire{Proto: 4, Store: 7, OTLP: []string{"loupe.eth_type", "network.type"},
+			IPFIX: []IE{{ID: 256, Name: "ethernetType"}}},
+	},
+	{
+		Name: "src_mac", Type: TypeMAC, Key: true,
+		Doc: "source MAC address",
+		MAC: func(r *Record) *[6]byte { return &r.SrcMAC },
+		Wire: Wire{Proto: 5, Store: 16, OTLP: []string{"loupe.source.mac"},
+			IPFIX: []IE{{ID: 56, Name: "sourceMacAddress"}}},
+	},
+	{
+		Name: "dst_mac", Type: TypeMAC, Key: true,
+		Doc: "destination MAC address",
+		MAC: func(r *Record) *[6]byte { return &r.DstMAC },
+		Wire: Wire{Proto: 6, Store: 17, OTLP: []string{"loupe.destination.mac"},
+			IPFIX: []IE{{ID: 80, Name: "destinationMacAddress"}}},
+	},
+	{
+		Name: "vlan_id", Type: TypeUint, Bits: 12, Key: true,
+		Doc:     "VLAN ID of the frame's outer 802.1Q/802.1ad tag, whether still in the frame or already moved into the packet's metadata by the kernel; 0: untagged",
+		Uint:    func(r *Record) uint64 { return uint64(r.VlanID) },
+		SetUint: func(r *Record, v uint64) { r.VlanID = uint16(v) },
+		Wire: Wire{Proto: 52, Store: 21, OTLP: []string{"loupe.vlan.id"},
+			IPFIX: []IE{{ID: 58, Name: "vlanId"}, {ID: 59, Name: "postVlanId"}, {ID: 243, Name: "dot1qVlanId"}}},
+	},
+	{
+		Name: "proto", Type: TypeUint, Bits: 8, Key: true, Applies: isIP,
+		Doc:     "IP protocol number (6 TCP, 17 UDP, 1 ICMP, 58 ICMPv6, ...)",
+		Uint:    func(r *Record) uint64 { return uint64(r.Proto) },
+		SetUint: func(r *Record, v uint64) { r.Proto = uint8(v) },
+		Wire: Wire{Proto: 7, Store: 12, OTLP: []string{"loupe.ip.protocol", "network.transport"},
+			IPFIX: []IE{{ID: 4, Name: "protocolIdentifier"}}},
+	},
+	{
+		Name: "src_addr", Type: TypeAddr, Key: true, Applies: isIP,
+		Doc:  "source address (`\"\"` for non-IP flows, and for an IPv4 header cut short before its addresses)",
+		Addr: func(r *Record) *[16]byte { return &r.SrcAddr },
+		Wire: Wire{Proto: 8, Store: 14, OTLP: []string{"source.address"},
+			IPFIX: []IE{{ID: 8, Name: "sourceIPv4Address"}, {ID: 27, Name: "sourceIPv6Address"}}},
+	},
+	{
+		Name: "dst_addr", Type: TypeAddr, Key: true, Applies: isIP,
+		Doc:  "destination address, as `src_addr`",
+		Addr: func(r *Record) *[16]byte { return &r.DstAddr },
+		Wire: Wire{Proto: 9, Store: 15, OTLP: []string{"destination.address"},
+			IPFIX: []IE{{ID: 12, Name: "destinationIPv4Address"}, {ID: 28, Name: "destinationIPv6Address"}}},
+	},
+	{
+		Name: "src_port", Type: TypeUint, Bits: 16, Key: true, Applies: hasPorts,
+		Doc:     "source port of TCP, UDP, UDP-Lite and SCTP; the message type of ICMP (over IPv4) and ICMPv6 (over IPv6); 0 otherwise and for non-first fragments",
+		Uint:    func(r *Record) uint64 { return uint64(r.SrcPort) },
+		SetUint: func(r *Record, v uint64) { r.SrcPort = uint16(v) },
+		Wire: Wire{Proto: 10, Store: 8, OTLP: []string{"source.port", "loupe.icmp.type"},
+			IPFIX: []IE{{ID: 7, Name: "sourceTransportPort"},
+				{ID: 32, Name: "icmpTypeCodeIPv4", Part: "type"}, {ID: 139, Name: "icmpTypeCodeIPv6", Part: "type"}}},
+	},
+	{
+		Name: "dst_port", Type: TypeUint, Bits: 16, Key: true, Applies: hasPorts,
+		Doc:     "destination port, as `src_port`; the message code of ICMP and ICMPv6",
+		Uint:    func(r *Record) uint64 { return uint64(r.DstPort) },
+		SetUint: func(r *Record, v uint64) { r.DstPort = uint16(v) },
+		Wire: Wire{Proto: 11, Store: 9, OTLP: []string{"destination.port", "loupe.icmp.code"},
+			IPFIX: []IE{{ID: 11, Name: "destinationTransportPort"},
+				{ID: 32, Name: "icmpTypeCodeIPv4", Part: "code"}, {ID: 139, Name: "icmpTypeCodeIPv6", Part: "code"}}},
+	},
+	{
+		Name: "packets", Type: TypeUint, Bits: 64, Unit: "packets", Counter: true,
+		Doc:     "buffers that crossed the hook in this record: a GSO/GRO super-packet counts once",
+		Uint:    func(r *Record) uint64 { return r.Packets },
+		SetUint: func(r *Record, v uint64) { r.Packets = v },
+		Wire: Wire{Proto: 12, Store: 3, OTLP: []string{"loupe.flow.packets"},
+			IPFIX:  []IE{{ID: 2, Name: "packetDeltaCount"}},
+			Metric: &Metric{Prom: "loupe_traffic_packets_total", OTLP: "loupe.network.packet.count", OTLPUnit: "{packet}", Help: "Packets (buffers, a GSO/GRO super-packet counting once) seen at the TC hooks"}},
+	},
+	{
+		Name: "bytes", Type: TypeUint, Bits: 64, Unit: "bytes", Counter: true,
+		Doc:     "length of those buffers, L2 header included (with a VLAN tag the kernel had stripped added back)",
+		Uint:    func(r *Record) uint64 { return r.Bytes },
+		SetUint: func(r *Record, v uint64) { r.Bytes = v },
+		Wire: Wire{Proto: 13, Store: 4, OTLP: []string{"loupe.flow.bytes"},
+			IPFIX:  []IE{{ID: 1, Name: "octetDeltaCount"}},
+			Metric: &Metric{Prom: "loupe_traffic_bytes_total", OTLP: "loupe.network.io", OTLPUnit: "By", Help: "Bytes of those buffers (L2 length at the hook)"}},
+	},
+	{
+		Name: "segments", Type: TypeUint, Bits: 64, Unit: "packets", Counter: true,
+		Doc:     "wire packets those buffers stand for: a GSO/GRO super-packet counts as its segments (`gso_segs`), any other buffer as 1",
+		Uint:    func(r *Record) uint64 { return r.Segments },
+		SetUint: func(r *Record, v uint64) { r.Segments = v },
+		Wire: Wire{Proto: 50, Store: 19, OTLP: []string{"loupe.flow.segments"},
+			IPFIX:  []IE{{ID: 6, Name: "loupeSegmentDeltaCount", Enterprise: true}},
+			Metric: &Metric{Prom: "loupe_traffic_segments_total", OTLP: "loupe.network.segment.count", OTLPUnit: "{segment}", Help: "Wire packets (segments) those buffers stand for"}},
+	},
+	{
+		Name: "wire_bytes", Type: TypeUint, Bits: 64, Unit: "bytes", Counter: true,
+		Doc:     "`bytes` plus the headers of the other segments of each super-packet: the length of the segments on the wire",
+		Uint:    func(r *Record) uint64 { return r.WireBytes },
+		SetUint: func(r *Record, v uint64) { r.WireBytes = v },
+		Wire: Wire{Proto: 51, Store: 20, OTLP: []string{"loupe.flow.wire_bytes"},
+			IPFIX:  []IE{{ID: 7, Name: "loupeWireOctetDeltaCount", Enterprise: true}},
+			Metric: &Metric{Prom: "loupe_traffic_wire_bytes_total", OTLP: "loupe.network.wire.io", OTLPUnit: "By", Help: "Bytes of those segments on the wire (L2 length)"}},
+	},
+	{
+		Name: "tcp_flags", Type: TypeUint, Bits: 16, Applies: isTCP,
+		Doc:     "union of the TCP flags of the packets (FIN 1, SYN 2, RST 4, PSH 8, ACK 16, URG 32, ECE 64, CWR 128, AE 256)",
+		Uint:    func(r *Record) uint64 { return uint64(r.TCPFlags) },
+		SetUint: func(r *Record, v uint64) { r.TCPFlags = uint16(v) },
+		Wire: Wire{Proto: 16, Store: 10, OTLP: []string{"loupe.tcp.flags"},
+			IPFIX: []IE{{ID: 6, Name: "tcpControlBits"}}},
+	},
+	{
+		Name: "dscp", Type: TypeUint, Bits: 6, Applies: isIP,
+		Doc:     "DSCP of the last packet",
+		Uint:    func(r *Record) uint64 { return uint64(r.DSCP) },
+		SetUint: func(r *Record, v uint64) { r.DSCP = uint8(v) },
+		Wire: Wire{Proto: 17, Store: 13, OTLP: []string{"loupe.dscp"},
+			IPFIX: []IE{{ID: 195, Name: "ipDiffServCodePoint"}}},
+	},
+	{
+		Name: "sampling", Type: TypeUint, Bits: 32,
+		Doc:     "sampling rate the counters were taken at (1: every packet; counters are not scaled)",
+		Uint:    func(r *Record) uint64 { return uint64(r.Sampling) },
+		SetUint: func(r *Record, v uint64) { r.Sampling = uint32(v) },
+		Wire: Wire{Proto: 18, Store: 6, OTLP: []string{"loupe.sampling_rate"},
+			IPFIX: []IE{{ID: 1, Name: "loupeSamplingRate", Enterprise: true}}},
+	},
+	{
+		Name: "first_seen", Type: TypeTime,
+		Doc:  "first packet of the flow in this record: RFC 3339 with nanoseconds, UTC",
+		Time: func(r *Record) *time.Time { return &r.FirstSeen },
+		Wire: Wire{Proto: 14, Store: 1, OTLP: []string{"loupe.flow.start"},
+			IPFIX: []IE{{ID: 152, Name: "flowStartMilliseconds"}}},
+	},
+	{
+		Name: "last_seen", Type: TypeTime,
+		Doc:  "last packet of the flow in this record, as `first_seen`",
+		Time: func(r *Record) *time.Time { return &r.LastSeen },
+		Wire: Wire{Proto: 15, Store: 2, OTLP: []string{OTLPTimestamp},
+			IPFIX: []IE{{ID: 153, Name: "flowEndMilliseconds"}}},
+	},
+}

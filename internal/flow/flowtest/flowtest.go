@@ -1,0 +1,272 @@
+// Package flowtest is test support for the encoders of flow records: base
+// records of every shape, and the field-coverage check each encoder runs,
+// which fails when a field of flow.Fields is neither carried by the
+// encoder nor listed as deliberately excluded.
+package flowtest
+
+import (
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"loupe/internal/flow"
+)
+
+// Base is a record of one shape, every field that applies to it non-zero.
+type Base struct {
+	Name string
+	Rec  flow.Record
+}
+
+// T0 is the time around which the base records lie.
+var T0 = time.Date(2026, 11, 21, 10, 0, 0, 123456789, time.UTC)
+
+// Bases returns one record of each shape an encoder treats differently:
+// IPv4 and IPv6, transport ports and ICMP type/code, both directions, and
+// a non-IP flow. Every field that applies to a shape is non-zero in it.
+func Bases() []Base {
+	mac1 := [6]byte{0x02, 0x42, 0xac, 0x11, 0x00, 0x02}
+	mac2 := [6]byte{0xfe, 0xed, 0xfa, 0xce, 0xbe, 0xef}
+	addr := func(s string) [16]byte { return netip.MustParseAddr(s).As16() }
+	rec := func(k flow.Key, iface string, i uint64) flow.Record {
+		k.SrcMAC, k.DstMAC = mac1, mac2
+		k.SrcMAC[5] += byte(i)
+		return flow.Record{
+			Key: k, Iface: iface,
+			Packets: 10 * i, Bytes: 15000 * i, Segments: 12 * i, WireBytes: 15080 * i,
+			FirstSeen: T0.Add(time.Duration(i) * time.Second), LastSeen: T0.Add(time.Duration(i)*time.Second + 4*time.Second + 7*time.Millisecond),
+			Sampling: uint32(i), DSCP: uint8(10 + i),
+		}
+	}
+	tcp := rec(flow.Key{SrcAddr: addr("10.0.0.1"), DstAddr: addr("192.0.2.200"), IfIndex: 7, EtherType: flow.EtherTypeIPv4,
+		SrcPort: 40000, DstPort: 443, VlanID: 100, Proto: flow.ProtoTCP, Direction: flow.Ingress}, "eth0", 1)
+	tcp.TCPFlags = flow.TCPSyn | flow.TCPAck
+	udp := rec(flow.Key{SrcAddr: addr("2001:db8::1"), DstAddr: addr("2001:db8:ffff::53"), IfIndex: 9, EtherType: flow.EtherTypeIPv6,
+		SrcPort: 5353, DstPort: 53, VlanID: 200, Proto: flow.ProtoUDP, Direction: flow.Egress}, "veth1a2b", 2)
+	icmp := rec(flow.Key{SrcAddr: addr("10.0.0.1"), DstAddr: addr("8.8.8.8"), IfIndex: 3, EtherType: flow.EtherTypeIPv4,
+		SrcPort: 3, DstPort: 1, VlanID: 4094, Proto: flow.ProtoICMP, Direction: flow.Egress}, "eth1", 3)
+	icmp6 := rec(flow.Key{SrcAddr: addr("fe80::1"), DstAddr: addr("ff02::1:ff00:2"), IfIndex: 4, EtherType: flow.EtherTypeIPv6,
+		SrcPort: 135, DstPort: 1, VlanID: 1, Proto: flow.ProtoICMPv6, Direction: flow.Ingress}, "br0", 4)
+	arp := rec(flow.Key{IfIndex: 5, EtherType: flow.EtherTypeARP, VlanID: 10, Direction: flow.Ingress}, "eth0", 5)
+	arp.DSCP = 0 // does not apply
+	for _, r := range []*flow.Record{&udp, &icmp, &icmp6} {
+		r.TCPFlags = 0
+	}
+	return []Base{{"ipv4-tcp", tcp}, {"ipv6-udp", udp}, {"ipv4-icmp", icmp}, {"ipv6-icmpv6", icmp6}, {"arp", arp}}
+}
+
+// Vary changes field f of r, and nothing else, to another value valid for
+// r: integers by one (within their width), the direction to the other
+// one, the last byte of a MAC or an address (which stays in its family),
+// times by a millisecond (the coarsest resolution an encoder has), the
+// interface name by a letter.
+func Vary(f *flow.Field, r *flow.Record) {
+	switch f.Type {
+	case flow.TypeUint:
+		mask := ^uint64(0)
+		if f.Bits < 64 {
+			mask = 1<<f.Bits - 1
+		}
+		v := (f.Uint(r) + 1) & mask
+		if v == 0 {
+			v = 1
+		}
+		f.SetUint(r, v)
+	case flow.TypeDirection:
+		f.SetUint(r, f.Uint(r)^1)
+	case flow.TypeString:
+		*f.Str(r) += "x"
+	case flow.TypeMAC:
+		f.MAC(r)[5]++
+	case flow.TypeAddr:
+		f.Addr(r)[15]++
+	case flow.TypeTime:
+		*f.Time(r) = f.Time(r).Add(time.Millisecond)
+	default:
+		panic(fmt.Sprintf("flowtest: field %s has type %v, which Vary does not know", f.Name, f.Type))
+	}
+}
+
+// Consistent reports whether every field that does not apply to r (see
+// flow.Field.Applies) is zero, as in every record the datapath produces.
+func Consistent(r *flow.Record) bool {
+	for _, f := range flow.Fields() {
+		if !f.AppliesTo(&r.Key) && !isZero(&f, r) {
+			return false
+		}
+	}
+	return true
+}
+
+func isZero(f *flow.Field, r *flow.Record) bool {
+	var zero flow.Record
+	return Value(f, r) == Value(f, &zero)
+}
+
+// Value formats field f of r exactly: every bit of the field shows.
+func Value(f *flow.Field, r *flow.Record) string {
+	switch f.Type {
+	case flow.TypeUint, flow.TypeDirection:
+		return strconv.FormatUint(f.Uint(r), 10)
+	case flow.TypeString:
+		return strconv.Quote(*f.Str(r))
+	case flow.TypeMAC:
+		return hex.EncodeToString(f.MAC(r)[:])
+	case flow.TypeAddr:
+		return hex.EncodeToString(f.Addr(r)[:])
+	case flow.TypeTime:
+		t := *f.Time(r)
+		return t.Format(time.RFC3339Nano) + " " + t.Location().String()
+	}
+	panic(fmt.Sprintf("flowtest: field %s has type %v, which Value does not know", f.Name, f.Type))
+}
+
+// Values is a record as its fields' exact values, by field name: the
+// Parts of an encoder that decodes records back.
+func Values(r *flow.Record) Parts {
+	p := Parts{}
+	for _, f := range flow.Fields() {
+		p[f.Name] = Value(&f, r)
+	}
+	return p
+}
+
+// Parts is an encoder's output for one record, split into named parts:
+// IPFIX elements, protobuf field numbers, attributes, JSON keys, metric
+// series... An encoder whose output has no such parts returns one part.
+type Parts map[string]string
+
+// Coverage is an encoder's field-coverage test.
+type Coverage struct {
+	// Encode encodes one record (alone) and splits the output into parts.
+	Encode func(t testing.TB, r *flow.Record) Parts
+	// Excluded lists the fields the encoder deliberately does not carry,
+	// each with the reason: "field" for every record, "field@base" for
+	// records of one shape of Bases (an IPFIX template, say).
+	Excluded map[string]string
+	// IDs, if set, returns the parts that carry field f according to the
+	// registry (f.Wire): each of them must change when f does, for some
+	// base, and every part of the output must be one of them (for some
+	// field) or listed in Other.
+	IDs func(f *flow.Field) []string
+	// Other lists parts that carry no field, with what they are.
+	Other map[string]string
+}
+
+// Check runs the coverage test: for every field and every base record the
+// field applies to, a record differing from the base only in that field
+// must encode differently, unless Excluded says why not.
+func (c Coverage) Check(t testing.TB) {
+	t.Helper()
+	fields := flow.Fields()
+	bases := Bases()
+	c.checkExclusions(t, fields, bases)
+	registered := map[string]bool{}
+	seen := map[string]bool{}
+	outs := make([]Parts, len(bases))
+	for i := range bases {
+		outs[i] = c.Encode(t, &bases[i].Rec)
+		for k := range outs[i] {
+			seen[k] = true
+		}
+	}
+	for _, f := range fields {
+		var want []string
+		if c.IDs != nil {
+			want = c.IDs(&f)
+			for _, id := range want {
+				registered[id] = true
+			}
+		}
+		if _, ok := c.Excluded[f.Name]; ok {
+			continue
+		}
+		changed := map[string]bool{}
+		for i, b := range bases {
+			base, out0 := b.Rec, outs[i]
+			if !f.AppliesTo(&base.Key) {
+				continue
+			}
+			if _, ok := c.Excluded[f.Name+"@"+b.Name]; ok {
+				continue
+			}
+			v := base
+			Vary(&f, &v)
+			out1 := c.Encode(t, &v)
+			for k := range out1 {
+				seen[k] = true
+			}
+			diff := Diff(out0, out1)
+			if len(diff) == 0 {
+				t.Errorf("field %s is not encoded in a %s record (a record differing only in %s, %s instead of %s, encodes the same); encode it or list it in the exclusions with the reason",
+					f.Name, b.Name, f.Name, Value(&f, &v), Value(&f, &base))
+			}
+			for _, k := range diff {
+				changed[k] = true
+			}
+		}
+		for _, id := range want {
+			if !changed[id] {
+				t.Errorf("field %s: the registry says %q carries it, but %q never changes with it (changed: %v)", f.Name, id, id, slices.Sorted(maps.Keys(changed)))
+			}
+		}
+	}
+	if c.IDs == nil {
+		return
+	}
+	for k := range seen {
+		if !registered[k] {
+			if _, ok := c.Other[k]; !ok {
+				t.Errorf("the encoder writes %q, which the registry gives no field (register it, or list it in Other)", k)
+			}
+		}
+	}
+}
+
+func (c Coverage) checkExclusions(t testing.TB, fields []flow.Field, bases []Base) {
+	t.Helper()
+	for k, why := range c.Excluded {
+		name, base, scoped := strings.Cut(k, "@")
+		if !slices.ContainsFunc(fields, func(f flow.Field) bool { return f.Name == name }) {
+			t.Errorf("exclusion %q names no field of flow.Fields", k)
+		}
+		if scoped && !slices.ContainsFunc(bases, func(b Base) bool { return b.Name == base }) {
+			t.Errorf("exclusion %q names no base record (have %v)", k, baseNames(bases))
+		}
+		if strings.TrimSpace(why) == "" {
+			t.Errorf("exclusion %q gives no reason", k)
+		}
+	}
+}
+
+func baseNames(bases []Base) []string {
+	out := make([]string, len(bases))
+	for i, b := range bases {
+		out[i] = b.Name
+	}
+	return out
+}
+
+// Diff returns the parts whose values differ between a and b, or that
+// only one has, sorted.
+func Diff(a, b Parts) []string {
+	var out []string
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			out = append(out, k)
+		}
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
