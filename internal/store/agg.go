@@ -109,14 +109,16 @@ type partTable struct {
 	}
 }
 
-type pending struct{ key, bytes, packets uint64 }
+// pending is one record's contribution to a group, or (bytes and packets
+// zero, flows 1) a flow the group had not seen before.
+type pending struct{ key, bytes, packets, flows uint64 }
 
 // partBuf is one worker's pending records.
 type partBuf [1 << partBits][]pending
 
-func (b *partBuf) add(k, bytes, packets uint64) {
+func (b *partBuf) add(k, bytes, packets, flows uint64) {
 	i := (k * partMul) >> (64 - partBits)
-	b[i] = append(b[i], pending{k, bytes, packets})
+	b[i] = append(b[i], pending{k, bytes, packets, flows})
 }
 
 // flush folds a worker's buffers into the tables.
@@ -131,7 +133,7 @@ func (p *partTable) flush(b *partBuf) {
 			a := pt.t.get(e.key)
 			a.bytes += e.bytes
 			a.packets += e.packets
-			a.flows++
+			a.flows += e.flows
 		}
 		pt.mu.Unlock()
 		b[i] = b[i][:0]
@@ -150,6 +152,10 @@ func (p *partTable) each(fn func(k uint64, a *agg)) {
 // to global ids once per dictionary entry rather than once per record, and
 // the workers' results merge by id.
 type interner struct {
+	// raw interns the entries as they are (16 bytes and family), for
+	// flow identity; otherwise entries are interned by their canonical
+	// form, for groups and filters (all non-IP entries are one).
+	raw   bool
 	mu    sync.Mutex
 	slots []internSlot
 	shift uint
@@ -214,7 +220,11 @@ func (in *interner) remap(s *segment, dst []uint32) []uint32 {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	for i := range dst {
-		dst[i] = in.intern(canonical(s.addrKey(uint32(i))))
+		k := s.addrKey(uint32(i))
+		if !in.raw {
+			k = canonical(k)
+		}
+		dst[i] = in.intern(k)
 	}
 	return dst
 }
