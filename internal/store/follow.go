@@ -1,17 +1,25 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"loupe/internal/flow"
 )
 
 // Follow is `loupe flows --follow`: it watches the manifest and hands over
 // the records of each segment the writer publishes after Follow started.
+// It reads the manifest as soon as the writer replaces it (inotify), and
+// opens new segments at once, so that it normally reads each write before
+// compaction could merge it.
 //
 // The writer's compaction may merge a new segment before the follower has
 // read it (it runs right after a write). A merged segment lists the ids it
@@ -19,7 +27,8 @@ import (
 // exactly one id it replaces was never seen (in a manifest, or in the
 // replaced lists of the segments seen), that unseen segment's records are
 // the rows between the seen inputs with lower ids and those with higher
-// ids: Follow reads them from the merged segment. Anything less certain
+// ids: Follow reads them from the merged segment (and all of them from a
+// merge of segments none of which it had read). Anything less certain
 // (several unseen inputs: the follower did not read the manifest for
 // several writes and merges) is not guessed at: the records are counted
 // and reported as missed (they are in the store). Memory is bounded: one
@@ -66,6 +75,11 @@ func (r *Reader) Follow(ctx context.Context, q Query, poll time.Duration, ev Fol
 	default:
 		fw.start(m)
 	}
+	// The manifest is read when it is replaced (inotify), so that a new
+	// segment is opened before compaction can merge it, and every poll in
+	// any case.
+	changed, stop := watchManifest(r.dir)
+	defer stop()
 	t := time.NewTicker(poll)
 	defer t.Stop()
 	for {
@@ -73,6 +87,7 @@ func (r *Reader) Follow(ctx context.Context, q Query, poll time.Duration, ev Fol
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		case <-changed:
 		}
 		if err := fw.step(ctx); err != nil {
 			if ctx.Err() != nil {
@@ -269,6 +284,8 @@ func (fw *follower) newRows(s *segment) (from, to int, ok bool) {
 	switch {
 	case seenRows == uint64(s.n):
 		return 0, 0, true // a merge of segments already read
+	case seenRows == 0 && len(unseen) > 0:
+		return 0, s.n, true // a merge of segments none of which was read
 	case seenRows > uint64(s.n) || len(unseen) != 1:
 		if fw.ev.Missed != nil && seenRows < uint64(s.n) {
 			fw.ev.Missed(uint64(s.n)-seenRows, "written and merged between two reads of the manifest")
@@ -312,4 +329,51 @@ func (fw *follower) segment(s *segment) error {
 		}
 	}
 	return nil
+}
+
+// watchManifest returns a channel that receives when a file is renamed
+// into dir (the writer publishes a manifest by renaming it into place).
+// Without inotify the channel never receives: the caller polls.
+func watchManifest(dir string) (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		return ch, func() {}
+	}
+	if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_MOVED_TO); err != nil {
+		unix.Close(fd)
+		return ch, func() {}
+	}
+	// Non-blocking, so that the runtime's poller waits for it and Close
+	// ends the Read below.
+	f := os.NewFile(uintptr(fd), "inotify")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 4096)
+		for {
+			n, err := f.Read(buf)
+			if err != nil {
+				return
+			}
+			for off := 0; off+unix.SizeofInotifyEvent <= n; {
+				ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+				name := buf[off+unix.SizeofInotifyEvent : off+unix.SizeofInotifyEvent+int(ev.Len)]
+				if i := bytes.IndexByte(name, 0); i >= 0 {
+					name = name[:i]
+				}
+				if string(name) == manifestName {
+					select {
+					case ch <- struct{}{}:
+					default:
+					}
+				}
+				off += unix.SizeofInotifyEvent + int(ev.Len)
+			}
+		}
+	}()
+	return ch, func() {
+		f.Close()
+		<-done
+	}
 }

@@ -100,8 +100,9 @@ func TestFollowThroughMerges(t *testing.T) {
 	step("3100-3108", 0)
 	maintain()
 	step("", 0)
-	// Two writes merged between two steps: their 25 records cannot be
-	// placed inside the merge; they are reported, not printed.
+	// Two writes merged with segments already printed, between two
+	// steps: their records cannot be placed inside the merge; they are
+	// reported, not printed.
 	write(4000, 12, t0.Add(4*time.Minute))
 	write(5000, 13, t0.Add(5*time.Minute))
 	maintain()
@@ -110,6 +111,46 @@ func TestFollowThroughMerges(t *testing.T) {
 	write(6000, 690, t0.Add(6*time.Minute))
 	maintain()
 	step("6000-6689", 0)
+	// Two writes merged together, alone in their tier (of 1 to 3
+	// records), between two steps: all their records are new.
+	write(7000, 1, t0.Add(7*time.Minute))
+	write(8000, 2, t0.Add(8*time.Minute))
+	maintain()
+	step("[7000 8000 8001]", 0)
+}
+
+// TestFollowNewRows: which rows of a new segment the follower prints, from
+// the ids it replaces and what the follower saw before.
+func TestFollowNewRows(t *testing.T) {
+	// Seen before: segments 10 (5 records) and 20 (7), live; 3 and 4,
+	// which 10 replaced.
+	mk := func() *follower {
+		return &follower{live: map[uint64]uint64{10: 5, 20: 7}, known: map[uint64]bool{3: true, 4: true, 10: true, 20: true}}
+	}
+	for _, c := range []struct {
+		name     string
+		replaces []uint64
+		n        int
+		from, to int
+		missed   uint64
+	}{
+		{"a write", nil, 9, 0, 9, 0},
+		{"a merge of what was read", []uint64{3, 4, 10, 20}, 12, 0, 0, 0},
+		{"a new write merged last", []uint64{3, 4, 10, 20, 30}, 15, 12, 15, 0},
+		{"a new write merged between", []uint64{3, 4, 10, 15, 20}, 16, 5, 9, 0},
+		{"a new write merged first", []uint64{8, 10, 20}, 13, 0, 1, 0},
+		{"new writes merged alone", []uint64{30, 31, 32}, 6, 0, 6, 0},
+		{"two new writes merged with what was read", []uint64{10, 30, 31}, 9, 0, 0, 4},
+		{"a merge that holds more than its inputs", []uint64{10, 20}, 14, 0, 0, 2},
+	} {
+		fw := mk()
+		var missed uint64
+		fw.ev.Missed = func(n uint64, _ string) { missed += n }
+		from, to, _ := fw.newRows(&segment{n: c.n, replaces: c.replaces})
+		if from != c.from || to != c.to || missed != c.missed {
+			t.Errorf("%s: rows [%d, %d), %d missed; want [%d, %d), %d", c.name, from, to, missed, c.from, c.to, c.missed)
+		}
+	}
 }
 
 // portSpan describes consecutive port numbers as first-last, and anything

@@ -17,6 +17,13 @@ import (
 // and matching the filter is printed once or counted as missed, never
 // printed twice; none written before is printed.
 func TestFollowWhileWriting(t *testing.T) {
+	// Woken by inotify alone (no poll comes in the test's time), and by
+	// inotify and frequent polls.
+	t.Run("inotify", func(t *testing.T) { followWhileWriting(t, time.Hour) })
+	t.Run("polling", func(t *testing.T) { followWhileWriting(t, 5*time.Millisecond) })
+}
+
+func followWhileWriting(t *testing.T, poll time.Duration) {
 	const batches, batchSize = 120, 24
 	dir := t.TempDir()
 	s := openStore(t, dir, store.Options{CompactFanIn: 2, CompactMaxSpan: 24 * time.Hour, MaintenanceInterval: time.Millisecond})
@@ -48,7 +55,7 @@ func TestFollowWhileWriting(t *testing.T) {
 	var printed, missed uint64
 	done := make(chan error, 1)
 	go func() {
-		done <- r.Follow(ctx, q, 5*time.Millisecond, store.FollowEvents{
+		done <- r.Follow(ctx, q, poll, store.FollowEvents{
 			Missed: func(n uint64, why string) { mu.Lock(); missed += n; mu.Unlock() },
 		}, func(rec *flow.Record) error {
 			mu.Lock()
