@@ -152,10 +152,6 @@ func (p *partTable) each(fn func(k uint64, a *agg)) {
 // to global ids once per dictionary entry rather than once per record, and
 // the workers' results merge by id.
 type interner struct {
-	// raw interns the entries as they are (16 bytes and family), for
-	// flow identity; otherwise entries are interned by their canonical
-	// form, for groups and filters (all non-IP entries are one).
-	raw   bool
 	mu    sync.Mutex
 	slots []internSlot
 	shift uint
@@ -220,11 +216,26 @@ func (in *interner) remap(s *segment, dst []uint32) []uint32 {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	for i := range dst {
+		dst[i] = in.intern(canonical(s.addrKey(uint32(i))))
+	}
+	return dst
+}
+
+// rawIDs returns, for each address entry of s, an id of the entry as
+// stored, given its canonical ids: the canonical id where the two are the
+// same (every valid IPv4 and IPv6 entry), else 1<<31 plus the entry's id in
+// in, which interns the others (non-IP and malformed entries) as they are.
+func (in *interner) rawIDs(s *segment, canon, dst []uint32) []uint32 {
+	dst = slices.Grow(dst[:0], s.nAddr)[:s.nAddr]
+	for i := range dst {
 		k := s.addrKey(uint32(i))
-		if !in.raw {
-			k = canonical(k)
+		if c := canonical(k); c == k {
+			dst[i] = canon[i]
+			continue
 		}
-		dst[i] = in.intern(k)
+		in.mu.Lock()
+		dst[i] = 1<<31 | in.intern(k)
+		in.mu.Unlock()
 	}
 	return dst
 }

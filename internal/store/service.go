@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"math"
+	"slices"
 	"sync"
 
 	"loupe/internal/flow"
@@ -98,22 +99,6 @@ func (t *synTable) get(k flowKey) *synInfo {
 	}
 }
 
-func (t *synTable) find(k flowKey) *synInfo {
-	if t.used == 0 {
-		return nil
-	}
-	mask := uint64(len(t.slots) - 1)
-	for h := (k.hash() * hashMul) >> t.shift; ; h = (h + 1) & mask {
-		sl := &t.slots[h]
-		if sl.k == k {
-			return &sl.v
-		}
-		if sl.k.b == 0 {
-			return nil
-		}
-	}
-}
-
 func (t *synTable) grow() {
 	old := t.slots
 	logSize := uint(8)
@@ -135,14 +120,71 @@ func (t *synTable) grow() {
 	}
 }
 
+// clientTable maps a connection to the direction its client sent.
+type clientTable struct {
+	slots []clientSlot
+	shift uint
+	used  int
+}
+
+type clientSlot struct {
+	k      flowKey
+	client int8
+}
+
+func (t *clientTable) put(k flowKey, client int8) {
+	if t.used*4 >= len(t.slots)*3 {
+		old := t.slots
+		logSize := uint(4)
+		if old != nil {
+			logSize = 64 - t.shift + 1
+		}
+		t.slots, t.shift, t.used = make([]clientSlot, 1<<logSize), 64-logSize, 0
+		for _, sl := range old {
+			if sl.k.b != 0 {
+				t.put(sl.k, sl.client)
+			}
+		}
+	}
+	mask := uint64(len(t.slots) - 1)
+	h := (k.hash() * hashMul) >> t.shift
+	for t.slots[h].k.b != 0 {
+		h = (h + 1) & mask
+	}
+	t.slots[h] = clientSlot{k, client}
+	t.used++
+}
+
+func (t *clientTable) find(k flowKey) (int8, bool) {
+	if t.used == 0 {
+		return 0, false
+	}
+	mask := uint64(len(t.slots) - 1)
+	for h := (k.hash() * hashMul) >> t.shift; ; h = (h + 1) & mask {
+		sl := &t.slots[h]
+		if sl.k == k {
+			return sl.client, true
+		}
+		if sl.k.b == 0 {
+			return 0, false
+		}
+	}
+}
+
 // serviceTable is every connection of the window with a SYN record, in
 // partitions like keySet. It is read without locks once built.
 type serviceTable struct {
 	parts [1 << partBits]struct {
-		mu sync.Mutex
-		t  synTable
+		mu  sync.Mutex
+		t   synTable    // while the pass runs
+		res clientTable // then: the connections whose client is known
 	}
+	bits []uint64 // a bit set for each connection's hash (modulo its size)
+	mask uint64
 }
+
+func (t *serviceTable) set(h uint64)      { h &= t.mask; t.bits[h/64] |= 1 << (h % 64) }
+func (t *serviceTable) has(h uint64) bool { h &= t.mask; return t.bits[h/64]&(1<<(h%64)) != 0 }
 
 type synPending struct {
 	k     flowKey
@@ -175,8 +217,10 @@ func (t *serviceTable) flush(b *synBuf) {
 func (t *serviceTable) port(srcID, dstID uint32, sp, dp uint16, proto uint8) uint16 {
 	if proto == flow.ProtoTCP {
 		k, dir := connKey(srcID, sp, dstID, dp)
-		if v := t.parts[k.hash()>>(64-partBits)].t.find(k); v != nil && v.client >= 0 {
-			if int(v.client) == dir {
+		if h := k.hash(); !t.has(h) {
+			// No SYN of this connection in the window.
+		} else if client, ok := t.parts[h>>(64-partBits)].res.find(k); ok {
+			if int(client) == dir {
 				return dp // the record's sender is the client
 			}
 			return sp
@@ -206,13 +250,9 @@ func recordServicePort(ethType uint16, proto uint8, sp, dp, flags uint16) uint16
 func (r *Reader) servicePass(ctx context.Context, sn *snapshot, st *topState) (*serviceTable, error) {
 	win := st.cq.window()
 	t := &serviceTable{}
-	type worker struct {
-		buf   synBuf
-		remap []uint32
-	}
-	ws := make([]*worker, maxWorkers())
+	ws := make([]*synWorker, maxWorkers())
 	for i := range ws {
-		ws[i] = &worker{}
+		ws[i] = &synWorker{}
 	}
 	var scratch Report
 	err := r.parallel(ctx, sn, &scratch, func(wi int, s *segment) error {
@@ -240,11 +280,15 @@ func (r *Reader) servicePass(ctx context.Context, sn *snapshot, st *topState) (*
 				continue
 			}
 			if !remapped {
-				w.remap = st.in.remap(s, w.remap)
+				// Lazily: SYN records are few, their addresses fewer.
+				w.remap = slices.Grow(w.remap[:0], s.nAddr)[:s.nAddr]
+				for j := range w.remap {
+					w.remap[j] = noID
+				}
 				remapped = true
 			}
-			k, dir := connKey(w.remap[le.Uint32(c[cSrcAddr][4*i:])], le.Uint16(c[cSrcPort][2*i:]),
-				w.remap[le.Uint32(c[cDstAddr][4*i:])], le.Uint16(c[cDstPort][2*i:]))
+			k, dir := connKey(w.id(s, st.in, le.Uint32(c[cSrcAddr][4*i:])), le.Uint16(c[cSrcPort][2*i:]),
+				w.id(s, st.in, le.Uint32(c[cDstAddr][4*i:])), le.Uint16(c[cDstPort][2*i:]))
 			p := k.hash() >> (64 - partBits)
 			w.buf[p] = append(w.buf[p], synPending{k: k, first: int64(le.Uint64(c[cFirst][8*i:])), dir: uint8(dir), alone: fl&flow.TCPAck == 0})
 		}
@@ -254,12 +298,53 @@ func (r *Reader) servicePass(ctx context.Context, sn *snapshot, st *topState) (*
 	if err != nil {
 		return nil, err
 	}
+	// Keep only the connections whose client is known, in small slots,
+	// and one bit per connection hash (16 bits per connection): most
+	// records' connections had no decisive SYN in the window, and the bit
+	// says so without a trip to the table.
+	n := 0
 	for i := range t.parts {
-		for j := range t.parts[i].t.slots {
-			if sl := &t.parts[i].t.slots[j]; sl.k.b != 0 {
+		p := &t.parts[i]
+		for j := range p.t.slots {
+			if sl := &p.t.slots[j]; sl.k.b != 0 {
 				sl.v.resolve()
+				if sl.v.client >= 0 {
+					n++
+				}
 			}
 		}
 	}
+	t.bits = make([]uint64, max(1, (16*n+63)/64))
+	t.mask = uint64(len(t.bits))*64 - 1
+	for i := range t.parts {
+		p := &t.parts[i]
+		for _, sl := range p.t.slots {
+			if sl.k.b != 0 && sl.v.client >= 0 {
+				p.res.put(sl.k, sl.v.client)
+				t.set(sl.k.hash())
+			}
+		}
+		p.t = synTable{}
+	}
 	return t, nil
+}
+
+// noID marks an address entry not interned yet.
+const noID = ^uint32(0)
+
+// synWorker is one goroutine of the service pass.
+type synWorker struct {
+	buf   synBuf
+	remap []uint32 // global ids of the segment's address entries, noID until needed
+}
+
+func (w *synWorker) id(s *segment, in *interner, idx uint32) uint32 {
+	if id := w.remap[idx]; id != noID {
+		return id
+	}
+	in.mu.Lock()
+	id := in.intern(canonical(s.addrKey(idx)))
+	in.mu.Unlock()
+	w.remap[idx] = id
+	return id
 }

@@ -88,7 +88,7 @@ type topState struct {
 	cq    *compiled
 	by    GroupBy
 	in    *interner // canonical addresses: groups
-	raw   *interner // addresses as stored: flow identity
+	raw   *interner // addresses whose canonical form differs: flow identity
 	ctxs  *ctxInterner
 	table *partTable // ByPair and the port groupings
 	keys  *keySet
@@ -107,6 +107,7 @@ type topWorker struct {
 	rawMap  []uint32
 	ctx     ctxCache
 	matched uint64
+	pending uint64 // records buffered since the last flush
 }
 
 // Top returns the n groups with the most bytes among the records matching
@@ -128,7 +129,7 @@ func (r *Reader) Top(ctx context.Context, q Query, by GroupBy, n int) ([]TopEntr
 		return nil, err
 	}
 	defer sn.close()
-	st := &topState{cq: &cq, by: by, in: &interner{}, raw: &interner{raw: true}, ctxs: &ctxInterner{},
+	st := &topState{cq: &cq, by: by, in: &interner{}, raw: &interner{}, ctxs: &ctxInterner{},
 		table: &partTable{}, keys: &keySet{}, vlan: -1}
 	if c, ok := fieldCol("vlan_id"); ok {
 		st.vlan = c
@@ -147,6 +148,9 @@ func (r *Reader) Top(ctx context.Context, q Query, by GroupBy, n int) ([]TopEntr
 	})
 	if err != nil {
 		return nil, err
+	}
+	for _, w := range workers {
+		w.flush()
 	}
 	// Fold the other workers' direct aggregates into the first.
 	total := workers[0]
@@ -173,7 +177,7 @@ func (w *topWorker) segment(ctx context.Context, s *segment) error {
 		return err
 	}
 	w.remap = st.in.remap(s, w.remap)
-	w.rawMap = st.raw.remap(s, w.rawMap)
+	w.rawMap = st.raw.rawIDs(s, w.remap, w.rawMap)
 	if n := st.in.size(); len(w.direct) < n {
 		w.direct = slices.Grow(w.direct, n-len(w.direct))[:n]
 	}
@@ -229,10 +233,31 @@ func (w *topWorker) segment(ctx context.Context, s *segment) error {
 		w.keyBuf.add(k, g)
 		matched++
 	}
+	w.matched += matched
+	w.pending += matched
+	if w.pending >= flushEvery {
+		w.flush()
+	}
+	return nil
+}
+
+// flushEvery is how many records a worker buffers before it folds them
+// into the shared tables. Large folds keep each partition's table in the
+// CPU caches while it takes its keys (a table is 1/256 of the whole);
+// the buffers take about 40 bytes a record.
+const flushEvery = 1 << 20
+
+// flush folds the worker's buffered keys and groups into the shared
+// tables.
+func (w *topWorker) flush() {
+	st := w.st
 	w.fresh = st.keys.flush(&w.keyBuf, w.fresh[:0])
-	if by == BySrc || by == ByDst {
+	if by := st.by; by == BySrc || by == ByDst {
+		if n := st.in.size(); len(w.direct) < n {
+			w.direct = slices.Grow(w.direct, n-len(w.direct))[:n]
+		}
 		for _, g := range w.fresh {
-			direct[g].flows++
+			w.direct[g].flows++
 		}
 	} else {
 		for _, g := range w.fresh {
@@ -240,8 +265,7 @@ func (w *topWorker) segment(ctx context.Context, s *segment) error {
 		}
 		st.table.flush(&w.buf)
 	}
-	w.matched += matched
-	return nil
+	w.pending = 0
 }
 
 // check verifies what Top reads of a segment: the filter's blocks, the
