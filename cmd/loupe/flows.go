@@ -23,9 +23,7 @@ const flowsSynopsis = "[--since D|TIME] [--until D|TIME] [--src CIDR] [--dst CID
 	"[--iface GLOB] [--direction ingress|egress] [--sort FIELD] [--limit N] [--raw] [--json] [--follow] [--store PATH]"
 
 func flowsCmd(args []string, stdout, stderr io.Writer) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return flows(ctx, args, stdout, stderr)
+	return flows(context.Background(), args, stdout, stderr)
 }
 
 // flowsOptions are the flags of `loupe flows` beyond the filters.
@@ -75,6 +73,9 @@ func flows(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	w := bufio.NewWriterSize(stdout, 64<<10)
 	defer w.Flush()
 	if o.follow {
+		// Until interrupted: Ctrl-C ends a follow, not the process.
+		ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+		defer stop()
 		return followFlows(ctx, rd, sq, o, w, stderr)
 	}
 

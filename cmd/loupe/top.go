@@ -6,10 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
-	"os"
-	"os/signal"
 	"strconv"
-	"syscall"
 	"time"
 
 	"loupe/internal/flow"
@@ -20,8 +17,7 @@ const topSynopsis = "[--by src|dst|pair|port|src-port|dst-port] [-n N] [--since 
 	"[--port N] [--proto P] [--iface GLOB] [--direction ingress|egress] [--raw] [--json] [--store PATH]"
 
 func topCmd(args []string, stdout, stderr io.Writer) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx := context.Background()
 	fs := newFlagSet("top", topSynopsis, stdout, stderr)
 	var q queryFlags
 	q.bind(fs)
