@@ -7,5 +7,5 @@ cd "$(dirname "$0")/.."
 ./scripts/deps.sh run
 . scripts/env.sh
 ./scripts/build.sh bin/loupe
-echo "built bin/loupe; query with: bin/loupe flows --since 5m | bin/loupe top" >&2
+echo "built bin/loupe; in another terminal, 'bin/loupe flows' prints recent flows and 'bin/loupe top' the top talkers" >&2
 exec bin/loupe run "$@"

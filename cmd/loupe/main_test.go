@@ -50,40 +50,70 @@ func TestRunRejectsBadConfig(t *testing.T) {
 	}
 }
 
-func writeStore(t *testing.T) string {
+// writeRecords writes recs into a new store, one segment per batch, and
+// returns its directory.
+func writeRecords(t *testing.T, batch int, recs []flow.Record) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "store")
 	st, err := store.Open(dir, store.Options{NoBackground: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Now()
-	mk := func(src, dst string, sport, dport uint16, proto uint8, bytes uint64, age time.Duration) flow.Record {
-		s, d := netip.MustParseAddr(src), netip.MustParseAddr(dst)
-		et := uint16(flow.EtherTypeIPv4)
-		if s.Is6() {
-			et = flow.EtherTypeIPv6
+	for i := 0; i < len(recs); i += batch {
+		if err := st.Write(context.Background(), recs[i:min(i+batch, len(recs))]); err != nil {
+			t.Fatal(err)
 		}
-		return flow.Record{
-			Key:   flow.Key{SrcAddr: s.As16(), DstAddr: d.As16(), SrcPort: sport, DstPort: dport, Proto: proto, EtherType: et, Direction: flow.Egress},
-			Iface: "eth0", Packets: bytes / 100, Bytes: bytes, FirstSeen: now.Add(-age), LastSeen: now.Add(-age), Sampling: 1,
-		}
-	}
-	recs := []flow.Record{
-		mk("10.0.0.1", "10.0.1.1", 40000, 443, 6, 9000, time.Minute),
-		mk("10.0.0.2", "10.0.1.1", 40001, 443, 6, 3000, time.Minute),
-		mk("10.0.0.1", "192.0.2.9", 5353, 53, 17, 500, time.Minute),
-		mk("2001:db8::1", "2001:db8::2", 1000, 80, 6, 7000, time.Minute),
-		mk("10.0.0.3", "10.0.1.1", 40002, 22, 6, 99999, 3*time.Hour), // old
-		mk("10.0.0.4", "10.0.1.1", 8, 0, 1, 84, 3*time.Hour),         // ICMP echo, old
-	}
-	if err := st.Write(context.Background(), recs); err != nil {
-		t.Fatal(err)
 	}
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// rec is a record of an IP flow last seen age ago.
+func rec(src, dst string, sport, dport uint16, proto uint8, bytes uint64, age time.Duration) flow.Record {
+	s, d := netip.MustParseAddr(src), netip.MustParseAddr(dst)
+	et := uint16(flow.EtherTypeIPv4)
+	if s.Is6() {
+		et = flow.EtherTypeIPv6
+	}
+	now := time.Now()
+	return flow.Record{
+		Key:   flow.Key{SrcAddr: s.As16(), DstAddr: d.As16(), SrcPort: sport, DstPort: dport, Proto: proto, EtherType: et, Direction: flow.Egress, IfIndex: 2},
+		Iface: "eth0", Packets: bytes / 100, Bytes: bytes, FirstSeen: now.Add(-age - time.Second), LastSeen: now.Add(-age), Sampling: 1,
+	}
+}
+
+func writeStore(t *testing.T) string {
+	t.Helper()
+	recs := []flow.Record{
+		rec("10.0.0.1", "10.0.1.1", 40000, 443, 6, 9000, time.Minute),
+		rec("10.0.0.2", "10.0.1.1", 40001, 443, 6, 3000, time.Minute),
+		rec("10.0.0.1", "192.0.2.9", 5353, 53, 17, 500, time.Minute),
+		rec("2001:db8::1", "2001:db8::2", 1000, 80, 6, 7000, time.Minute),
+		rec("10.0.0.3", "10.0.1.1", 40002, 22, 6, 99999, 3*time.Hour), // old
+		rec("10.0.0.4", "10.0.1.1", 8, 0, 1, 84, 3*time.Hour),         // ICMP echo, old
+	}
+	recs[1].Iface, recs[1].IfIndex, recs[1].Direction = "wlan0", 3, flow.Ingress
+	recs[3].Iface, recs[3].IfIndex = "veth12ab", 7
+	return writeRecords(t, len(recs), recs)
+}
+
+// jsonRecords decodes `flows --json` output.
+func jsonRecords(t *testing.T, out string) []flow.Record {
+	t.Helper()
+	var recs []flow.Record
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if line == "" {
+			continue
+		}
+		var r flow.Record
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("bad JSON line %q: %v", line, err)
+		}
+		recs = append(recs, r)
+	}
+	return recs
 }
 
 func TestFlowsFilters(t *testing.T) {
@@ -94,47 +124,61 @@ func TestFlowsFilters(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("flows %v: exit %d: %s", args, code, errOut)
 		}
-		n := 0
-		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-			if line == "" {
-				continue
-			}
-			var r flow.Record
-			if err := json.Unmarshal([]byte(line), &r); err != nil {
-				t.Fatalf("bad JSON line %q: %v", line, err)
-			}
-			n++
-		}
-		return n
+		return len(jsonRecords(t, out))
 	}
+	hourAgo := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
 	for _, c := range []struct {
 		args []string
 		want int
 	}{
-		{nil, 6},
-		{[]string{"--since", "1h"}, 4},
-		{[]string{"--src", "10.0.0.0/24"}, 5},
+		{nil, 4}, // the last hour by default
+		{[]string{"--since", "0"}, 6},
+		{[]string{"--since", "4h"}, 6},
+		{[]string{"--since", hourAgo}, 4},
+		{[]string{"--since", "0", "--until", "2h"}, 2},
+		{[]string{"--since", "0", "--until", hourAgo}, 2},
+		{[]string{"--since", "4h", "--until", "1h"}, 2},
+		{[]string{"--src", "10.0.0.0/24", "--since", "0"}, 5},
 		{[]string{"--src", "10.0.0.1"}, 2},
-		{[]string{"--dst", "10.0.1.1", "--since", "1h"}, 2},
+		{[]string{"--dst", "10.0.1.1"}, 2},
 		{[]string{"--port", "443"}, 2},
 		{[]string{"--proto", "udp"}, 1},
 		{[]string{"--proto", "6", "--src", "2001:db8::/32"}, 1},
+		{[]string{"--iface", "eth0"}, 2},
+		{[]string{"--iface", "eth*", "--since", "0"}, 4},
+		{[]string{"--iface", "wlan0", "--iface", "veth*"}, 2},
+		{[]string{"--iface", "lo"}, 0},
+		{[]string{"--direction", "ingress"}, 1},
+		{[]string{"--direction", "egress", "--iface", "eth0"}, 2},
 	} {
 		if got := count(c.args...); got != c.want {
 			t.Errorf("flows %v: %d records, want %d", c.args, got, c.want)
 		}
 	}
-	if code, _, errOut := run(t, "flows", "--store", dir, "--src", "10.0.0.300"); code != 1 || !strings.Contains(errOut, "--src") {
-		t.Errorf("bad CIDR: exit %d %q", code, errOut)
+	for _, c := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"--src", "10.0.0.300"}, 1, "--src"},
+		{[]string{"--direction", "sideways"}, 1, "ingress or egress"},
+		{[]string{"--iface", "eth["}, 2, "bad glob"},
+		{[]string{"--since", "yesterday"}, 2, "RFC 3339"},
+		{[]string{"--since", "-5m"}, 2, "negative"},
+		{[]string{"--since", "1h", "--until", "2h"}, 1, "after --until"},
+	} {
+		if code, _, errOut := run(t, append([]string{"flows", "--store", dir}, c.args...)...); code != c.code || !strings.Contains(errOut, c.msg) {
+			t.Errorf("flows %v: exit %d %q, want exit %d and %q", c.args, code, errOut, c.code, c.msg)
+		}
 	}
 	if code, _, errOut := run(t, "flows", "--store", filepath.Join(dir, "missing")); code != 1 || !strings.Contains(errOut, "store") {
 		t.Errorf("missing store: exit %d %q", code, errOut)
 	}
-	code, out, _ := run(t, "flows", "--store", dir, "--proto", "icmp")
+	code, out, _ := run(t, "flows", "--store", dir, "--proto", "icmp", "--since", "0")
 	if code != 0 || !strings.Contains(out, "icmp 8/0") {
 		t.Errorf("icmp row without type/code:\n%s", out)
 	}
-	code, out, _ = run(t, "flows", "--store", dir, "--since", "1h", "--port", "53")
+	code, out, _ = run(t, "flows", "--store", dir, "--port", "53")
 	if code != 0 || !strings.Contains(out, "10.0.0.1:5353") || !strings.Contains(out, "192.0.2.9:53") {
 		t.Errorf("table output:\n%s", out)
 	}
@@ -155,8 +199,8 @@ func TestTop(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "443") || strings.Count(strings.TrimSpace(out), "\n") != 1 {
 		t.Fatalf("top --by port -n 1:\n%s", out)
 	}
-	if code, _, _ := run(t, "top", "--store", dir, "--by", "colour"); code != 1 {
-		t.Errorf("bad --by: exit %d", code)
+	if code, _, errOut := run(t, "top", "--store", dir, "--by", "colour"); code != 1 || !strings.Contains(errOut, "src-port, dst-port") {
+		t.Errorf("bad --by: exit %d %q", code, errOut)
 	}
 }
 
@@ -190,7 +234,7 @@ func TestFlagErrorsAreOneLine(t *testing.T) {
 		{[]string{"run", "--cache-active-timeout", "5"},
 			`loupe run: invalid value "5" for flag -cache-active-timeout: invalid duration (want Go syntax such as 500ms, 5s, 1h30m)`},
 		{[]string{"flows", "--since", "1 hour"},
-			`loupe flows: invalid value "1 hour" for flag -since: invalid duration (want Go syntax such as 500ms, 5s, 1h30m)`},
+			`loupe flows: invalid value "1 hour" for flag -since: want a duration ago (30s, 5m, 2h30m) or an RFC 3339 time (2026-01-02T15:04:05Z)`},
 		{[]string{"run", "--flow-budget", "lots"}, `loupe run: invalid value "lots" for flag -flow-budget: want an integer`},
 		{[]string{"run", "--kafka-tls-enabled=maybe"}, `loupe run: invalid boolean value "maybe" for -kafka-tls-enabled: want true or false`},
 		{[]string{"run", "--ringbuf-size", "4MB"}, `loupe run: invalid value "4MB" for flag -ringbuf-size: invalid size "4MB" (want bytes, or a number with a KiB, MiB or GiB suffix)`},

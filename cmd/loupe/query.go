@@ -1,16 +1,13 @@
 package main
 
 import (
-	"bufio"
-	"context"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"io/fs"
 	"net/netip"
+	"path"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"loupe/internal/flow"
@@ -19,31 +16,38 @@ import (
 
 const defaultStore = "/var/lib/loupe/flows"
 
+// defaultSince is the window of `flows` and `top` without --since.
+const defaultSince = time.Hour
+
 // queryFlags are the filters `flows` and `top` share.
 type queryFlags struct {
-	store    string
-	since    time.Duration
-	src, dst string
-	port     int
-	proto    string
+	store        string
+	since, until timeFlag
+	src, dst     string
+	port         int
+	proto        string
+	ifaces       globList
+	direction    string
 }
 
-func (q *queryFlags) bind(fs *flag.FlagSet, defaultSince time.Duration) {
+func (q *queryFlags) bind(fs *flag.FlagSet) {
+	q.since = timeFlag{ago: defaultSince}
 	fs.StringVar(&q.store, "store", defaultStore, "flow store directory")
-	fs.DurationVar(&q.since, "since", defaultSince, "only flows seen in this last duration (0: all)")
+	fs.Var(&q.since, "since", "only flows seen since `TIME`: a duration ago (5m, 2h30m) or an RFC 3339 time (2026-01-02T15:04:05Z); 0: no bound")
+	fs.Var(&q.until, "until", "only flows seen until `TIME`: a duration ago or an RFC 3339 time (default now)")
 	fs.StringVar(&q.src, "src", "", "only flows from this CIDR or address")
 	fs.StringVar(&q.dst, "dst", "", "only flows to this CIDR or address")
 	fs.IntVar(&q.port, "port", -1, "only flows with this source or destination port (ICMP: type)")
-	fs.StringVar(&q.proto, "proto", "", "only this IP protocol: a number or tcp, udp, icmp, icmpv6, sctp")
+	fs.StringVar(&q.proto, "proto", "", "only this IP protocol: a number or a name (tcp, udp, icmp, icmpv6, sctp, ...)")
+	fs.Var(&q.ifaces, "iface", "only flows of interfaces matching this `GLOB` (eth0, 'veth*'); repeatable")
+	fs.StringVar(&q.direction, "direction", "", "only flows that crossed this hook: ingress or egress")
 }
 
 func (q *queryFlags) query(now time.Time) (store.Query, error) {
 	sq := store.NewQuery()
-	if q.since < 0 {
-		return sq, fmt.Errorf("--since %v: must not be negative", q.since)
-	}
-	if q.since > 0 {
-		sq.Since = now.Add(-q.since)
+	sq.Since, sq.Until = q.since.at(now), q.until.at(now)
+	if !sq.Since.IsZero() && !sq.Until.IsZero() && sq.Since.After(sq.Until) {
+		return sq, fmt.Errorf("--since %s is after --until %s", q.since.String(), q.until.String())
 	}
 	var err error
 	if sq.Src, err = parsePrefix(q.src); err != nil {
@@ -62,6 +66,14 @@ func (q *queryFlags) query(now time.Time) (store.Query, error) {
 			return sq, fmt.Errorf("--proto: %w", err)
 		}
 		sq.Proto = int(p)
+	}
+	sq.Ifaces = q.ifaces
+	if q.direction != "" {
+		d, err := flow.ParseDirection(q.direction)
+		if err != nil {
+			return sq, fmt.Errorf("--direction: %w", err)
+		}
+		sq.Direction = int(d)
 	}
 	return sq, nil
 }
@@ -96,15 +108,6 @@ func netipReason(err error) string {
 	return reason
 }
 
-// protoColumn names the protocol, with the type and code for ICMP, which
-// the record carries in the port fields.
-func protoColumn(r *flow.Record) string {
-	if r.PortKind() == flow.ICMPTypeCode && r.SrcIP().IsValid() {
-		return fmt.Sprintf("%s %d/%d", flow.ProtoName(r.Proto), r.SrcPort, r.DstPort)
-	}
-	return flow.ProtoName(r.Proto)
-}
-
 // open validates the filters and opens the store; the returned report is
 // filled by the query.
 func (q *queryFlags) open(now time.Time) (*store.Reader, store.Query, *store.Report, error) {
@@ -125,148 +128,82 @@ func (q *queryFlags) open(now time.Time) (*store.Reader, store.Query, *store.Rep
 	return rd, sq, sq.Report, nil
 }
 
-func flowsCmd(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("flows", "[--store PATH] [--since D] [--src CIDR] [--dst CIDR] [--port N] [--proto P] [--json]", stdout, stderr)
-	var q queryFlags
-	q.bind(fs, 0)
-	asJSON := fs.Bool("json", false, "print one JSON object per line")
-	if err := parse(fs, args, stdout); err != nil {
-		return err
-	}
-	rd, sq, rep, err := q.open(time.Now())
-	if err != nil {
-		return err
-	}
-
-	w := bufio.NewWriterSize(stdout, 64<<10)
-	defer w.Flush()
-	var tw *tabwriter.Writer
-	if !*asJSON {
-		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "LAST SEEN\tIFACE\tDIR\tPROTO\tSOURCE\tDESTINATION\tPACKETS\tBYTES\tTCP FLAGS")
-	}
-	var buf []byte
-	err = rd.Scan(context.Background(), sq, func(r *flow.Record) error {
-		if *asJSON {
-			buf = append(flow.AppendJSON(buf[:0], r), '\n')
-			_, err := w.Write(buf)
-			return err
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n",
-			r.LastSeen.Local().Format("2006-01-02 15:04:05.000"), r.Iface, r.Direction, protoColumn(r),
-			endpoint(r.SrcIP(), r.SrcPort, r), endpoint(r.DstIP(), r.DstPort, r), r.Packets, r.Bytes, tcpFlags(r))
-		return nil
-	})
-	if tw != nil {
-		tw.Flush()
-	}
-	reportSkipped(stderr, rep)
-	return err
+// timeFlag is a point in time given as a duration ago or an RFC 3339
+// time. The zero value (and "0") is no bound.
+type timeFlag struct {
+	ago time.Duration
+	abs time.Time
 }
 
-func topCmd(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("top", "[--by src|dst|pair|port] [--since D] [-n N] [--store PATH]", stdout, stderr)
-	var q queryFlags
-	q.bind(fs, time.Hour)
-	by := fs.String("by", "src", "group by src, dst, pair or port")
-	n := fs.Int("n", 10, "how many rows")
-	if err := parse(fs, args, stdout); err != nil {
-		return err
+func (f *timeFlag) String() string {
+	if f == nil {
+		return ""
 	}
-	group, err := store.ParseGroupBy(*by)
-	if err != nil {
-		return fmt.Errorf("--by: %w", err)
+	if !f.abs.IsZero() {
+		return f.abs.Format(time.RFC3339Nano)
 	}
-	if *n < 1 {
-		return fmt.Errorf("-n %d: want at least 1", *n)
+	return shortDuration(f.ago)
+}
+
+// shortDuration is d as it would be typed: 1h rather than 1h0m0s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
 	}
-	rd, sq, rep, err := q.open(time.Now())
-	if err != nil {
-		return err
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
 	}
-	rows, err := rd.Top(context.Background(), sq, group, *n)
-	if err != nil {
-		return err
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	switch group {
-	case store.BySrc:
-		fmt.Fprintln(tw, "SOURCE\tBYTES\tPACKETS\tFLOWS\t")
-	case store.ByDst:
-		fmt.Fprintln(tw, "DESTINATION\tBYTES\tPACKETS\tFLOWS\t")
-	case store.ByPair:
-		fmt.Fprintln(tw, "SOURCE\tDESTINATION\tBYTES\tPACKETS\tFLOWS\t")
-	case store.ByPort:
-		fmt.Fprintln(tw, "PORT\tPROTO\tBYTES\tPACKETS\tFLOWS\t")
-	}
-	for _, r := range rows {
-		switch group {
-		case store.BySrc:
-			fmt.Fprintf(tw, "%s\t", addrOrNonIP(r.Src))
-		case store.ByDst:
-			fmt.Fprintf(tw, "%s\t", addrOrNonIP(r.Dst))
-		case store.ByPair:
-			fmt.Fprintf(tw, "%s\t%s\t", addrOrNonIP(r.Src), addrOrNonIP(r.Dst))
-		case store.ByPort:
-			fmt.Fprintf(tw, "%d\t%s\t", r.Port, flow.ProtoName(r.Proto))
+	return s
+}
+
+func (f *timeFlag) Set(s string) error {
+	if d, err := time.ParseDuration(s); err == nil {
+		if d < 0 {
+			return fmt.Errorf("a duration ago must not be negative")
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t\n", humanBytes(r.Bytes), r.Packets, r.Flows)
+		*f = timeFlag{ago: d}
+		return nil
 	}
-	tw.Flush()
-	reportSkipped(stderr, rep)
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		*f = timeFlag{abs: t}
+		return nil
+	}
+	return fmt.Errorf("want a duration ago (30s, 5m, 2h30m) or an RFC 3339 time (2026-01-02T15:04:05Z)")
+}
+
+// at returns the time relative to now; the zero time is no bound.
+func (f *timeFlag) at(now time.Time) time.Time {
+	switch {
+	case !f.abs.IsZero():
+		return f.abs
+	case f.ago == 0:
+		return time.Time{}
+	}
+	return now.Add(-f.ago)
+}
+
+// globList is a repeatable flag of interface name globs.
+type globList []string
+
+func (g *globList) String() string {
+	if g == nil {
+		return ""
+	}
+	return strings.Join(*g, ",")
+}
+
+func (g *globList) Set(s string) error {
+	if _, err := path.Match(s, ""); err != nil {
+		return fmt.Errorf("bad glob: %w", err)
+	}
+	*g = append(*g, s)
 	return nil
 }
 
-func reportSkipped(w io.Writer, rep *store.Report) {
-	for _, c := range rep.Corrupt {
-		fmt.Fprintf(w, "warning: skipped %v\n", c)
-	}
-}
-
-func endpoint(a netip.Addr, port uint16, r *flow.Record) string {
-	if !a.IsValid() {
-		return fmt.Sprintf("ethertype %#04x", r.EtherType)
-	}
-	if r.PortKind() == flow.TransportPorts {
-		return netip.AddrPortFrom(a, port).String()
-	}
-	return a.String()
-}
-
-func addrOrNonIP(a netip.Addr) string {
-	if !a.IsValid() {
-		return "(non-IP)"
-	}
-	return a.String()
-}
-
-var flagLetters = []struct {
-	bit    uint16
-	letter byte
-}{{flow.TCPFin, 'F'}, {flow.TCPSyn, 'S'}, {flow.TCPRst, 'R'}, {flow.TCPPsh, 'P'}, {flow.TCPAck, 'A'}, {flow.TCPUrg, 'U'}, {flow.TCPEce, 'E'}, {flow.TCPCwr, 'C'}}
-
-func tcpFlags(r *flow.Record) string {
-	if !r.IsTCP() {
-		return ""
-	}
-	var b []byte
-	for _, f := range flagLetters {
-		if r.TCPFlags&f.bit != 0 {
-			b = append(b, f.letter)
-		}
-	}
-	return string(b)
-}
-
-func humanBytes(n uint64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := uint64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+// given reports whether the flag named name was set on the command line.
+func given(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

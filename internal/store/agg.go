@@ -109,14 +109,16 @@ type partTable struct {
 	}
 }
 
-type pending struct{ key, bytes, packets uint64 }
+// pending is one record's contribution to a group, or (bytes and packets
+// zero, flows 1) a flow the group had not seen before.
+type pending struct{ key, bytes, packets, flows uint64 }
 
 // partBuf is one worker's pending records.
 type partBuf [1 << partBits][]pending
 
-func (b *partBuf) add(k, bytes, packets uint64) {
+func (b *partBuf) add(k, bytes, packets, flows uint64) {
 	i := (k * partMul) >> (64 - partBits)
-	b[i] = append(b[i], pending{k, bytes, packets})
+	b[i] = append(b[i], pending{k, bytes, packets, flows})
 }
 
 // flush folds a worker's buffers into the tables.
@@ -131,7 +133,7 @@ func (p *partTable) flush(b *partBuf) {
 			a := pt.t.get(e.key)
 			a.bytes += e.bytes
 			a.packets += e.packets
-			a.flows++
+			a.flows += e.flows
 		}
 		pt.mu.Unlock()
 		b[i] = b[i][:0]
@@ -215,6 +217,25 @@ func (in *interner) remap(s *segment, dst []uint32) []uint32 {
 	defer in.mu.Unlock()
 	for i := range dst {
 		dst[i] = in.intern(canonical(s.addrKey(uint32(i))))
+	}
+	return dst
+}
+
+// rawIDs returns, for each address entry of s, an id of the entry as
+// stored, given its canonical ids: the canonical id where the two are the
+// same (every valid IPv4 and IPv6 entry), else 1<<31 plus the entry's id in
+// in, which interns the others (non-IP and malformed entries) as they are.
+func (in *interner) rawIDs(s *segment, canon, dst []uint32) []uint32 {
+	dst = slices.Grow(dst[:0], s.nAddr)[:s.nAddr]
+	for i := range dst {
+		k := s.addrKey(uint32(i))
+		if c := canonical(k); c == k {
+			dst[i] = canon[i]
+			continue
+		}
+		in.mu.Lock()
+		dst[i] = 1<<31 | in.intern(k)
+		in.mu.Unlock()
 	}
 	return dst
 }

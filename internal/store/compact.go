@@ -15,6 +15,7 @@ package store
 // so that even rebuilding a lost manifest from the files cannot count both.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -130,6 +131,12 @@ func (s *Store) quarantine(e entry, cause error) {
 // anything if an input turned out corrupt or missing (marked bad, so the
 // next pick differs) or was expired by retention meanwhile.
 func (s *Store) merge(ctx context.Context, inputs []entry) error {
+	// In id order, which is write order: a merged segment's records are
+	// in the order they were written, and a reader following the store
+	// (Reader.Follow) can tell where a segment it never saw lies inside
+	// the merge that replaced it.
+	inputs = slices.Clone(inputs)
+	slices.SortFunc(inputs, func(a, b entry) int { return cmp.Compare(a.id, b.id) })
 	var segs []*segment
 	defer func() {
 		for _, sg := range segs {

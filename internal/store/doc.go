@@ -102,4 +102,19 @@
 // newest. With a size limit, compaction builds no segment bigger than an
 // eighth of it. What retention deleted is counted by reason (age, size) in
 // segments, records and bytes.
+//
+// # Queries
+//
+// Every query takes a Query: a time window, address prefixes, a port, a
+// protocol, interface globs and a direction, turned per segment into masks
+// over its dictionaries (query.go), so that a segment none of whose
+// entries match is not read. Scan hands over every match in storage order.
+// Select (select.go) sorts and limits: it reads the filter and sort
+// columns, keeps the best N rows in a heap per worker and decodes only
+// those. Top (top.go) groups and counts distinct flows exactly, with a set
+// of packed flow keys (distinct.go); its port grouping resolves each
+// connection's service port from its SYNs first (service.go). Follow
+// (follow.go) hands over the segments a writer publishes, as it publishes
+// them. Writer (status.go) says whether a writer holds the store, without
+// taking its lock.
 package store

@@ -34,8 +34,8 @@ func blockAt(t *testing.T, b []byte, kind uint32) (int, int) {
 }
 
 func TestCorruptAndTruncatedSegmentsSkipped(t *testing.T) {
-	const kindBytes, kindSrcMAC = 4, 16
-	for _, damage := range []string{"flip bytes column", "flip mac column", "flip header", "truncate", "empty", "trailer"} {
+	const kindBytes, kindDSCP = 4, 13
+	for _, damage := range []string{"flip bytes column", "flip dscp column", "flip header", "truncate", "empty", "trailer"} {
 		t.Run(damage, func(t *testing.T) {
 			dir := t.TempDir()
 			s := openStore(t, dir, store.Options{NoBackground: true})
@@ -55,8 +55,8 @@ func TestCorruptAndTruncatedSegmentsSkipped(t *testing.T) {
 			case "flip bytes column":
 				off, n := blockAt(t, b, kindBytes)
 				b[off+n/2] ^= 0x40
-			case "flip mac column":
-				off, n := blockAt(t, b, kindSrcMAC)
+			case "flip dscp column":
+				off, n := blockAt(t, b, kindDSCP)
 				b[off+n/2] ^= 0x01
 			case "flip header":
 				b[41] ^= 0x10 // min first_seen
@@ -83,10 +83,10 @@ func TestCorruptAndTruncatedSegmentsSkipped(t *testing.T) {
 			// block it does not read cannot change its answer, so it then
 			// uses the segment: every byte behind an answer is verified.
 			wantTop, wantCorrupt := want, 1
-			if damage == "flip mac column" {
+			if damage == "flip dscp column" {
 				wantTop, wantCorrupt = recs, 0
 			}
-			for by := store.BySrc; by <= store.ByPort; by++ {
+			for _, by := range allGroupings {
 				sameTop(t, "top", top(t, r, q, by, 0), bruteTop(wantTop, store.NewQuery(), by, 0))
 				if len(rep.Corrupt) != wantCorrupt || rep.Read != 3-wantCorrupt {
 					t.Fatalf("top report %+v", rep)

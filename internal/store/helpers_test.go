@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -175,6 +176,12 @@ func matches(r *flow.Record, q store.Query) bool {
 	if q.Port != store.Any && int(r.SrcPort) != q.Port && int(r.DstPort) != q.Port {
 		return false
 	}
+	if q.Direction != store.Any && int(r.Direction) != q.Direction {
+		return false
+	}
+	if len(q.Ifaces) > 0 && !slices.ContainsFunc(q.Ifaces, func(g string) bool { ok, _ := path.Match(g, r.Iface); return ok }) {
+		return false
+	}
 	return q.Proto == store.Any || int(r.Proto) == q.Proto
 }
 
@@ -188,14 +195,19 @@ func filter(recs []flow.Record, q store.Query) []flow.Record {
 	return out
 }
 
-// bruteTop computes Top by brute force, with its own ordering code.
+// bruteTop computes Top by brute force, with its own ordering code: flows
+// are distinct flow.Keys, and the service port comes from the SYNs of the
+// window as the store documents it (service.go), written here from
+// netip.Addr comparisons rather than the store's ids.
 func bruteTop(recs []flow.Record, q store.Query, by store.GroupBy, n int) []store.TopEntry {
 	type key struct {
 		src, dst netip.Addr
 		port     uint16
 		proto    uint8
 	}
+	service := bruteServices(recs, q)
 	groups := map[key]*store.TopEntry{}
+	flows := map[key]map[flow.Key]bool{}
 	for i := range recs {
 		r := &recs[i]
 		if !matches(r, q) {
@@ -210,19 +222,28 @@ func bruteTop(recs []flow.Record, q store.Query, by store.GroupBy, n int) []stor
 		case store.ByPair:
 			k.src, k.dst = r.SrcIP(), r.DstIP()
 		case store.ByPort:
+			k.proto = r.Proto
+			if r.PortKind() == flow.TransportPorts {
+				k.port = service(r)
+			}
+		case store.BySrcPort:
+			k.port, k.proto = r.SrcPort, r.Proto
+		case store.ByDstPort:
 			k.port, k.proto = r.DstPort, r.Proto
 		}
 		e := groups[k]
 		if e == nil {
 			e = &store.TopEntry{Src: k.src, Dst: k.dst, Port: k.port, Proto: k.proto}
 			groups[k] = e
+			flows[k] = map[flow.Key]bool{}
 		}
 		e.Bytes += r.Bytes
 		e.Packets += r.Packets
-		e.Flows++
+		flows[k][r.Key] = true
 	}
 	var out []store.TopEntry
-	for _, e := range groups {
+	for k, e := range groups {
+		e.Flows = uint64(len(flows[k]))
 		out = append(out, *e)
 	}
 	slices.SortFunc(out, func(a, b store.TopEntry) int {
@@ -246,6 +267,74 @@ func bruteTop(recs []flow.Record, q store.Query, by store.GroupBy, n int) []stor
 		out = out[:n]
 	}
 	return out
+}
+
+// bruteServices returns the service port of a record with ports: per TCP
+// connection of q's window (whatever q's other filters), the client is the
+// side of a SYN without ACK seen in one direction only, else the side
+// whose SYN record started first; failing that, the lower port.
+func bruteServices(recs []flow.Record, q store.Query) func(r *flow.Record) uint16 {
+	type conn struct{ lo, hi netip.AddrPort }
+	type side struct {
+		first time.Time
+		syn   bool
+		alone bool
+	}
+	connOf := func(r *flow.Record) (conn, int) {
+		s, d := netip.AddrPortFrom(r.SrcIP(), r.SrcPort), netip.AddrPortFrom(r.DstIP(), r.DstPort)
+		if s.Compare(d) <= 0 {
+			return conn{s, d}, 0
+		}
+		return conn{d, s}, 1
+	}
+	win := store.NewQuery()
+	win.Since, win.Until = q.Since, q.Until
+	sides := map[conn]*[2]side{}
+	for i := range recs {
+		r := &recs[i]
+		if !matches(r, win) || !r.IsTCP() || r.TCPFlags&flow.TCPSyn == 0 {
+			continue
+		}
+		c, dir := connOf(r)
+		if sides[c] == nil {
+			sides[c] = &[2]side{}
+		}
+		sd := &sides[c][dir]
+		if !sd.syn || r.FirstSeen.Before(sd.first) {
+			sd.first = r.FirstSeen
+		}
+		sd.syn = true
+		sd.alone = sd.alone || r.TCPFlags&flow.TCPAck == 0
+	}
+	return func(r *flow.Record) uint16 {
+		lower := min(r.SrcPort, r.DstPort)
+		if !r.IsTCP() {
+			return lower
+		}
+		c, dir := connOf(r)
+		sd := sides[c]
+		if sd == nil {
+			return lower
+		}
+		client := -1
+		switch {
+		case sd[0].alone && !sd[1].alone:
+			client = 0
+		case sd[1].alone && !sd[0].alone:
+			client = 1
+		case sd[0].syn && sd[1].syn && sd[0].first.Before(sd[1].first):
+			client = 0
+		case sd[0].syn && sd[1].syn && sd[1].first.Before(sd[0].first):
+			client = 1
+		}
+		switch client {
+		case -1:
+			return lower
+		case dir:
+			return r.DstPort
+		}
+		return r.SrcPort
+	}
 }
 
 func top(t *testing.T, r *store.Reader, q store.Query, by store.GroupBy, n int) []store.TopEntry {

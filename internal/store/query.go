@@ -4,16 +4,17 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"path"
 	"time"
 
 	"loupe/internal/flow"
 )
 
-// Any is the Port or Proto of a Query that matches every value.
+// Any is the Port, Proto or Direction of a Query that matches every value.
 const Any = -1
 
-// Query selects records. Note that the zero Query matches only port 0 and
-// protocol 0: start from NewQuery, which matches everything.
+// Query selects records. Note that the zero Query matches only port 0,
+// protocol 0 and ingress: start from NewQuery, which matches everything.
 type Query struct {
 	// Since and Until select records whose [first_seen, last_seen]
 	// interval overlaps [Since, Until], both ends inclusive. A zero value
@@ -29,13 +30,18 @@ type Query struct {
 	Port int
 	// Proto is the IP protocol number (Any for all).
 	Proto int
+	// Ifaces selects records whose interface name matches one of these
+	// globs (path.Match syntax: "eth*", "veth?"); empty selects all.
+	Ifaces []string
+	// Direction is a flow.Direction (Any for both).
+	Direction int
 	// Report, if set, is filled with what the query read, including the
 	// corrupt segments it skipped.
 	Report *Report
 }
 
 // NewQuery returns a query that matches every record.
-func NewQuery() Query { return Query{Port: Any, Proto: Any} }
+func NewQuery() Query { return Query{Port: Any, Proto: Any, Direction: Any} }
 
 func (q *Query) report() *Report {
 	if q.Report != nil {
@@ -49,10 +55,12 @@ type compiled struct {
 	since, until int64
 	src, dst     netip.Prefix
 	port, proto  int
+	dir          int
+	ifaces       []string
 }
 
 func (q *Query) compile() (compiled, error) {
-	c := compiled{since: math.MinInt64, until: math.MaxInt64, port: q.Port, proto: q.Proto}
+	c := compiled{since: math.MinInt64, until: math.MaxInt64, port: q.Port, proto: q.Proto, dir: q.Direction, ifaces: q.Ifaces}
 	if q.Port < Any || q.Port > math.MaxUint16 {
 		return c, fmt.Errorf("store: query port %d out of range (-1 for any, 0-65535)", q.Port)
 	}
@@ -64,6 +72,14 @@ func (q *Query) compile() (compiled, error) {
 	}
 	if !q.Until.IsZero() {
 		c.until = q.Until.UnixNano()
+	}
+	if q.Direction < Any || q.Direction > int(flow.Egress) {
+		return c, fmt.Errorf("store: query direction %d out of range (-1 for any, 0 ingress, 1 egress)", q.Direction)
+	}
+	for _, g := range q.Ifaces {
+		if _, err := path.Match(g, ""); err != nil {
+			return c, fmt.Errorf("store: query interface pattern %q: %w", g, err)
+		}
 	}
 	if c.since > c.until {
 		return c, fmt.Errorf("store: query since %v is after until %v", q.Since, q.Until)
@@ -105,14 +121,38 @@ func canonical(k addrKey) addrKey {
 	return addrKey{a.As16(), famV6}
 }
 
-// segFilter is a query specialised to one segment: address prefixes become
-// one bool per dictionary entry, and the per-record time test is dropped
-// when the whole segment is inside the window.
+// segFilter is a query specialised to one segment: address prefixes and
+// interface globs become one bool per dictionary entry, and the per-record
+// time test is dropped when the whole segment is inside the window.
 type segFilter struct {
 	checkTime    bool
 	since, until int64
 	port, proto  int
+	dir          int
 	srcOK, dstOK []bool
+	ifaceOK      []bool
+}
+
+// simple reports whether every record of the segment matches: no
+// per-record test is needed.
+func (f *segFilter) simple() bool {
+	return !f.checkTime && f.port < 0 && f.proto < 0 && f.dir < 0 && f.srcOK == nil && f.dstOK == nil && f.ifaceOK == nil
+}
+
+// window returns the query's time window alone: what Top's service-port
+// pass reads, whatever the other filters say.
+func (c *compiled) window() compiled {
+	return compiled{since: c.since, until: c.until, port: Any, proto: Any, dir: Any}
+}
+
+// matchIface reports whether name matches one of the globs.
+func matchIface(globs []string, name string) bool {
+	for _, g := range globs {
+		if ok, _ := path.Match(g, name); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // forSegment returns ok=false if no record of s can match. It verifies the
@@ -123,7 +163,7 @@ func (c *compiled) forSegment(s *segment) (f *segFilter, ok bool, err error) {
 	}
 	f = &segFilter{
 		checkTime: !(s.maxFirst <= c.until && s.minLast >= c.since),
-		since:     c.since, until: c.until, port: c.port, proto: c.proto,
+		since:     c.since, until: c.until, port: c.port, proto: c.proto, dir: c.dir,
 	}
 	var need []int
 	if f.checkTime {
@@ -135,11 +175,17 @@ func (c *compiled) forSegment(s *segment) (f *segFilter, ok bool, err error) {
 	if f.port >= 0 {
 		need = append(need, cSrcPort, cDstPort)
 	}
+	if f.dir >= 0 {
+		need = append(need, cDirection)
+	}
 	if c.src.IsValid() {
 		need = append(need, cSrcAddr, bAddrDict, bAddrFam)
 	}
 	if c.dst.IsValid() {
 		need = append(need, cDstAddr, bAddrDict, bAddrFam)
+	}
+	if len(c.ifaces) > 0 {
+		need = append(need, cIface, bNames)
 	}
 	if err := s.verify(need...); err != nil {
 		return nil, false, err
@@ -166,10 +212,30 @@ func (c *compiled) forSegment(s *segment) (f *segFilter, ok bool, err error) {
 		}
 		*p.ok = mask
 	}
+	if len(c.ifaces) > 0 {
+		names, err := s.nameDict()
+		if err != nil {
+			return nil, false, err
+		}
+		if err := s.checkIndex(cIface, len(names)); err != nil {
+			return nil, false, err
+		}
+		mask := make([]bool, len(names))
+		some := false
+		for i, n := range names {
+			mask[i] = matchIface(c.ifaces, n)
+			some = some || mask[i]
+		}
+		if !some {
+			return nil, false, nil
+		}
+		f.ifaceOK = mask
+	}
 	return f, true, nil
 }
 
-// match tests row i; the address columns were index-checked by forSegment.
+// match tests row i; the dictionary columns were index-checked by
+// forSegment.
 func (f *segFilter) match(s *segment, i int) bool {
 	c := &s.cols
 	if f.checkTime && (int64(le.Uint64(c[cFirst][8*i:])) > f.until || int64(le.Uint64(c[cLast][8*i:])) < f.since) {
@@ -181,10 +247,16 @@ func (f *segFilter) match(s *segment, i int) bool {
 	if f.port >= 0 && int(le.Uint16(c[cSrcPort][2*i:])) != f.port && int(le.Uint16(c[cDstPort][2*i:])) != f.port {
 		return false
 	}
+	if f.dir >= 0 && int(c[cDirection][i]) != f.dir {
+		return false
+	}
 	if f.srcOK != nil && !f.srcOK[le.Uint32(c[cSrcAddr][4*i:])] {
 		return false
 	}
 	if f.dstOK != nil && !f.dstOK[le.Uint32(c[cDstAddr][4*i:])] {
+		return false
+	}
+	if f.ifaceOK != nil && !f.ifaceOK[le.Uint32(c[cIface][4*i:])] {
 		return false
 	}
 	return true

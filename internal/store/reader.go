@@ -228,7 +228,15 @@ func (r *Reader) skip(rep *Report, mu *sync.Mutex, path string, err error) {
 func (r *Reader) parallel(ctx context.Context, sn *snapshot, rep *Report, fn func(w int, s *segment) error) error {
 	files := slices.Clone(sn.files)
 	slices.SortFunc(files, func(a, b snapFile) int { return cmp.Compare(b.e.size, a.e.size) })
-	workers := min(runtime.GOMAXPROCS(0), max(len(files), 1))
+	return r.parallelIn(ctx, files, rep, fn)
+}
+
+// maxWorkers is how many goroutines parallel runs at most.
+func maxWorkers() int { return runtime.GOMAXPROCS(0) }
+
+// parallelIn is parallel over files in the given order.
+func (r *Reader) parallelIn(ctx context.Context, files []snapFile, rep *Report, fn func(w int, s *segment) error) error {
+	workers := min(maxWorkers(), max(len(files), 1))
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ch := make(chan snapFile)

@@ -89,6 +89,12 @@ func TestFilters(t *testing.T) {
 		"port 0":         q(func(q *store.Query) { q.Port = 0 }),
 		"proto udp":      q(func(q *store.Query) { q.Proto = 17 }),
 		"proto 0":        q(func(q *store.Query) { q.Proto = 0 }),
+		"iface eth*":     q(func(q *store.Query) { q.Ifaces = []string{"eth*"} }),
+		"iface two":      q(func(q *store.Query) { q.Ifaces = []string{"wlan0", "v?th-*"} }),
+		"iface empty":    q(func(q *store.Query) { q.Ifaces = []string{""} }),
+		"iface none":     q(func(q *store.Query) { q.Ifaces = []string{"lo"} }),
+		"ingress":        q(func(q *store.Query) { q.Direction = int(flow.Ingress) }),
+		"egress":         q(func(q *store.Query) { q.Direction = int(flow.Egress) }),
 		"since":          q(func(q *store.Query) { q.Since = t0.Add(40 * time.Minute) }),
 		"until":          q(func(q *store.Query) { q.Until = t0.Add(10 * time.Minute) }),
 		"window":         q(func(q *store.Query) { q.Since, q.Until = t0.Add(20*time.Minute), t0.Add(21*time.Minute) }),
@@ -99,22 +105,24 @@ func TestFilters(t *testing.T) {
 			q.Since, q.Until = t0.Add(5*time.Minute), t0.Add(50*time.Minute)
 			q.Src, q.Dst = netip.MustParsePrefix("10.0.0.0/16"), netip.MustParsePrefix("10.0.0.0/8")
 			q.Port, q.Proto = 80, 6
+			q.Ifaces, q.Direction = []string{"eth?", "wlan*"}, int(flow.Egress)
 		}),
 	}
 	for name, q := range cases {
 		t.Run(name, func(t *testing.T) {
 			want := filter(recs, q)
-			if name != "no such prefix" && name != "after all" && name != "before all" && len(want) == 0 && name != "everything" {
+			if name != "no such prefix" && name != "after all" && name != "before all" && name != "iface none" && len(want) == 0 && name != "everything" {
 				t.Fatalf("test data does not exercise %q", name)
 			}
 			sameRecords(t, name, scanAll(t, r, q), want)
-			for by := store.BySrc; by <= store.ByPort; by++ {
+			for _, by := range allGroupings {
 				sameTop(t, name+"/"+by.String(), top(t, r, q, by, 0), bruteTop(recs, q, by, 0))
 			}
 		})
 	}
-	bad := []store.Query{{Port: 70000, Proto: -1}, {Port: -1, Proto: 300}, {Port: -2, Proto: -1},
-		{Port: -1, Proto: -1, Since: t0, Until: t0.Add(-time.Second)}}
+	bad := []store.Query{{Port: 70000, Proto: -1, Direction: -1}, {Port: -1, Proto: 300, Direction: -1}, {Port: -2, Proto: -1, Direction: -1},
+		{Port: -1, Proto: -1, Direction: -1, Since: t0, Until: t0.Add(-time.Second)},
+		{Port: -1, Proto: -1, Direction: 2}, {Port: -1, Proto: -1, Direction: -1, Ifaces: []string{"eth["}}}
 	for _, q := range bad {
 		if err := r.Scan(context.Background(), q, func(*flow.Record) error { return nil }); err == nil {
 			t.Errorf("Scan(%+v): no error", q)

@@ -124,6 +124,19 @@ func checkFlowsMatchKernelCounters(t *testing.T, o agentOpts) {
 	if len(lines) < 2 || !strings.Contains(lines[1], p.a4.String()) || !strings.Contains(lines[1], p.b4.String()) {
 		t.Errorf("loupe top --by pair:\n%s\nwant %s -> %s first", top, p.a4, p.b4)
 	}
+	// By service port, every TCP byte both ways is the server's port's,
+	// and each connection is two flows (one per direction), however many
+	// evictions it spanned.
+	var tcpBytes, tcpPackets uint64
+	for _, r := range recs {
+		if r.Iface == p.vethA && r.IsTCP() {
+			tcpBytes, tcpPackets = tcpBytes+r.Bytes, tcpPackets+r.Packets
+		}
+	}
+	want := fmt.Sprintf(`{"port":5001,"proto":6,"bytes":%d,"packets":%d,"flows":%d}`, tcpBytes, tcpPackets, 2*len(conns))
+	if got := strings.TrimSpace(a.run("top", "--by", "port", "--proto", "tcp", "--iface", p.vethA, "--json")); got != want {
+		t.Errorf("loupe top --by port --proto tcp --json:\n got %s\nwant %s", got, want)
+	}
 
 	// Each connection is its own flow, in both directions, with its
 	// endpoints and a full TCP life (SYN, ACK, FIN).

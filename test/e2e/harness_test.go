@@ -167,10 +167,11 @@ func (a *agent) exported() []flow.Record {
 	return readJSONLines(a.t, filepath.Join(a.dir, "flows.jsonl"))
 }
 
-// stored runs `loupe flows --json` against the agent's store.
+// stored runs `loupe flows --json` against the agent's store: every
+// record (--since 0), unless extra narrows it.
 func (a *agent) stored(extra ...string) []flow.Record {
 	a.t.Helper()
-	out := a.run(append([]string{"flows", "--json"}, extra...)...)
+	out := a.run(append([]string{"flows", "--json", "--since", "0"}, extra...)...)
 	return decodeRecords(a.t, strings.NewReader(out))
 }
 

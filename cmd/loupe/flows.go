@@ -1,0 +1,190 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"loupe/internal/flow"
+	"loupe/internal/store"
+)
+
+// defaultLimit is how many records the flows table shows without --limit.
+const defaultLimit = 50
+
+const flowsSynopsis = "[--since D|TIME] [--until D|TIME] [--src CIDR] [--dst CIDR] [--port N] [--proto P] " +
+	"[--iface GLOB] [--direction ingress|egress] [--sort FIELD] [--limit N] [--raw] [--json] [--follow] [--store PATH]"
+
+func flowsCmd(args []string, stdout, stderr io.Writer) error {
+	return flows(context.Background(), args, stdout, stderr)
+}
+
+// flowsOptions are the flags of `loupe flows` beyond the filters.
+type flowsOptions struct {
+	json, raw, follow bool
+	sort              string
+	limit             int
+}
+
+func flows(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("flows", flowsSynopsis, stdout, stderr)
+	var q queryFlags
+	q.bind(fs)
+	var o flowsOptions
+	fs.BoolVar(&o.json, "json", false, "print one JSON object per line (every record: --limit applies only if given)")
+	fs.StringVar(&o.sort, "sort", "last_seen", "sort by this `FIELD`, largest or newest first for counters and times, ascending for the others: "+
+		strings.Join(store.OrderNames(), ", ")+"; port is the service port a record says on its own (the destination of a lone SYN, else the lower port)")
+	fs.IntVar(&o.limit, "limit", defaultLimit, "print at most this many records, 0 for all (--json: all unless given)")
+	fs.BoolVar(&o.raw, "raw", false, "exact numbers: bytes in bytes, times in RFC 3339 UTC with nanoseconds")
+	fs.BoolVar(&o.follow, "follow", false, "print the records the agent writes from now on, as it writes them, until interrupted (Ctrl-C)")
+	if err := parse(fs, args, stdout); err != nil {
+		return err
+	}
+	if o.limit < 0 {
+		return fmt.Errorf("--limit %d: want 0 (all) or more", o.limit)
+	}
+	if o.json && !given(fs, "limit") {
+		o.limit = 0
+	}
+	order, err := store.ParseOrder(o.sort)
+	if err != nil {
+		return fmt.Errorf("--sort: %w", err)
+	}
+	if o.follow {
+		for _, name := range []string{"sort", "limit", "since", "until"} {
+			if given(fs, name) {
+				return fmt.Errorf("--follow prints records as they are written, from now on: it takes no --%s (run without --follow for past records)", name)
+			}
+		}
+		q.since = timeFlag{}
+	}
+	now := time.Now()
+	rd, sq, rep, err := q.open(now)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriterSize(stdout, 64<<10)
+	defer w.Flush()
+	if o.follow {
+		// Until interrupted: Ctrl-C ends a follow, not the process.
+		ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return followFlows(ctx, rd, sq, o, w, stderr)
+	}
+
+	tab := newFlowTable(w, format{raw: o.raw}, order.String() == "first_seen", false)
+	var buf []byte
+	var printed uint64
+	err = rd.Select(ctx, sq, order, o.limit, func(r *flow.Record) error {
+		printed++
+		if o.json {
+			buf = append(flow.AppendJSON(buf[:0], r), '\n')
+			_, err := w.Write(buf)
+			return err
+		}
+		tab.add(r)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if err := tab.flush(); err != nil {
+		return err
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	reportSkipped(stderr, rep)
+	switch more := rep.Matched - printed; {
+	case rep.Matched == 0:
+		explainEmpty(ctx, stderr, "flows", rd, &q, sq, now)
+	case more > 0:
+		fmt.Fprintf(stderr, "%d more %s matched (--limit 0 prints all)\n", more, plural(more, "record", "records"))
+	}
+	return nil
+}
+
+func plural(n uint64, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// flowTable is the table form of records. Rows are rendered as they come
+// (cells, not records, are kept). The VLAN column is there when a row has
+// a VLAN ID, or always when following (the rows to come are unknown).
+type flowTable struct {
+	w       io.Writer
+	f       format
+	first   bool // the time column is first_seen
+	always  bool // always show the VLAN column
+	anyVLAN bool
+	pending [][]string
+	t       *table
+}
+
+func newFlowTable(w io.Writer, f format, first, always bool) *flowTable {
+	return &flowTable{w: w, f: f, first: first, always: always}
+}
+
+func (ft *flowTable) add(r *flow.Record) {
+	ts := r.LastSeen
+	if ft.first {
+		ts = r.FirstSeen
+	}
+	src, dst := endpoints(r)
+	vlan := ""
+	if r.VlanID != 0 {
+		vlan = strconv.Itoa(int(r.VlanID))
+		ft.anyVLAN = true
+	}
+	ft.pending = append(ft.pending, []string{ft.f.time(ts), r.Iface, r.Direction.String(), vlan, protoColumn(r), src, dst,
+		strconv.FormatUint(r.Packets, 10), ft.f.bytes(r.Bytes), tcpFlags(r)})
+}
+
+// vlanCell is the index of the VLAN cell in a pending row.
+const vlanCell = 3
+
+// flush prints the rows added since the last flush, and the header before
+// the first.
+func (ft *flowTable) flush() error {
+	if ft.t == nil {
+		if len(ft.pending) == 0 && !ft.always {
+			return nil
+		}
+		tcol := "LAST SEEN"
+		if ft.first {
+			tcol = "FIRST SEEN"
+		}
+		head := []string{tcol, "IFACE", "DIR", "VLAN", "PROTO", "SOURCE", "DESTINATION", "PACKETS", "BYTES", "TCP FLAGS"}
+		right := []bool{false, false, false, true, false, false, false, true, true, false}
+		if !ft.always && !ft.anyVLAN {
+			head = append(head[:vlanCell:vlanCell], head[vlanCell+1:]...)
+			right = append(right[:vlanCell:vlanCell], right[vlanCell+1:]...)
+		}
+		ft.t = newTable(ft.w, head, right)
+		if ft.always {
+			// Following, the header goes out before any row: make it as
+			// wide as common rows, so that they line up under it (an
+			// IPv6 address or a long name still widens its column).
+			timeWidth := len(ft.f.time(time.Unix(0, 0)))
+			ft.t.widen([]int{timeWidth, 8, 7, 4, 8, 21, 21, 7, 10, 9})
+		}
+	}
+	for _, row := range ft.pending {
+		if len(ft.t.head) < len(row) {
+			row = append(row[:vlanCell:vlanCell], row[vlanCell+1:]...)
+		}
+		ft.t.add(row...)
+	}
+	ft.pending = ft.pending[:0]
+	return ft.t.flush()
+}

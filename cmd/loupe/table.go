@@ -1,0 +1,189 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"loupe/internal/flow"
+)
+
+// table prints aligned columns. Its widths only grow, so that a table
+// printed in batches (--follow) stays aligned as far as it can.
+type table struct {
+	w      io.Writer
+	head   []string
+	right  []bool // right-aligned (numbers)
+	widths []int
+	rows   [][]string
+	headed bool
+}
+
+func newTable(w io.Writer, head []string, right []bool) *table {
+	t := &table{w: w, head: head, right: right, widths: make([]int, len(head))}
+	for i, h := range head {
+		t.widths[i] = utf8.RuneCountInString(h)
+	}
+	return t
+}
+
+// widen makes the columns at least this wide.
+func (t *table) widen(widths []int) {
+	for i, w := range widths {
+		t.widths[i] = max(t.widths[i], w)
+	}
+}
+
+func (t *table) add(cells ...string) {
+	for i, c := range cells {
+		t.widths[i] = max(t.widths[i], utf8.RuneCountInString(c))
+	}
+	t.rows = append(t.rows, cells)
+}
+
+// flush prints the header (once) and the rows added since the last flush.
+func (t *table) flush() error {
+	var b strings.Builder
+	if !t.headed {
+		t.line(&b, t.head)
+		t.headed = true
+	}
+	for _, r := range t.rows {
+		t.line(&b, r)
+	}
+	t.rows = t.rows[:0]
+	_, err := io.WriteString(t.w, b.String())
+	return err
+}
+
+func (t *table) line(b *strings.Builder, cells []string) {
+	for i, c := range cells {
+		pad := t.widths[i] - utf8.RuneCountInString(c)
+		last := i == len(cells)-1
+		switch {
+		case t.right[i]:
+			b.WriteString(strings.Repeat(" ", pad))
+			b.WriteString(c)
+		case last:
+			b.WriteString(c)
+		default:
+			b.WriteString(c)
+			b.WriteString(strings.Repeat(" ", pad))
+		}
+		if !last {
+			b.WriteString("  ")
+		}
+	}
+	b.WriteString("\n")
+}
+
+// format is how numbers and times are printed.
+type format struct {
+	raw bool
+}
+
+func (f format) bytes(n uint64) string {
+	if f.raw {
+		return strconv.FormatUint(n, 10)
+	}
+	return humanBytes(n)
+}
+
+func (f format) time(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	if f.raw {
+		return t.UTC().Format(flow.TimeLayout)
+	}
+	return t.Local().Format("2006-01-02 15:04:05.000")
+}
+
+// etherTypeNames names the EtherTypes of non-IP flows a host commonly sees.
+var etherTypeNames = map[uint16]string{
+	flow.EtherTypeARP: "arp",
+	0x8035:            "rarp",
+	0x888e:            "eapol",
+	0x88cc:            "lldp",
+	0x88f7:            "ptp",
+	0x8809:            "slow", // LACP and other slow protocols
+	0x8863:            "pppoe-disc",
+	0x8864:            "pppoe",
+	0x8847:            "mpls",
+	0x8848:            "mpls-mc",
+}
+
+// protoColumn names the protocol, with the type and code for ICMP, which
+// the record carries in the port fields; a non-IP flow shows its
+// EtherType.
+func protoColumn(r *flow.Record) string {
+	switch {
+	case !r.IsIP():
+		if n, ok := etherTypeNames[r.EtherType]; ok {
+			return fmt.Sprintf("%s (%#04x)", n, r.EtherType)
+		}
+		return fmt.Sprintf("ethertype %#04x", r.EtherType)
+	case r.PortKind() == flow.ICMPTypeCode && r.SrcIP().IsValid():
+		return fmt.Sprintf("%s %d/%d", flow.ProtoName(r.Proto), r.SrcPort, r.DstPort)
+	}
+	return flow.ProtoName(r.Proto)
+}
+
+// endpoints are the source and destination columns: address and port, or
+// the MAC addresses of a non-IP flow (and of an IPv4 header cut short
+// before its addresses).
+func endpoints(r *flow.Record) (src, dst string) {
+	return endpoint(r.SrcIP(), r.SrcPort, &r.SrcMAC, r), endpoint(r.DstIP(), r.DstPort, &r.DstMAC, r)
+}
+
+func endpoint(a netip.Addr, port uint16, mac *[6]byte, r *flow.Record) string {
+	if !a.IsValid() {
+		return string(flow.AppendMAC(nil, mac))
+	}
+	if r.PortKind() == flow.TransportPorts {
+		return netip.AddrPortFrom(a, port).String()
+	}
+	return a.String()
+}
+
+func addrOrNonIP(a netip.Addr) string {
+	if !a.IsValid() {
+		return "(non-IP)"
+	}
+	return a.String()
+}
+
+var flagLetters = []struct {
+	bit    uint16
+	letter byte
+}{{flow.TCPFin, 'F'}, {flow.TCPSyn, 'S'}, {flow.TCPRst, 'R'}, {flow.TCPPsh, 'P'}, {flow.TCPAck, 'A'}, {flow.TCPUrg, 'U'}, {flow.TCPEce, 'E'}, {flow.TCPCwr, 'C'}}
+
+func tcpFlags(r *flow.Record) string {
+	if !r.IsTCP() {
+		return ""
+	}
+	var b []byte
+	for _, f := range flagLetters {
+		if r.TCPFlags&f.bit != 0 {
+			b = append(b, f.letter)
+		}
+	}
+	return string(b)
+}
+
+func humanBytes(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

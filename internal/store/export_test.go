@@ -1,0 +1,4 @@
+package store
+
+// LockHolder is lockHolder, for tests.
+var LockHolder = lockHolder
