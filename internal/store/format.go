@@ -28,9 +28,9 @@ package store
 // Three levels of checksums so that every reader verifies every byte it
 // uses, and no more: Scan and compaction read everything and check the
 // whole-file CRC; Top and Select check the header CRC and the CRCs of just
-// the blocks they touch (Top reads the flow key's columns to count distinct
-// flows, but never the times of a segment wholly inside the window, nor the
-// other counters), and never fault in the pages of the others.
+// the blocks they touch (Top reads the flow key's columns, to count
+// distinct flows, and the counters it sums), and never fault in the pages
+// of the others.
 //
 // Block kinds. Kinds 1..21 are columns of N fixed-width elements, one per
 // field of flow.Record (the kind is the field's Wire.Store in flow's
