@@ -16,10 +16,11 @@ import (
 var faultHits atomic.Int64
 
 // faultPoint kills the process with SIGKILL, as the kernel's OOM killer
-// would, at the Nth time the point named by LOUPE_FAULT=<point>:<N> is
-// reached with records (flows > 0).
+// would, at the Nth time the point named by TEST_FAULT_POINT=<point>:<N> is
+// reached with records (flows > 0), N counted from 1. The variable has no
+// LOUPE_ prefix: the configuration refuses unknown LOUPE_* variables.
 func faultPoint(name string, flows int) {
-	point, n, ok := strings.Cut(os.Getenv("LOUPE_FAULT"), ":")
+	point, n, ok := strings.Cut(os.Getenv("TEST_FAULT_POINT"), ":")
 	if !ok || point != name || flows == 0 {
 		return
 	}
