@@ -96,6 +96,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown)
 	if err != nil {
 		return err
 	}
+	// Taken before the reader runs: the marks of the first evictions
+	// must not claim events still on their way to the evictor.
+	ringStart := events.Position()
 	defer events.Close()
 	eventCh := make(chan flow.Event, 4096)
 	go forwardEvents(events, eventCh, log)
@@ -116,7 +119,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown)
 		Table:         dp,
 		Events:        eventCh,
 		DrainEvents:   func() { _ = events.Drain() },
-		RingStart:     events.Position(),
+		RingStart:     ringStart,
 		ReleaseEvents: events.Release,
 		Out:           fan,
 		Interval:      cfg.CacheActiveTimeout,
