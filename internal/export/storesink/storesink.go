@@ -220,9 +220,21 @@ func (s *Sink) Flush(ctx context.Context) error {
 // records (now, or with the held records once the store takes them).
 func (s *Sink) FlushMark(ctx context.Context, mark flow.Mark) error {
 	if mark.Set != 0 {
-		s.marks = append(s.marks, store.Mark{Set: mark.Set, Epoch: mark.Epoch, RingPos: mark.RingPos})
+		s.addMark(store.Mark{Set: mark.Set, Epoch: mark.Epoch, RingPos: mark.RingPos})
 	}
 	return s.Flush(ctx)
+}
+
+// addMark merges a mark into the held ones, one per set, so that what a
+// long-failing store holds does not grow with every eviction.
+func (s *Sink) addMark(m store.Mark) {
+	for i := range s.marks {
+		if h := &s.marks[i]; h.Set == m.Set {
+			h.Epoch, h.RingPos = max(h.Epoch, m.Epoch), max(h.RingPos, m.RingPos)
+			return
+		}
+	}
+	s.marks = append(s.marks, m)
 }
 
 // Stored implements export.Committer.
