@@ -269,9 +269,15 @@ func TestRestartsLoseNothing(t *testing.T) {
 // swaps its programs in with a link update, drains the old tables through
 // their BTF, and unpins them. Still exact.
 func TestRestartsAcrossLayoutChanges(t *testing.T) {
+	for _, mode := range []string{"tcx", "tc"} {
+		t.Run(mode, func(t *testing.T) { checkRestartsAcrossLayoutChanges(t, mode) })
+	}
+}
+
+func checkRestartsAcrossLayoutChanges(t *testing.T, mode string) {
 	p := newPair(t)
 	pins := filepath.Join(testutil.Bpffs(t), "loupe")
-	base := []string{"--cache-active-timeout", "50ms", "--log-level", "info"}
+	base := []string{"--attach-mode", mode, "--cache-active-timeout", "50ms", "--log-level", "info"}
 	layouts := [][]string{
 		{"--map-type", "percpu", "--flow-budget", "4096"},
 		{"--map-type", "shared", "--flow-budget", "4096"},
@@ -291,7 +297,7 @@ func TestRestartsAcrossLayoutChanges(t *testing.T) {
 		r.a.waitLog(10*time.Second, "retired pin set drained and unpinned")
 	}
 	time.Sleep(300 * time.Millisecond)
-	r.finish(t, s, "tcx")
+	r.finish(t, s, mode)
 }
 
 var (
@@ -504,4 +510,86 @@ func TestRestartsWithAFullTable(t *testing.T) {
 		t.Fatalf("the ring buffer overflowed: %v packets dropped", m["loupe_dropped_packets_total"])
 	}
 	r.finish(t, s, "tcx")
+}
+
+// TestRestartFollowsTheNewConfiguration: an agent killed while it watched
+// two interfaces is followed by one that watches another pair: the
+// interface it no longer includes loses the earlier agent's programs (TCX
+// links unpinned, cls_bpf filters removed), the one it still includes
+// keeps counting through the update, and the new one is attached.
+func TestRestartFollowsTheNewConfiguration(t *testing.T) {
+	for _, mode := range []string{"tcx", "tc"} {
+		t.Run(mode, func(t *testing.T) {
+			p := newPair(t)
+			dropped, added := testutil.UniqueName("lpd"), testutil.UniqueName("lpn")
+			p.a.IP(t, "link", "add", dropped, "type", "veth", "peer", "name", dropped+"p")
+			p.a.IP(t, "link", "add", added, "type", "veth", "peer", "name", added+"p")
+			pins := filepath.Join(testutil.Bpffs(t), "loupe")
+			o := agentOpts{pinDir: pins, args: []string{"--attach-mode", mode, "--iface", p.vethA + "," + dropped}}
+			a := startAgent(t, p.a, o)
+			a.waitLog(5*time.Second, "msg=attached", "iface="+dropped+" ")
+			a.kill()
+			if n := ourPrograms(t, p.a, dropped, mode); n != 2 {
+				t.Fatalf("%d programs on %s after the kill, want both left counting", n, dropped)
+			}
+			o.dir, o.args = a.dir, []string{"--attach-mode", mode, "--iface", p.vethA + "," + added}
+			a = startAgent(t, p.a, o)
+			a.waitLog(5*time.Second, "msg=attached", "iface="+added+" ")
+			if n := ourPrograms(t, p.a, dropped, mode); n != 0 {
+				t.Fatalf("%d programs left on %s, which the configuration dropped", n, dropped)
+			}
+			for _, dev := range []string{p.vethA, added} {
+				if n := ourPrograms(t, p.a, dev, mode); n != 2 {
+					t.Fatalf("%d programs on %s, want 2", n, dev)
+				}
+			}
+			a.stop()
+			for _, dev := range []string{p.vethA, added} {
+				if n := ourPrograms(t, p.a, dev, mode); n != 0 {
+					t.Fatalf("%d programs on %s after a clean stop", n, dev)
+				}
+			}
+			if _, err := os.Stat(pins); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("pins left after a clean stop: %v", err)
+			}
+		})
+	}
+}
+
+// ourPrograms counts the agent's programs on an interface, both
+// directions: TCX programs named flows_*, or cls_bpf filters loupe_flows.
+func ourPrograms(t *testing.T, ns *testutil.NS, dev, mode string) int {
+	t.Helper()
+	n := 0
+	if mode == "tc" {
+		for _, dir := range []string{"ingress", "egress"} {
+			out, err := ns.Command("tc", "filter", "show", "dev", dev, dir).CombinedOutput()
+			if err == nil {
+				n += strings.Count(string(out), "loupe_flows")
+			}
+		}
+		return n
+	}
+	ifindex := ifindexIn(t, ns, dev)
+	for _, at := range []ebpf.AttachType{ebpf.AttachTCXIngress, ebpf.AttachTCXEgress} {
+		var ids []ebpf.ProgramID
+		if err := ns.Do(func() error {
+			res, err := link.QueryPrograms(link.QueryOptions{Target: ifindex, Attach: at})
+			if err != nil {
+				return err
+			}
+			for _, p := range res.Programs {
+				ids = append(ids, p.ID)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range ids {
+			if strings.HasPrefix(programName(t, id), "flows_") {
+				n++
+			}
+		}
+	}
+	return n
 }
