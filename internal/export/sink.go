@@ -176,18 +176,29 @@ func (f *Fanout) Flush(ctx context.Context) error { return f.flush(ctx, nil) }
 // eviction's records, every other sink flushes.
 func (f *Fanout) FlushMark(ctx context.Context, mark flow.Mark) error { return f.flush(ctx, &mark) }
 
+// flush flushes the sinks that keep no marks first, the Committers last:
+// once the store commits a table's mark, the evictor clears the table, so
+// every other sink must have taken the table's records out of its own
+// memory (the JSON sink into its file) before, or a crash in between would
+// lose them for that sink.
 func (f *Fanout) flush(ctx context.Context, mark *flow.Mark) error {
 	var errs []error
-	for _, s := range f.sinks {
-		var err error
-		if c, ok := s.Sink.(Committer); ok && mark != nil {
-			err = c.FlushMark(ctx, *mark)
-		} else {
-			err = s.Flush(ctx)
-		}
-		if err != nil {
-			s.errors.Add(1)
-			errs = append(errs, fmt.Errorf("%s: %w", s.Name(), err))
+	for _, committers := range []bool{false, true} {
+		for _, s := range f.sinks {
+			c, isCommitter := s.Sink.(Committer)
+			if isCommitter != committers {
+				continue
+			}
+			var err error
+			if isCommitter && mark != nil {
+				err = c.FlushMark(ctx, *mark)
+			} else {
+				err = s.Flush(ctx)
+			}
+			if err != nil {
+				s.errors.Add(1)
+				errs = append(errs, fmt.Errorf("%s: %w", s.Name(), err))
+			}
 		}
 	}
 	return errors.Join(errs...)
