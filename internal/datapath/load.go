@@ -37,6 +37,10 @@ func (d *Datapath) load(spec *ebpf.CollectionSpec) error {
 		}
 	}
 	if err := spec.LoadAndAssign(&d.objs, nil); err != nil {
+		if d.pins != nil && !d.adopted && len(d.retired) == 0 {
+			d.pins.close(true) // created for nothing: removed if empty
+			d.pins = nil
+		}
 		return loadErr(err)
 	}
 	st, err := newTableState()
