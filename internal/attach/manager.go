@@ -360,7 +360,11 @@ func (m *Manager) attachLocked(idx int) (io.Closer, error) {
 	if _, ok := m.att.(tcAttacher); !ok {
 		// An earlier agent's cls_bpf filter would count every packet a
 		// second time beside a TCX link.
-		m.removeFilters(idx, "")
+		name := ""
+		if a := m.links[idx]; a != nil {
+			name = a.name
+		}
+		m.removeFilters(idx, name)
 	}
 	if m.att != nil {
 		return m.att.attach(idx, m.cfg.Programs, m.cfg.Position)

@@ -1,7 +1,11 @@
 // Package datapath loads Loupe's flow-accounting BPF program, sizes its
 // maps, and gives userspace the two things it needs from the kernel: the
-// flow tables (swapped and drained) and the ring buffer of diverted packets.
-// It knows nothing of interfaces, sinks or exporters.
+// flow tables (swapped, read, and cleared once committed) and the ring
+// buffer of diverted packets. With a pin directory it pins the maps, so
+// that they outlive the agent, adopts those an earlier agent of the same
+// layout pinned, and reads those of other layouts through their BTF
+// (pins.go, load.go, retired.go). It knows nothing of interfaces, sinks or
+// exporters.
 package datapath
 
 // The objects are generated with a pinned clang (Debian's clang-19) and
