@@ -196,7 +196,7 @@ func unpin(dp *datapath.Datapath, evErr error, log *slog.Logger) {
 		return
 	}
 	if evErr != nil {
-		log.Warn("pinned maps kept: the final eviction failed, the next agent drains what is left", "component", "datapath")
+		log.Warn("pinned maps kept: the final eviction reported an error, the next agent drains whatever it left", "component", "datapath")
 		return
 	}
 	if err := dp.Unpin(); err != nil {
