@@ -7,8 +7,8 @@
  * the table refuses the insert, through the ring buffer, or, when even that is
  * full, into the lost-packets and lost-bytes counters. Nothing is sampled.
  *
- * Why two tables: userspace flips active_table, then waits for an RCU grace
- * period (it updates an array-of-maps, which makes the kernel wait, see
+ * Why two tables: userspace flips flow_state.active, then waits for an RCU
+ * grace period (it updates an array-of-maps, which makes the kernel wait, see
  * maybe_wait_bpf_programs), so no program can still hold an element of the
  * table it drains. Draining then races with nobody: a packet is never added
  * to an entry after it was read and deleted, and the per-CPU leftovers of
@@ -17,6 +17,12 @@
  * array-of-maps the program looks up: with the map known at each call site
  * the verifier turns lookups into direct calls, where a map taken from an
  * array-of-maps costs an indirect call (a retpoline) per packet.
+ *
+ * Every map can be pinned (internal/datapath): the tables, the switch, the
+ * counters and the ring buffer outlive the agent, and programs attached
+ * through pinned links keep counting into them while no agent runs. That is
+ * why the switch is a map and not a global variable: a global lives in the
+ * object's own .bss, which the next agent's programs would not share.
  */
 
 #include "vmlinux.h"
@@ -46,19 +52,33 @@ struct flow_table {
 	__type(value, struct flow_stats); /* Value: its counters this interval */
 } flows_a SEC(".maps"), flows_b SEC(".maps");
 
-/* Which table the programs write: 0 = flows_a, 1 = flows_b. Userspace flips
- * it, then waits for an RCU grace period before draining the other. */
-volatile __u32 active_table;
+/* Which table the programs write, and what userspace keeps about both. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);                /* Key: 0 */
+	__type(value, struct table_state); /* Value: the switch and the epochs */
+} flow_state SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 1 << 22); /* resized from Go */
 } flow_events SEC(".maps");           /* Record: struct flow_event */
 
+/* Never read or written: its value type is the ring buffer's record. It is
+ * pinned with the ring buffer so that an agent of another build can read the
+ * records a retired pin set left through their BTF: a ring buffer has no BTF
+ * type of its own, and a map's BTF holds only its key and value types. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct flow_event);
+} event_layout SEC(".maps");
+
 /* BTF only describes types that globals, maps and function signatures
- * reach; these two pointers (in .bss, never used) make the kernel-facing
- * structs and the counter enum visible to bpf2go -type. */
-const struct flow_event *unused_flow_event __attribute__((unused));
+ * reach; this pointer (in .bss, never used) makes the counter enum visible
+ * to bpf2go -type. */
 const enum counter *unused_counter __attribute__((unused));
 
 /* Time stamps. bpf_ktime_get_ns reads the clock source, which costs about
@@ -177,10 +197,16 @@ static __always_inline void account_in(void *table, const struct flow_key *key,
 static __always_inline void account(const struct flow_key *key, const struct pkt_len *len,
 				    const struct pkt_meta *meta)
 {
+	__u32 zero = 0;
+	struct table_state *ts = bpf_map_lookup_elem(&flow_state, &zero);
+
 	/* Two call sites, each with a map known to the verifier: lookups
 	 * become direct calls (or inlined), where a map taken from an
-	 * array-of-maps would cost an indirect call per packet. */
-	if (active_table & 1)
+	 * array-of-maps would cost an indirect call per packet. (The lookup
+	 * above is inlined too: an array with a constant key.) Userspace
+	 * rewrites the whole value at a swap; only the low bit of active
+	 * changes, so even a torn read picks one table or the other. */
+	if (ts && (*(volatile __u32 *)&ts->active & 1))
 		account_in(&flows_b, key, len, meta);
 	else
 		account_in(&flows_a, key, len, meta);

@@ -60,6 +60,25 @@ struct flow_stats {
 	__u8 pad;
 };
 
+/* The table switch and what userspace keeps about the two tables: 48 bytes,
+ * in a one-entry array that is pinned with the tables, so that the next agent
+ * knows which table the programs write and what each holds. The programs read
+ * only active; the rest is userspace's (internal/datapath/state.go).
+ *
+ * An epoch names the contents of one table between two swaps: every swap
+ * gives the table it makes active the next epoch, and the store records the
+ * epochs it holds, so that a table drained again after a crash is recognised.
+ * pin_set tells epochs of different pin sets apart. */
+struct table_state {
+	__u32 active;      /* the table the programs write: 0 = flows_a, 1 = flows_b */
+	__u32 pad;
+	__u64 pin_set;     /* random, never 0: the identity of this set of tables */
+	__u64 epoch_a;     /* of what flows_a holds (0: never written) */
+	__u64 epoch_b;     /* of what flows_b holds */
+	__u64 installed_a; /* CLOCK_MONOTONIC when flows_a was last made active */
+	__u64 installed_b;
+};
+
 /* Why a packet's flow went through the ring buffer instead of the table. */
 enum flow_event_reason {
 	FLOW_EVENT_MAP_FULL = 1, /* the table holds flow_budget flows */

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -46,15 +47,30 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown)
 		return err
 	}
 
+	pinDir := cfg.PinDir
+	if pinDir == config.None {
+		pinDir = ""
+	}
 	dp, err := datapath.Load(datapath.Options{
 		FlowBudget:  cfg.FlowBudget,
 		Tables:      tables,
 		RingBufSize: int(cfg.RingbufSize),
+		PinDir:      pinDir,
+		Logger:      log,
 	})
 	if err != nil {
 		return privilegeError("", err)
 	}
 	defer dp.Close()
+	running := false
+	defer func() {
+		// A set pinned by this agent that never counted anything holds
+		// nothing for a next agent: a failed start takes it back. An
+		// adopted set holds what earlier agents counted and stays.
+		if !running && !dp.Adopted() {
+			dp.Unpin()
+		}
+	}()
 	if total, tbl, err := dp.MemoryBytes(); err == nil {
 		log.Info("datapath loaded", "component", "datapath", "tables", tables, "flow_budget", cfg.FlowBudget,
 			"cpus", dp.CPUs(), "table_memory_bytes", tbl, "total_memory_bytes", total)
@@ -73,10 +89,16 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown)
 		}
 	}()
 
-	events, err := dp.OpenEvents()
+	// The store says up to where it holds this set's diverted packets: the
+	// reader starts there, so that a restart stores none of them twice.
+	stored, _ := fan.Stored(dp.Set())
+	events, err := dp.OpenEvents(stored.RingPos)
 	if err != nil {
 		return err
 	}
+	// Taken before the reader runs: the marks of the first evictions
+	// must not claim events still on their way to the evictor.
+	ringStart := events.Position()
 	defer events.Close()
 	eventCh := make(chan flow.Event, 4096)
 	go forwardEvents(events, eventCh, log)
@@ -87,21 +109,22 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown)
 		Position: pos,
 		Include:  cfg.Interfaces,
 		Exclude:  cfg.Exclude,
+		PinDir:   linkPinDir(dp, pinDir),
 		Logger:   log,
 	})
 	if err != nil {
 		return err
 	}
-	// Created before anything is attached: it takes this moment as the
-	// first table's install time.
 	ev := flow.NewEvictor(flow.EvictorConfig{
-		Table:       dp,
-		Events:      eventCh,
-		DrainEvents: func() { _ = events.Drain() },
-		Out:         fan,
-		Interval:    cfg.CacheActiveTimeout,
-		IfaceName:   mgr.Name,
-		Logger:      log,
+		Table:         dp,
+		Events:        eventCh,
+		DrainEvents:   func() { _ = events.Drain() },
+		RingStart:     ringStart,
+		ReleaseEvents: events.Release,
+		Out:           fan,
+		Interval:      cfg.CacheActiveTimeout,
+		IfaceName:     mgr.Name,
+		Logger:        log,
 	})
 
 	var srv *http.Server
@@ -129,6 +152,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown)
 	defer stopEvictor()
 	evDone := make(chan error, 1)
 	go func() { evDone <- ev.Run(evCtx) }()
+	running = true
 	log.Info("loupe running", "interfaces", mgr.Stats().Attached, "mode", mgr.Stats().Mode,
 		"cache_active_timeout", cfg.CacheActiveTimeout, "sinks", sinkNames(fan))
 
@@ -152,14 +176,43 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown)
 	}
 	sd.update(func(s *Shutdown) { s.stopping, s.detached, s.evicting = true, true, true })
 	stopEvictor()
-	if err := <-evDone; err != nil {
-		runErr = errors.Join(runErr, fmt.Errorf("final eviction: %w", err))
+	evErr := <-evDone
+	if evErr != nil {
+		runErr = errors.Join(runErr, fmt.Errorf("final eviction: %w", evErr))
 	}
 	sd.update(func(s *Shutdown) { s.evicted = true })
 	st := ev.Stats()
 	log.Info("final eviction done", "records", st.LastRecords, "flows", st.LastFlows,
 		"total_records", st.Records, "total_flows", st.Flows)
+	unpin(dp, evErr, log)
 	return runErr
+}
+
+// unpin removes the pinned maps after a clean stop: the links are gone and
+// the final eviction emptied the tables. After a failed final eviction the
+// pins stay, for the next agent to drain what is left.
+func unpin(dp *datapath.Datapath, evErr error, log *slog.Logger) {
+	if !dp.Pinned() {
+		return
+	}
+	if evErr != nil {
+		log.Warn("pinned maps kept: the final eviction reported an error, the next agent drains whatever it left", "component", "datapath")
+		return
+	}
+	if err := dp.Unpin(); err != nil {
+		log.Error("removing the pinned maps", "component", "datapath", "err", err)
+		return
+	}
+	log.Info("pinned maps removed", "component", "datapath")
+}
+
+// linkPinDir is where the attach manager pins TCX links: beside the maps,
+// when they are pinned.
+func linkPinDir(dp *datapath.Datapath, pinDir string) string {
+	if !dp.Pinned() {
+		return ""
+	}
+	return filepath.Join(pinDir, datapath.LinksDir)
 }
 
 func tableKind(s string) (datapath.TableKind, error) {

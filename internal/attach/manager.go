@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path"
 	"slices"
 	"strings"
@@ -28,7 +29,12 @@ type Config struct {
 	Include []string
 	// Exclude globs win over Include.
 	Exclude []string
-	Logger  *slog.Logger
+	// PinDir, if set, is where TCX links are pinned (pins.go): they then
+	// outlive the agent, and the next agent adopts them. With it, the
+	// first resynchronisation also removes what an earlier agent left on
+	// interfaces this one does not monitor.
+	PinDir string
+	Logger *slog.Logger
 }
 
 // Stats are the manager's counters.
@@ -58,6 +64,11 @@ type Manager struct {
 	links    map[int]*attachment // by ifindex: every interface seen
 	gone     map[uint32]goneName // names of removed interfaces, for late records
 	attached int
+	// adopted are pinned links an earlier agent left, by ifindex, until
+	// they are updated (monitored) or detached; firstSync is set until
+	// the first resynchronisation settled them all.
+	adopted   map[int]*adoptedLinks
+	firstSync bool
 
 	attaches, detaches, errs, resyncs atomic.Uint64
 	ready                             chan struct{}
@@ -94,7 +105,7 @@ func NewManager(cfg Config) (*Manager, error) {
 	}
 	switch cfg.Mode {
 	case TCX:
-		m.att = tcxAttacher{}
+		m.att = tcxAttacher{pinDir: cfg.PinDir}
 	case TC:
 		m.att = tcAttacher{}
 	}
@@ -127,6 +138,15 @@ func (m *Manager) Matches(name string) bool {
 // link it made is closed.
 func (m *Manager) Run(ctx context.Context) error {
 	defer m.detachAll()
+	if m.cfg.PinDir != "" {
+		if err := os.MkdirAll(m.cfg.PinDir, 0o700); err != nil {
+			return fmt.Errorf("create link pin directory: %w", err)
+		}
+		m.mu.Lock()
+		m.adopted = loadPinnedLinks(m.cfg.PinDir, m.log)
+		m.firstSync = true
+		m.mu.Unlock()
+	}
 	readyOnce := sync.OnceFunc(func() { close(m.ready) })
 	defer readyOnce()
 	warnOnce := sync.OnceFunc(m.warnUnmatched)
@@ -243,7 +263,26 @@ func (m *Manager) resync() error {
 	for _, idx := range stale {
 		m.removed(idx)
 	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.firstSync {
+		for idx, a := range m.adopted {
+			m.dropAdopted(idx, a, "its interface is not in this namespace")
+		}
+		m.firstSync = false
+	}
 	return nil
+}
+
+// dropAdopted detaches an earlier agent's pinned links; m.mu is held.
+func (m *Manager) dropAdopted(idx int, a *adoptedLinks, why string) {
+	delete(m.adopted, idx)
+	if err := a.detach(); err != nil {
+		m.errs.Add(1)
+		m.log.Warn("detaching an earlier agent's pinned links failed", "ifindex", idx, "err", err)
+		return
+	}
+	m.log.Info("detached an earlier agent's pinned links", "ifindex", idx, "reason", why)
 }
 
 // seen handles an interface that exists (new, renamed, or listed again).
@@ -275,17 +314,66 @@ func (m *Manager) seen(idx int, name string) {
 		m.log.Info("attached", "iface", name, "ifindex", idx, "mode", m.att.mode())
 	case !want && a.closer != nil:
 		m.detachLocked(idx, a) // renamed out of the monitored set
+	case !want && m.firstSync:
+		// Monitored by an earlier agent, not by this configuration.
+		if ad := m.adopted[idx]; ad != nil {
+			m.dropAdopted(idx, ad, "the interface is not monitored any more")
+		}
+		m.removeFilters(idx, name)
+	}
+}
+
+// removeFilters deletes the cls_bpf filters an earlier agent left on an
+// interface; m.mu is held.
+func (m *Manager) removeFilters(idx int, name string) {
+	if m.cfg.PinDir == "" {
+		return
+	}
+	n, err := removeOurFilters(idx)
+	if err != nil && !errors.Is(err, unix.ENODEV) {
+		m.errs.Add(1)
+		m.log.Warn("removing an earlier agent's tc filters failed", "iface", name, "ifindex", idx, "err", err)
+	} else if n > 0 {
+		m.log.Info("removed an earlier agent's tc filters", "iface", name, "ifindex", idx, "filters", n)
 	}
 }
 
 func (m *Manager) attachLocked(idx int) (io.Closer, error) {
+	if ad := m.adopted[idx]; ad != nil {
+		if m.cfg.Mode != TC {
+			c, err := ad.update(m.cfg.Programs)
+			if err == nil {
+				delete(m.adopted, idx)
+				if m.att == nil {
+					m.att = tcxAttacher{pinDir: m.cfg.PinDir}
+				}
+				m.log.Info("adopted an earlier agent's pinned links: programs replaced in place", "ifindex", idx)
+				return c, nil
+			}
+			m.log.Warn("cannot adopt pinned links; attaching anew", "ifindex", idx, "err", err)
+		}
+		// Detached before this agent attaches, so that no packet is
+		// counted by both: a switch of attach mode across a restart
+		// misses the packets of that instant instead.
+		m.dropAdopted(idx, ad, "attach mode tc")
+	}
+	if _, ok := m.att.(tcAttacher); !ok {
+		// An earlier agent's cls_bpf filter would count every packet a
+		// second time beside a TCX link.
+		name := ""
+		if a := m.links[idx]; a != nil {
+			name = a.name
+		}
+		m.removeFilters(idx, name)
+	}
 	if m.att != nil {
 		return m.att.attach(idx, m.cfg.Programs, m.cfg.Position)
 	}
 	// Auto: the first attach decides, once, what this kernel has.
-	c, err := tcxAttacher{}.attach(idx, m.cfg.Programs, m.cfg.Position)
+	tcx := tcxAttacher{pinDir: m.cfg.PinDir}
+	c, err := tcx.attach(idx, m.cfg.Programs, m.cfg.Position)
 	if err == nil {
-		m.att = tcxAttacher{}
+		m.att = tcx
 		return c, nil
 	}
 	if !errors.Is(err, ebpf.ErrNotSupported) {
@@ -336,6 +424,9 @@ func (m *Manager) detachAll() {
 		if a.closer != nil {
 			m.detachLocked(idx, a)
 		}
+	}
+	for idx, a := range m.adopted {
+		m.dropAdopted(idx, a, "stopping")
 	}
 }
 

@@ -87,12 +87,18 @@ func addFilter(f *netlink.BpfFilter) error {
 	}
 	for _, e := range existing {
 		b, ok := e.(*netlink.BpfFilter)
-		if ok && b.Handle == f.Handle && b.Priority == f.Priority && b.Name == filterName {
+		if ok && b.Priority == f.Priority && isOurs(b) {
+			// Replacing a cls_bpf filter's program is atomic: the
+			// kernel swaps the filter in place (cls_bpf_change).
 			return netlink.FilterReplace(f)
 		}
 	}
 	return fmt.Errorf("a filter that is not ours holds priority %d handle %#x: %w", f.Priority, f.Handle, err)
 }
+
+// isOurs reports whether a filter is one this agent (or an earlier one)
+// added.
+func isOurs(b *netlink.BpfFilter) bool { return b.Handle == filterHandle && b.Name == filterName }
 
 type tcFilter struct{ f *netlink.BpfFilter }
 

@@ -60,8 +60,8 @@ import (
 	"loupe/internal/export/targets"
 )
 
-// None is the value of store.path and listen that disables the store and
-// the HTTP listener.
+// None is the value of store.path, listen and pin_dir that disables the
+// store, the HTTP listener and pinning.
 const None = "none"
 
 // Config is the effective configuration of the agent.
@@ -84,6 +84,7 @@ type Config struct {
 	MapType            string        `yaml:"map_type" env:"LOUPE_MAP_TYPE" flag:"map-type" help:"kernel flow map type: auto, percpu or shared"`
 	AttachMode         string        `yaml:"attach_mode" env:"LOUPE_ATTACH_MODE" flag:"attach-mode" help:"how to attach to interfaces: auto, tcx or tc"`
 	AttachPosition     string        `yaml:"attach_position" env:"LOUPE_ATTACH_POSITION" flag:"attach-position" help:"where to attach among other programs: head or tail"`
+	PinDir             string        `yaml:"pin_dir" env:"LOUPE_PIN_DIR" flag:"pin-dir" help:"directory on a bpf file system where programs' links and maps are pinned, so that counting goes on across restarts; none to disable"`
 	Store              Store         `yaml:"store"`
 	Listen             string        `yaml:"listen" env:"LOUPE_LISTEN" flag:"listen" help:"HTTP listen address host:port, or none to disable"`
 	// Exporters are export, delivery, ipfix, kafka and otlp, owned by the
@@ -110,6 +111,7 @@ func Default() Config {
 		MapType:            "auto",
 		AttachMode:         "auto",
 		AttachPosition:     "head",
+		PinDir:             "/sys/fs/bpf/loupe",
 		Store: Store{
 			Path:      "/var/lib/loupe/flows",
 			Retention: 24 * time.Hour,
@@ -144,6 +146,11 @@ func (c Config) CheckKey(key string) error {
 		return check.OneOf(c.AttachMode, "auto", "tcx", "tc")
 	case "attach_position":
 		return check.OneOf(c.AttachPosition, "head", "tail")
+	case "pin_dir":
+		if c.PinDir == "" {
+			return fmt.Errorf("must not be empty (use %q to disable pinning)", None)
+		}
+		return check.Path(c.PinDir)
 	case "store.path":
 		if c.Store.Path == "" {
 			return fmt.Errorf("must not be empty (use %q to disable the store)", None)

@@ -89,6 +89,7 @@ func TestDefault(t *testing.T) {
 		MapType:            "auto",
 		AttachMode:         "auto",
 		AttachPosition:     "head",
+		PinDir:             "/sys/fs/bpf/loupe",
 		Store:              Store{Path: "/var/lib/loupe/flows", Retention: 24 * time.Hour},
 		Listen:             "127.0.0.1:9464",
 		Exporters: targets.Exporters{
@@ -155,6 +156,7 @@ func keyCases() []keyCase {
 		{"map_type", "percpu", func(c *Config) { c.MapType = "percpu" }},
 		{"attach_mode", "tcx", func(c *Config) { c.AttachMode = "tcx" }},
 		{"attach_position", "tail", func(c *Config) { c.AttachPosition = "tail" }},
+		{"pin_dir", "/run/loupe-pins", func(c *Config) { c.PinDir = "/run/loupe-pins" }},
 		{"store.path", "/srv/flows", func(c *Config) { c.Store.Path = "/srv/flows" }},
 		{"store.retention", "2h30m", func(c *Config) { c.Store.Retention = 150 * time.Minute }},
 		{"store.max_size", "512MiB", func(c *Config) { c.Store.MaxSize = 512 << 20 }},

@@ -120,6 +120,7 @@ func invalidCases() []struct{ key, text, want string } {
 		{"map_type", "hash", `must be one of auto, percpu, shared, got "hash"`},
 		{"attach_mode", "xdp", `must be one of auto, tcx, tc, got "xdp"`},
 		{"attach_position", "middle", `must be one of head, tail, got "middle"`},
+		{"pin_dir", "", `must not be empty (use "none" to disable pinning)`},
 		{"store.path", "", `must not be empty (use "none" to disable the store)`},
 		{"store.retention", "59s", "must be at least 1m, got 59s"},
 		{"store.max_size", "1023KiB", "must be 0 (no limit) or between 1MiB and 4294967296GiB, got 1023KiB"},

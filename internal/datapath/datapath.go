@@ -3,6 +3,7 @@ package datapath
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -64,15 +65,34 @@ type Options struct {
 	// RingBufSize is the size of the diverted-packets ring buffer in
 	// bytes: a power of two and a multiple of the page size.
 	RingBufSize int
+	// PinDir is the directory on a bpf file system where the maps are
+	// pinned, so that they outlive the agent (pins.go); empty: unpinned.
+	// Without a bpf file system there, or without write access, Load
+	// warns and runs unpinned.
+	PinDir string
+	Logger *slog.Logger
 }
 
 // Datapath is the loaded flow program and its maps.
 type Datapath struct {
 	opts   Options
+	log    *slog.Logger
 	objs   flowsObjects
-	tables [2]*ebpf.Map // flows_a, flows_b: indexed by the active_table value
-	active uint32       // the table the programs write
+	tables [2]*ebpf.Map // flows_a, flows_b: indexed by table_state.active
 	ncpu   int
+
+	// state mirrors the flow_state map, of which the Datapath is the only
+	// writer. cleared says which tables are known to be empty: a table is
+	// made active again only once its last contents were committed and
+	// cleared, or they would be counted twice.
+	state   flowsTableState
+	cleared [2]bool
+
+	layout  string
+	pins    *pinDir  // nil: unpinned
+	setName string   // the directory of this set in pins
+	adopted bool     // the set was pinned by an earlier agent
+	retired []string // pin sets of another layout, to drain (Leftovers)
 
 	// grace is an array-of-maps that no program uses: updating it makes
 	// the kernel wait for an RCU grace period (maybe_wait_bpf_programs),
@@ -88,10 +108,15 @@ type Datapath struct {
 // drainBatch is the number of entries read per batch syscall.
 const drainBatch = 4096
 
-// Load loads the flow program and creates its maps. Nothing is attached.
+// Load loads the flow program and creates its maps, or, with a pin
+// directory, adopts the maps an earlier agent of the same layout pinned
+// there (load.go). Nothing is attached.
 func Load(opts Options) (*Datapath, error) {
 	if opts.FlowBudget < 1 {
 		return nil, fmt.Errorf("flow budget %d: must be positive", opts.FlowBudget)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	ncpu, err := ebpf.PossibleCPU()
 	if err != nil {
@@ -114,16 +139,15 @@ func Load(opts Options) (*Datapath, error) {
 	if err := spec.Variables[flowsVarCfgSharedTable].Set(boolByte(opts.Tables == Shared)); err != nil {
 		return nil, fmt.Errorf("set table kind: %w", err)
 	}
+	layout, err := layoutName(spec, opts.Tables)
+	if err != nil {
+		return nil, err
+	}
 
-	d := &Datapath{opts: opts, ncpu: ncpu}
-	if err := spec.LoadAndAssign(&d.objs, nil); err != nil {
-		var verr *ebpf.VerifierError
-		if errors.As(err, &verr) && strings.Contains(strings.Join(verr.Log, "\n"), "!root") {
-			// The verifier treats a loader without CAP_PERFMON like an
-			// unprivileged one and refuses packet pointer arithmetic.
-			return nil, fmt.Errorf("load flow program: %w (CAP_PERFMON is missing)", err)
-		}
-		return nil, fmt.Errorf("load flow program: %w", err)
+	d := &Datapath{opts: opts, ncpu: ncpu, layout: layout, log: opts.Logger.With("component", "datapath")}
+	if err := d.load(spec); err != nil {
+		d.Close()
+		return nil, err
 	}
 	d.tables = [2]*ebpf.Map{d.objs.FlowsA, d.objs.FlowsB}
 	if err := d.createGrace(); err != nil {
@@ -139,6 +163,17 @@ func Load(opts Options) (*Datapath, error) {
 	d.vals = make([]flowsFlowStats, drainBatch*per)
 	d.stats = make([]flow.Stats, per)
 	return d, nil
+}
+
+// loadErr explains a failed load.
+func loadErr(err error) error {
+	var verr *ebpf.VerifierError
+	if errors.As(err, &verr) && strings.Contains(strings.Join(verr.Log, "\n"), "!root") {
+		// The verifier treats a loader without CAP_PERFMON like an
+		// unprivileged one and refuses packet pointer arithmetic.
+		return fmt.Errorf("load flow program: %w (CAP_PERFMON is missing)", err)
+	}
+	return fmt.Errorf("load flow program: %w", err)
 }
 
 func (d *Datapath) createGrace() error {
@@ -175,95 +210,49 @@ func (d *Datapath) Options() Options { return d.opts }
 // CPUs is the number of per-CPU copies each per-CPU table entry has.
 func (d *Datapath) CPUs() int { return d.ncpu }
 
-// Rotate makes the programs write the standby table, waits until no
-// program can still write the previous one, then reads and deletes every
-// entry of the previous one, calling fn for each. The per-CPU values (one
-// per possible CPU, or a single one for shared tables) are only valid during
-// the call. Rotate must not be called concurrently with itself.
-func (d *Datapath) Rotate(fn func(k *flow.Key, perCPU []flow.Stats)) (int, error) {
-	prev := d.active
-	if err := d.objs.ActiveTable.Set(prev ^ 1); err != nil {
-		return 0, fmt.Errorf("swap flow tables: %w", err)
+// Set is the identity of the set of tables (flow.Mark.Set).
+func (d *Datapath) Set() uint64 { return d.state.PinSet }
+
+// Rotate makes the programs write the standby table, in a new epoch, waits
+// until no program can still write the previous one, and returns the
+// previous one for draining. The standby table must have been cleared (the
+// Clear of the Drain that emptied it): Rotate refuses otherwise. Rotate
+// must not be called concurrently with itself.
+func (d *Datapath) Rotate() (flow.Drain, error) {
+	prev := d.state.Active & 1
+	next := prev ^ 1
+	if !d.cleared[next] {
+		return nil, fmt.Errorf("swap flow tables: the standby table still holds records not yet committed and cleared")
 	}
-	d.active = prev ^ 1
-	// Returns after an RCU grace period: every program that could have
-	// read the old active_table has finished.
-	if err := d.grace.Update(uint32(0), d.graceInner, ebpf.UpdateAny); err != nil {
-		// Never leave the old table undrained: it becomes the active one
-		// again at the next swap. A program runs for microseconds, so
-		// waiting far longer is a safe, if unproven, grace period.
-		time.Sleep(graceFallback)
-		n, derr := d.drain(d.tables[prev], fn)
-		return n, errors.Join(fmt.Errorf("wait for running programs (drained after %v instead): %w", graceFallback, err), derr)
+	st := d.state
+	// Taken before the switch: every packet counted into the new table
+	// is later (the evictor's stale filter relies on it).
+	st.activate(next, monoNow())
+	if err := d.writeState(st); err != nil {
+		return nil, fmt.Errorf("swap flow tables: %w", err)
 	}
-	return d.drain(d.tables[prev], fn)
+	d.state = st
+	d.cleared[next] = false
+	d.waitGrace()
+	return &tableDrain{d: d, idx: prev, mark: flow.Mark{Set: st.PinSet, Epoch: st.epoch(prev)},
+		cutoff: st.installed(prev)}, nil
 }
 
-// graceFallback is how long Rotate waits when the kernel refuses the
+// waitGrace returns once every program that could have read the table
+// switch before now has finished: updating an array-of-maps returns after
+// an RCU grace period (maybe_wait_bpf_programs).
+func (d *Datapath) waitGrace() {
+	if err := d.grace.Update(uint32(0), d.graceInner, ebpf.UpdateAny); err != nil {
+		// A program runs for microseconds, so waiting far longer is a
+		// safe, if unproven, grace period.
+		d.log.Warn("waiting for running programs failed; waiting a fixed time instead", "wait", graceFallback, "err", err)
+		time.Sleep(graceFallback)
+	}
+}
+
+// graceFallback is how long a swap waits when the kernel refuses the
 // grace-period map update.
 const graceFallback = 50 * time.Millisecond
-
-func (d *Datapath) drain(m *ebpf.Map, fn func(k *flow.Key, perCPU []flow.Stats)) (int, error) {
-	per := len(d.stats)
-	total := 0
-	var cursor ebpf.MapBatchCursor
-	for {
-		n, err := m.BatchLookupAndDelete(&cursor, d.keys, d.vals, nil)
-		for i := range n {
-			var k flow.Key
-			keyFromBPF(&k, &d.keys[i])
-			for c := range per {
-				statsFromBPF(&d.stats[c], &d.vals[i*per+c])
-			}
-			fn(&k, d.stats)
-		}
-		total += n
-		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			return total, nil
-		}
-		if errors.Is(err, ebpf.ErrNotSupported) {
-			return d.drainByIteration(m, fn)
-		}
-		if err != nil {
-			return total, fmt.Errorf("drain flow table: %w", err)
-		}
-	}
-}
-
-// drainByIteration is the fallback for kernels without batch operations.
-// The table is quiescent (swapped out), so iterating then deleting is exact.
-func (d *Datapath) drainByIteration(m *ebpf.Map, fn func(k *flow.Key, perCPU []flow.Stats)) (int, error) {
-	var (
-		bk    flowsFlowKey
-		bv    = make([]flowsFlowStats, len(d.stats))
-		keys  []flowsFlowKey
-		iter  = m.Iterate()
-		total int
-	)
-	var value any = &bv[0]
-	if d.opts.Tables == PerCPU {
-		value = &bv
-	}
-	for iter.Next(&bk, value) {
-		var k flow.Key
-		keyFromBPF(&k, &bk)
-		for c := range bv {
-			statsFromBPF(&d.stats[c], &bv[c])
-		}
-		fn(&k, d.stats)
-		keys = append(keys, bk)
-		total++
-	}
-	if err := iter.Err(); err != nil {
-		return total, fmt.Errorf("iterate flow table: %w", err)
-	}
-	for i := range keys {
-		if err := m.Delete(&keys[i]); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return total, fmt.Errorf("delete drained flow: %w", err)
-		}
-	}
-	return total, nil
-}
 
 func keyFromBPF(k *flow.Key, b *flowsFlowKey) {
 	*k = flow.Key{
@@ -314,7 +303,8 @@ func (d *Datapath) MemoryBytes() (total, tables uint64, err error) {
 }
 
 // Close releases the programs and maps. Links attached to the programs keep
-// them alive in the kernel until they are closed too.
+// them alive in the kernel until they are closed too, and pinned maps stay
+// pinned for the next agent: only Unpin removes them.
 func (d *Datapath) Close() error {
 	var errs []error
 	for _, m := range []*ebpf.Map{d.grace, d.graceInner} {
@@ -323,5 +313,9 @@ func (d *Datapath) Close() error {
 		}
 	}
 	errs = append(errs, d.objs.Close())
+	if d.pins != nil {
+		d.pins.close(false)
+		d.pins = nil
+	}
 	return errors.Join(errs...)
 }

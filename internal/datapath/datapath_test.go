@@ -66,7 +66,7 @@ func TestMapFullDivertsToRingBuffer(t *testing.T) {
 		t.Run(tables.String(), func(t *testing.T) {
 			const budget, flows = 4, 10
 			dp := loadForTest(t, Options{FlowBudget: budget, Tables: tables, RingBufSize: 1 << 16})
-			ev, err := dp.OpenEvents()
+			ev, err := dp.OpenEvents(0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -118,7 +118,7 @@ func TestRingBufferFullIsCountedAsLost(t *testing.T) {
 	// One page of ring buffer holds a few dozen events; budget 1 sends
 	// every other flow there, and the rest must show up as lost.
 	dp := loadForTest(t, Options{FlowBudget: 1, Tables: PerCPU, RingBufSize: 4096})
-	ev, err := dp.OpenEvents()
+	ev, err := dp.OpenEvents(0)
 	if err != nil {
 		t.Fatal(err)
 	}

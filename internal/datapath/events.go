@@ -4,55 +4,63 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"unsafe"
-
-	"github.com/cilium/ebpf/ringbuf"
 
 	"loupe/internal/flow"
 )
 
 // Events reads the packets the datapath diverted to the ring buffer because
-// the flow table refused them.
+// the flow table refused them. Their space is given back to the kernel only
+// by Release (see ring): a reader that is killed leaves what it had not
+// released for the next one.
 type Events struct {
-	rd  *ringbuf.Reader
-	rec ringbuf.Record
+	r *ring
 }
 
 // ErrDrained is returned by Events.Read once Drain was called and every
 // record that was in the ring buffer at that moment has been read.
 var ErrDrained = errors.New("ring buffer drained")
 
-// OpenEvents opens a reader on the ring buffer. One reader at a time.
-func (d *Datapath) OpenEvents() (*Events, error) {
-	rd, err := ringbuf.NewReader(d.objs.FlowEvents)
+// OpenEvents opens a reader on the ring buffer, starting at its consumer
+// position or at from, whichever is later: from is the position up to
+// which the store already holds the events (flow.Mark.RingPos of this pin
+// set), 0 if none. One reader at a time.
+func (d *Datapath) OpenEvents(from uint64) (*Events, error) {
+	r, err := openRing(d.objs.FlowEvents)
 	if err != nil {
 		return nil, fmt.Errorf("open flow event ring buffer: %w", err)
 	}
-	return &Events{rd: rd}, nil
+	r.skipTo(from)
+	return &Events{r: r}, nil
 }
 
-// Read blocks until the next event. It returns ErrDrained after Drain, and
-// os.ErrClosed after Close.
+// Position is the ring-buffer position the reader starts from, or has read
+// up to.
+func (e *Events) Position() uint64 { return e.r.position() }
+
+// Read blocks until the next event. The event's RingPos is the position
+// after it. It returns ErrDrained after Drain, and os.ErrClosed after Close.
 func (e *Events) Read() (flow.Event, error) {
-	if err := e.rd.ReadInto(&e.rec); err != nil {
-		if errors.Is(err, ringbuf.ErrFlushed) {
-			return flow.Event{}, ErrDrained
-		}
-		if errors.Is(err, ringbuf.ErrClosed) {
-			return flow.Event{}, os.ErrClosed
-		}
+	b, pos, err := e.r.read()
+	if err != nil {
 		return flow.Event{}, err
 	}
-	return decodeEvent(e.rec.RawSample)
+	ev, err := decodeEvent(b)
+	ev.RingPos = pos
+	return ev, err
 }
+
+// Release gives the ring buffer's space up to pos back to the kernel:
+// call it once the events before pos are stored.
+func (e *Events) Release(pos uint64) { e.r.release(pos) }
 
 // Drain makes Read return what is in the ring buffer now, then ErrDrained.
 // Called after the programs are detached, it lets the reader finish.
-func (e *Events) Drain() error { return e.rd.Flush() }
+func (e *Events) Drain() error { return e.r.drain() }
 
-// Close interrupts Read and releases the reader.
-func (e *Events) Close() error { return e.rd.Close() }
+// Close interrupts Read and releases the reader (not the space of events
+// it read but was not told to release).
+func (e *Events) Close() error { return e.r.close() }
 
 const eventSize = int(unsafe.Sizeof(flowsFlowEvent{}))
 

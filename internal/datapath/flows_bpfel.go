@@ -71,20 +71,31 @@ type flowsFlowStats struct {
 	Pad            uint8
 }
 
+type flowsTableState struct {
+	_          structs.HostLayout
+	Active     uint32
+	Pad        uint32
+	PinSet     uint64
+	EpochA     uint64
+	EpochB     uint64
+	InstalledA uint64
+	InstalledB uint64
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	flowsMapCounters        = "counters"
-	flowsMapFlowEvents      = "flow_events"
-	flowsMapFlowsA          = "flows_a"
-	flowsMapFlowsB          = "flows_b"
-	flowsProgFlowsEgress    = "flows_egress"
-	flowsProgFlowsIngress   = "flows_ingress"
-	flowsVarActiveTable     = "active_table"
-	flowsVarCfgSharedTable  = "cfg_shared_table"
-	flowsVarUnusedCounter   = "unused_counter"
-	flowsVarUnusedFlowEvent = "unused_flow_event"
+	flowsMapCounters       = "counters"
+	flowsMapEventLayout    = "event_layout"
+	flowsMapFlowEvents     = "flow_events"
+	flowsMapFlowState      = "flow_state"
+	flowsMapFlowsA         = "flows_a"
+	flowsMapFlowsB         = "flows_b"
+	flowsProgFlowsEgress   = "flows_egress"
+	flowsProgFlowsIngress  = "flows_ingress"
+	flowsVarCfgSharedTable = "cfg_shared_table"
+	flowsVarUnusedCounter  = "unused_counter"
 )
 
 // loadFlows returns the embedded CollectionSpec for flows.
@@ -137,20 +148,20 @@ type flowsProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type flowsMapSpecs struct {
-	Counters   *ebpf.MapSpec `ebpf:"counters"`
-	FlowEvents *ebpf.MapSpec `ebpf:"flow_events"`
-	FlowsA     *ebpf.MapSpec `ebpf:"flows_a"`
-	FlowsB     *ebpf.MapSpec `ebpf:"flows_b"`
+	Counters    *ebpf.MapSpec `ebpf:"counters"`
+	EventLayout *ebpf.MapSpec `ebpf:"event_layout"`
+	FlowEvents  *ebpf.MapSpec `ebpf:"flow_events"`
+	FlowState   *ebpf.MapSpec `ebpf:"flow_state"`
+	FlowsA      *ebpf.MapSpec `ebpf:"flows_a"`
+	FlowsB      *ebpf.MapSpec `ebpf:"flows_b"`
 }
 
 // flowsVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type flowsVariableSpecs struct {
-	ActiveTable     *ebpf.VariableSpec `ebpf:"active_table"`
-	CfgSharedTable  *ebpf.VariableSpec `ebpf:"cfg_shared_table"`
-	UnusedCounter   *ebpf.VariableSpec `ebpf:"unused_counter"`
-	UnusedFlowEvent *ebpf.VariableSpec `ebpf:"unused_flow_event"`
+	CfgSharedTable *ebpf.VariableSpec `ebpf:"cfg_shared_table"`
+	UnusedCounter  *ebpf.VariableSpec `ebpf:"unused_counter"`
 }
 
 // flowsObjects contains all objects after they have been loaded into the kernel.
@@ -173,16 +184,20 @@ func (o *flowsObjects) Close() error {
 //
 // It can be passed to loadFlowsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type flowsMaps struct {
-	Counters   *ebpf.Map `ebpf:"counters"`
-	FlowEvents *ebpf.Map `ebpf:"flow_events"`
-	FlowsA     *ebpf.Map `ebpf:"flows_a"`
-	FlowsB     *ebpf.Map `ebpf:"flows_b"`
+	Counters    *ebpf.Map `ebpf:"counters"`
+	EventLayout *ebpf.Map `ebpf:"event_layout"`
+	FlowEvents  *ebpf.Map `ebpf:"flow_events"`
+	FlowState   *ebpf.Map `ebpf:"flow_state"`
+	FlowsA      *ebpf.Map `ebpf:"flows_a"`
+	FlowsB      *ebpf.Map `ebpf:"flows_b"`
 }
 
 func (m *flowsMaps) Close() error {
 	return _FlowsClose(
 		m.Counters,
+		m.EventLayout,
 		m.FlowEvents,
+		m.FlowState,
 		m.FlowsA,
 		m.FlowsB,
 	)
@@ -192,10 +207,8 @@ func (m *flowsMaps) Close() error {
 //
 // It can be passed to loadFlowsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type flowsVariables struct {
-	ActiveTable     *ebpf.Variable `ebpf:"active_table"`
-	CfgSharedTable  *ebpf.Variable `ebpf:"cfg_shared_table"`
-	UnusedCounter   *ebpf.Variable `ebpf:"unused_counter"`
-	UnusedFlowEvent *ebpf.Variable `ebpf:"unused_flow_event"`
+	CfgSharedTable *ebpf.Variable `ebpf:"cfg_shared_table"`
+	UnusedCounter  *ebpf.Variable `ebpf:"unused_counter"`
 }
 
 // flowsPrograms contains all programs after they have been loaded into the kernel.

@@ -1,11 +1,15 @@
 // Package datapath loads Loupe's flow-accounting BPF program, sizes its
 // maps, and gives userspace the two things it needs from the kernel: the
-// flow tables (swapped and drained) and the ring buffer of diverted packets.
-// It knows nothing of interfaces, sinks or exporters.
+// flow tables (swapped, read, and cleared once committed) and the ring
+// buffer of diverted packets. With a pin directory it pins the maps, so
+// that they outlive the agent, adopts those an earlier agent of the same
+// layout pinned, and reads those of other layouts through their BTF
+// (pins.go, load.go, retired.go). It knows nothing of interfaces, sinks or
+// exporters.
 package datapath
 
 // The objects are generated with a pinned clang (Debian's clang-19) and
 // committed, so `go build` needs no clang. `make generate` reruns this; CI
 // reruns it and fails on any difference.
-//go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -cflags "-O2 -g -Wall -Werror -mcpu=v3" -target bpfel -type flow_key -type flow_stats -type flow_event -type counter flows ../../bpf/flows.c -- -I../../bpf/include -I../../bpf/lib
+//go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -cflags "-O2 -g -Wall -Werror -mcpu=v3" -target bpfel -type flow_key -type flow_stats -type flow_event -type table_state -type counter flows ../../bpf/flows.c -- -I../../bpf/include -I../../bpf/lib
 //go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -cflags "-O2 -g -Wall -Werror -mcpu=v3" -target bpfel baseline ../../bpf/baseline.c -- -I../../bpf/include -I../../bpf/lib

@@ -150,7 +150,7 @@ func TestDivertedGSOPacketKeepsItsSegments(t *testing.T) {
 	for _, tables := range []TableKind{PerCPU, Shared} {
 		t.Run(tables.String(), func(t *testing.T) {
 			dp := loadForTest(t, Options{FlowBudget: 1, Tables: tables, RingBufSize: 1 << 16})
-			ev, err := dp.OpenEvents()
+			ev, err := dp.OpenEvents(0)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -39,22 +39,36 @@ type drained struct {
 	cpus  int // per-CPU copies that counted something
 }
 
-// drainAll rotates the tables and returns every flow, merged across CPUs.
+// drainAll rotates the tables and returns every flow, merged across CPUs,
+// then clears the drained table.
 func drainAll(t *testing.T, dp *Datapath) []drained {
 	t.Helper()
-	var out []drained
-	_, err := dp.Rotate(func(k *flow.Key, perCPU []flow.Stats) {
-		d := drained{key: *k}
-		for i := range perCPU {
-			if perCPU[i].Packets > 0 {
-				d.cpus++
-			}
-		}
-		d.stats, _ = flow.MergePerCPU(perCPU, 0)
-		out = append(out, d)
-	})
+	d, err := dp.Rotate()
 	if err != nil {
 		t.Fatalf("rotate: %v", err)
+	}
+	return readDrain(t, d)
+}
+
+// readDrain reads a drain, merged across CPUs, then clears it.
+func readDrain(t *testing.T, d flow.Drain) []drained {
+	t.Helper()
+	var out []drained
+	_, err := d.Read(func(k *flow.Key, perCPU []flow.Stats) {
+		r := drained{key: *k}
+		for i := range perCPU {
+			if perCPU[i].Packets > 0 {
+				r.cpus++
+			}
+		}
+		r.stats, _ = flow.MergePerCPU(perCPU, 0)
+		out = append(out, r)
+	})
+	if err != nil {
+		t.Fatalf("read drained table: %v", err)
+	}
+	if err := d.Clear(); err != nil {
+		t.Fatalf("clear drained table: %v", err)
 	}
 	return out
 }

@@ -31,6 +31,19 @@ type Sink interface {
 	Close() error
 }
 
+// Committer is implemented by a sink that commits flow.Marks together with
+// the records (the store): the evictor clears a kernel table once its
+// records are flushed, and after a crash asks the Committer whether a
+// table left behind was already stored (see flow.Mark). Every other sink
+// gets each table's records at least once across a crash of the agent.
+type Committer interface {
+	// FlushMark is Flush at the end of the eviction of mark's table: the
+	// sink commits mark with the eviction's records, never before them.
+	FlushMark(ctx context.Context, mark flow.Mark) error
+	// Stored returns the latest mark of a set the sink holds.
+	Stored(set uint64) (flow.Mark, bool)
+}
+
 // Count is a number of flow records and the packets they counted.
 type Count struct {
 	Records, Packets uint64
@@ -156,16 +169,50 @@ func (f *Fanout) Write(ctx context.Context, batch []flow.Record) error {
 	return errors.Join(errs...)
 }
 
-// Flush implements flow.Output.
-func (f *Fanout) Flush(ctx context.Context) error {
+// Flush flushes every sink.
+func (f *Fanout) Flush(ctx context.Context) error { return f.flush(ctx, nil) }
+
+// FlushMark implements flow.Output: a Committer commits mark with the
+// eviction's records, every other sink flushes.
+func (f *Fanout) FlushMark(ctx context.Context, mark flow.Mark) error { return f.flush(ctx, &mark) }
+
+// flush flushes the sinks that keep no marks first, the Committers last:
+// once the store commits a table's mark, the evictor clears the table, so
+// every other sink must have taken the table's records out of its own
+// memory (the JSON sink into its file) before, or a crash in between would
+// lose them for that sink.
+func (f *Fanout) flush(ctx context.Context, mark *flow.Mark) error {
 	var errs []error
-	for _, s := range f.sinks {
-		if err := s.Flush(ctx); err != nil {
-			s.errors.Add(1)
-			errs = append(errs, fmt.Errorf("%s: %w", s.Name(), err))
+	for _, committers := range []bool{false, true} {
+		for _, s := range f.sinks {
+			c, isCommitter := s.Sink.(Committer)
+			if isCommitter != committers {
+				continue
+			}
+			var err error
+			if isCommitter && mark != nil {
+				err = c.FlushMark(ctx, *mark)
+			} else {
+				err = s.Flush(ctx)
+			}
+			if err != nil {
+				s.errors.Add(1)
+				errs = append(errs, fmt.Errorf("%s: %w", s.Name(), err))
+			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Stored implements flow.Ledger with the first Committer among the sinks
+// (the store); without one nothing is known to be stored.
+func (f *Fanout) Stored(set uint64) (flow.Mark, bool) {
+	for _, s := range f.sinks {
+		if c, ok := s.Sink.(Committer); ok {
+			return c.Stored(set)
+		}
+	}
+	return flow.Mark{}, false
 }
 
 // Close closes every sink, all at once: each network exporter may wait up

@@ -31,4 +31,8 @@ type Event struct {
 	Reason EventReason
 	// Errno is the positive errno of the failed table insert.
 	Errno int32
+	// RingPos is the ring-buffer position just after the event: once the
+	// records it went into are stored, the space up to it can be given
+	// back (flow.Mark).
+	RingPos uint64
 }

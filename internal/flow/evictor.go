@@ -3,6 +3,7 @@ package flow
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -10,20 +11,33 @@ import (
 
 // Table is the datapath's pair of flow tables, as the evictor sees it.
 type Table interface {
-	// Rotate makes the datapath count into a fresh table, waits until no
-	// packet can still be counted into the previous one, then reads and
-	// clears the previous one, calling fn once per flow with its per-CPU
-	// copies (valid only during the call). It returns the number of flows.
-	Rotate(fn func(k *Key, perCPU []Stats)) (int, error)
+	// Set identifies the running set of tables (Mark.Set).
+	Set() uint64
+	// Rotate makes the datapath count into the standby table, waits until
+	// no packet can still be counted into the previous one, and returns
+	// it to be read, committed and cleared. It refuses while the standby
+	// table is not cleared.
+	Rotate() (Drain, error)
+	// Leftovers returns what earlier agents left to drain (the adopted
+	// set's standby table, retired sets); called once, before the first
+	// Rotate.
+	Leftovers() ([]Drain, error)
 }
 
 // Output receives evicted records. The evictor streams an eviction in
-// batches and calls Flush when the eviction is complete.
+// batches and calls FlushMark when the eviction is complete.
 type Output interface {
 	// Write consumes a batch; the slice is reused once Write returns.
 	Write(ctx context.Context, batch []Record) error
-	// Flush marks the end of one eviction.
-	Flush(ctx context.Context) error
+	// FlushMark marks the end of one eviction, whose records are those
+	// of mark: an output that keeps marks (a Ledger) commits it with them.
+	FlushMark(ctx context.Context, mark Mark) error
+}
+
+// Ledger is implemented by an Output that commits marks together with the
+// records (the store): Stored returns the latest mark of a set it holds.
+type Ledger interface {
+	Stored(set uint64) (Mark, bool)
 }
 
 // Eviction reasons, as reported in EvictorStats.
@@ -43,7 +57,12 @@ type EvictorConfig struct {
 	// DrainEvents asks the producer to finish; called at shutdown after
 	// the last table swap, when no program can write the ring buffer.
 	DrainEvents func()
-	Out         Output
+	// RingStart is the ring-buffer position the producer starts from.
+	RingStart uint64
+	// ReleaseEvents gives the ring buffer's space up to pos back once the
+	// events before pos are committed (nil: nothing to release).
+	ReleaseEvents func(pos uint64)
+	Out           Output
 	// Interval is cache_active_timeout: how often tables are swapped.
 	Interval time.Duration
 	// MinForcedGap bounds how often a full table forces an early swap.
@@ -69,17 +88,39 @@ type EvictorStats struct {
 	// the ring buffer's drain included).
 	LastRecords  uint64
 	LastDuration time.Duration
+	// Resumed counts the tables of retired pin sets that were emitted;
+	// AlreadyStored the tables earlier agents left whose mark the output
+	// already held, cleared without being emitted again.
+	Resumed, AlreadyStored uint64
 }
 
 // Evictor turns the datapath's tables and diverted packets into records.
+//
+// A table is read without removing anything, handed to the output with its
+// mark, and cleared only once the output flushed it: the store commits the
+// mark together with the records, so an agent that dies anywhere in
+// between leaves the table for the next agent, which clears it unemitted
+// if the store holds its mark and emits it otherwise (so at least once to
+// an output that keeps no marks). Diverted packets follow the same rule:
+// their ring buffer's space is released only after the records they went
+// into were flushed, and the mark records how far that is.
 type Evictor struct {
 	cfg     EvictorConfig
 	log     *slog.Logger
 	pending map[Key]Stats // ring-buffer contributions since the last eviction
-	batch   []Record
-	names   map[uint32]string // per-eviction cache of IfaceName
-	// cutoff is CLOCK_MONOTONIC when the table being filled was installed.
-	cutoff     uint64
+	// ringPos is the ring position after the last event added to pending
+	// (or already emitted): the RingPos of the running set's next mark.
+	ringPos uint64
+	// lastEpoch is the epoch of the running set's last table emitted.
+	lastEpoch uint64
+	// stuck is a table that could not be read (stuckRead) or cleared. It
+	// is retried before the next swap, which the datapath refuses while
+	// the standby table is not cleared.
+	stuck     Drain
+	stuckRead bool
+
+	batch      []Record
+	names      map[uint32]string // per-eviction cache of IfaceName
 	lastEvict  time.Time
 	wallOffset int64
 	// lastFullWarn rate-limits the log line about a full table.
@@ -90,10 +131,10 @@ type Evictor struct {
 	eventsFull, eventsBusy, eventsOther  atomic.Uint64
 	lastFlows, lastRecords               atomic.Uint64
 	lastDuration                         atomic.Int64
+	resumed, alreadyStored               atomic.Uint64
 }
 
-// NewEvictor creates an evictor. Create it before the programs are attached:
-// it takes the moment of its creation as the first table's install time.
+// NewEvictor creates an evictor.
 func NewEvictor(cfg EvictorConfig) *Evictor {
 	if cfg.Clock == nil {
 		cfg.Clock = SystemClock{}
@@ -114,16 +155,17 @@ func NewEvictor(cfg EvictorConfig) *Evictor {
 		cfg:     cfg,
 		log:     cfg.Logger.With("component", "evictor"),
 		pending: make(map[Key]Stats),
+		ringPos: cfg.RingStart,
 		batch:   make([]Record, 0, cfg.BatchSize),
 		names:   make(map[uint32]string),
-		cutoff:  cfg.Clock.Mono(),
 	}
 }
 
-// Run evicts every Interval, and early when the table is full, until ctx is
-// done; then it performs the final eviction (swap, drain the ring buffer,
-// emit everything) and returns. Detach the programs before cancelling ctx,
-// so that the final eviction sees every packet.
+// Run first drains what earlier agents left (Table.Leftovers), then evicts
+// every Interval, and early when the table is full, until ctx is done; then
+// it performs the final eviction (swap, drain the ring buffer, emit
+// everything) and returns. Detach the programs before cancelling ctx, so
+// that the final eviction sees every packet.
 func (e *Evictor) Run(ctx context.Context) error {
 	ticker := time.NewTicker(e.cfg.Interval)
 	defer ticker.Stop()
@@ -134,6 +176,7 @@ func (e *Evictor) Run(ctx context.Context) error {
 	// honours its context would otherwise drop them), so evictions run
 	// under a context that is never cancelled.
 	outCtx := context.WithoutCancel(ctx)
+	e.resume(outCtx)
 
 	for {
 		select {
@@ -175,6 +218,11 @@ func (e *Evictor) warnFull() {
 }
 
 func (e *Evictor) addEvent(ev *Event) {
+	e.addEventTo(e.pending, ev)
+	e.ringPos = max(e.ringPos, ev.RingPos)
+}
+
+func (e *Evictor) addEventTo(pending map[Key]Stats, ev *Event) {
 	switch ev.Reason {
 	case ReasonMapFull:
 		e.eventsFull.Add(1)
@@ -183,9 +231,9 @@ func (e *Evictor) addEvent(ev *Event) {
 	default:
 		e.eventsOther.Add(1)
 	}
-	s := e.pending[ev.Key]
+	s := pending[ev.Key]
 	s.Add(&ev.Stats)
-	e.pending[ev.Key] = s
+	pending[ev.Key] = s
 }
 
 // shutdown performs the final eviction. The swap waits for every running
@@ -210,7 +258,11 @@ func (e *Evictor) shutdown(events <-chan Event) error {
 	}
 	if len(e.pending) > 0 {
 		e.emitPending(ctx)
-		err = errors.Join(err, e.flushOutput(ctx))
+		// The last epoch is already stored: this mark only moves the
+		// ring position on.
+		mark := Mark{Set: e.cfg.Table.Set(), Epoch: e.lastEpoch, RingPos: e.ringPos}
+		err = errors.Join(err, e.flushOutput(ctx, mark))
+		e.release(mark.RingPos)
 	}
 	return err
 }
@@ -229,42 +281,165 @@ func (e *Evictor) evict(ctx context.Context, reason string) error {
 	default:
 		e.evictShutdown.Add(1)
 	}
-
-	cutoff := e.cutoff
-	e.cutoff = e.cfg.Clock.Mono() // the next table is installed from here on
-	e.wallOffset = e.cfg.Clock.Now().UnixNano() - int64(e.cfg.Clock.Mono())
-	clear(e.names)
-
-	n, err := e.cfg.Table.Rotate(func(k *Key, perCPU []Stats) {
-		s, stale := MergePerCPU(perCPU, cutoff)
-		if stale > 0 {
-			e.stale.Add(uint64(stale))
-		}
-		if p, ok := e.pending[*k]; ok {
-			s.Add(&p)
-			delete(e.pending, *k)
-		}
-		if s.Packets > 0 {
-			e.emit(ctx, k, &s)
-		}
-	})
+	if err := e.unstick(ctx); err != nil {
+		return err
+	}
+	d, err := e.cfg.Table.Rotate()
+	if err != nil {
+		e.log.Error("swapping the flow tables failed", "err", err)
+		return err
+	}
+	n, err := e.settle(ctx, d)
 	e.flows.Add(uint64(n))
 	e.lastFlows.Store(uint64(n))
-	if err != nil {
-		e.log.Error("evicting flow table failed", "err", err)
-	}
-	e.emitPending(ctx)
-	err = errors.Join(err, e.flushOutput(ctx))
 	e.lastDuration.Store(int64(time.Since(start)))
 	e.log.Debug("evicted", "reason", reason, "flows", n, "took", time.Since(start))
 	return err
 }
 
-func (e *Evictor) emitPending(ctx context.Context) {
-	for k, s := range e.pending {
+// resume drains what earlier agents left, before the first swap.
+func (e *Evictor) resume(ctx context.Context) {
+	drains, err := e.cfg.Table.Leftovers()
+	if err != nil {
+		e.log.Error("tables left by an earlier agent cannot all be read", "err", err)
+	}
+	for _, d := range drains {
+		n, err := e.settle(ctx, d)
+		e.flows.Add(uint64(n))
+		if err != nil {
+			e.log.Error("draining a table left by an earlier agent failed", "err", err)
+		}
+	}
+}
+
+// unstick retries a table that could not be read or cleared.
+func (e *Evictor) unstick(ctx context.Context) error {
+	if e.stuck == nil {
+		return nil
+	}
+	d := e.stuck
+	if e.stuckRead {
+		e.stuck = nil
+		n, err := e.settle(ctx, d)
+		e.flows.Add(uint64(n))
+		return err
+	}
+	if err := d.Clear(); err != nil {
+		e.log.Error("clearing a drained flow table failed again; not swapping", "err", err)
+		return err
+	}
+	e.stuck = nil
+	return nil
+}
+
+// settle empties one table into records: read it, emit its flows with the
+// diverted packets that belong with them, flush them with the table's mark,
+// then clear it. A table whose mark the output already holds is cleared
+// without being emitted.
+func (e *Evictor) settle(ctx context.Context, d Drain) (int, error) {
+	m := d.Mark()
+	running := m.Set == e.cfg.Table.Set()
+	if m.Epoch == 0 {
+		return 0, e.clear(d) // never written
+	}
+	stored, known := e.stored(m.Set)
+	if known && stored.Covers(m.Epoch) {
+		e.alreadyStored.Add(1)
+		e.log.Info("table left by an earlier agent is already stored: clearing it without emitting it again",
+			"set", fmt.Sprintf("%x", m.Set), "epoch", m.Epoch)
+		return 0, e.clear(d) // a retired set's ring buffer went with its last table's mark
+	}
+	if !running {
+		e.resumed.Add(1)
+	}
+	e.wallOffset = e.cfg.Clock.Now().UnixNano() - int64(e.cfg.Clock.Mono())
+	clear(e.names)
+	cutoff := d.Cutoff()
+	// The running set's diverted packets join its tables; a retired set's
+	// come from its own ring buffer and stay apart, since the two sets'
+	// marks record positions in different ring buffers.
+	pending := e.pending
+	if !running {
+		pending = make(map[Key]Stats)
+	}
+	n, err := d.Read(func(k *Key, perCPU []Stats) {
+		s, stale := MergePerCPU(perCPU, cutoff)
+		if stale > 0 {
+			e.stale.Add(uint64(stale))
+		}
+		if p, ok := pending[*k]; ok {
+			s.Add(&p)
+			delete(pending, *k)
+		}
+		if s.Packets > 0 {
+			e.emit(ctx, k, &s)
+		}
+	})
+	if err != nil {
+		// What was emitted is emitted again when the table is read
+		// again: a kernel failing a read of a quiescent map is not
+		// expected, and dropping the table would lose it.
+		e.stuck, e.stuckRead = d, true
+		e.log.Error("reading a flow table failed; retrying it before the next swap", "err", err)
+		return n, err
+	}
+	mark := m
+	if running {
+		mark.RingPos = e.ringPos
+		e.lastEpoch = max(e.lastEpoch, m.Epoch)
+	} else {
+		end, err := d.Events(stored.RingPos, func(ev *Event) { e.addEventTo(pending, ev) })
+		if err != nil {
+			e.log.Error("reading the ring buffer of a retired pin set failed", "err", err)
+		}
+		mark.RingPos = end
+	}
+	e.emitMap(ctx, pending)
+	err = e.flushOutput(ctx, mark)
+	faultPoint(FaultAfterCommit, n)
+	// Cleared even when the flush failed: a sink that could not store the
+	// records holds them (and counts them) itself, and a table that is
+	// not cleared cannot be swapped in again.
+	if cerr := e.clear(d); cerr != nil {
+		err = errors.Join(err, cerr)
+	}
+	if running {
+		e.release(mark.RingPos)
+	}
+	return n, err
+}
+
+func (e *Evictor) clear(d Drain) error {
+	if err := d.Clear(); err != nil {
+		e.stuck, e.stuckRead = d, false
+		e.log.Error("clearing a drained flow table failed; retrying it before the next swap", "err", err)
+		return err
+	}
+	return nil
+}
+
+// stored asks the output (if it keeps marks) what it holds of a set.
+func (e *Evictor) stored(set uint64) (Mark, bool) {
+	l, ok := e.cfg.Out.(Ledger)
+	if !ok || set == 0 {
+		return Mark{}, false
+	}
+	return l.Stored(set)
+}
+
+func (e *Evictor) release(pos uint64) {
+	if e.cfg.ReleaseEvents != nil {
+		e.cfg.ReleaseEvents(pos)
+	}
+}
+
+func (e *Evictor) emitPending(ctx context.Context) { e.emitMap(ctx, e.pending) }
+
+func (e *Evictor) emitMap(ctx context.Context, pending map[Key]Stats) {
+	for k, s := range pending {
 		e.emit(ctx, &k, &s)
 	}
-	clear(e.pending)
+	clear(pending)
 }
 
 func (e *Evictor) emit(ctx context.Context, k *Key, s *Stats) {
@@ -303,9 +478,9 @@ func (e *Evictor) writeBatch(ctx context.Context) {
 	e.batch = e.batch[:0]
 }
 
-func (e *Evictor) flushOutput(ctx context.Context) error {
+func (e *Evictor) flushOutput(ctx context.Context, mark Mark) error {
 	e.writeBatch(ctx)
-	if err := e.cfg.Out.Flush(ctx); err != nil {
+	if err := e.cfg.Out.FlushMark(ctx, mark); err != nil {
 		e.outErrs.Add(1)
 		e.log.Warn("output flush failed", "err", err)
 		return err
@@ -328,10 +503,12 @@ func (e *Evictor) Stats() EvictorStats {
 			ReasonMapBusy.String(): e.eventsBusy.Load(),
 			"other":                e.eventsOther.Load(),
 		},
-		Stale:        e.stale.Load(),
-		OutputErrors: e.outErrs.Load(),
-		LastFlows:    e.lastFlows.Load(),
-		LastRecords:  e.lastRecords.Load(),
-		LastDuration: time.Duration(e.lastDuration.Load()),
+		Stale:         e.stale.Load(),
+		OutputErrors:  e.outErrs.Load(),
+		LastFlows:     e.lastFlows.Load(),
+		LastRecords:   e.lastRecords.Load(),
+		LastDuration:  time.Duration(e.lastDuration.Load()),
+		Resumed:       e.resumed.Load(),
+		AlreadyStored: e.alreadyStored.Load(),
 	}
 }

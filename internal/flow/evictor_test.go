@@ -13,6 +13,12 @@ type fakeTable struct {
 	next     map[Key][]Stats
 	rotates  int
 	onRotate func() // called inside Rotate, before draining
+	// clock, if set, gives each table its install time (the stale
+	// filter's cutoff); installed is the current table's.
+	clock     *fakeClock
+	installed uint64
+	epoch     uint64
+	left      []Drain // Leftovers
 }
 
 func (f *fakeTable) put(k Key, perCPU ...Stats) {
@@ -24,21 +30,60 @@ func (f *fakeTable) put(k Key, perCPU ...Stats) {
 	f.next[k] = perCPU
 }
 
-func (f *fakeTable) Rotate(fn func(*Key, []Stats)) (int, error) {
+func (f *fakeTable) Set() uint64 { return 1 }
+
+func (f *fakeTable) Leftovers() ([]Drain, error) { return f.left, nil }
+
+func (f *fakeTable) Rotate() (Drain, error) {
 	f.mu.Lock()
 	cur := f.next
 	f.next = nil
 	f.rotates++
+	f.epoch++
 	hook := f.onRotate
+	d := &fakeDrain{mark: Mark{Set: 1, Epoch: f.epoch}, cutoff: f.installed, flows: cur}
+	if f.clock != nil {
+		f.installed = f.clock.Mono()
+	}
 	f.mu.Unlock()
 	if hook != nil {
 		hook()
 	}
-	for k, v := range cur {
+	return d, nil
+}
+
+// fakeDrain is one table's contents.
+type fakeDrain struct {
+	mark    Mark
+	cutoff  uint64
+	flows   map[Key][]Stats
+	events  []Event
+	reads   int
+	cleared bool
+}
+
+func (d *fakeDrain) Mark() Mark     { return d.mark }
+func (d *fakeDrain) Cutoff() uint64 { return d.cutoff }
+func (d *fakeDrain) Read(fn func(*Key, []Stats)) (int, error) {
+	d.reads++
+	for k, v := range d.flows {
 		fn(&k, v)
 	}
-	return len(cur), nil
+	return len(d.flows), nil
 }
+
+func (d *fakeDrain) Events(from uint64, fn func(*Event)) (uint64, error) {
+	end := from
+	for i := range d.events {
+		if d.events[i].RingPos > from {
+			fn(&d.events[i])
+			end = max(end, d.events[i].RingPos)
+		}
+	}
+	return end, nil
+}
+
+func (d *fakeDrain) Clear() error { d.cleared = true; return nil }
 
 // fakeClock moves only when told; monotonic time starts at 1e9.
 type fakeClock struct {
@@ -66,6 +111,7 @@ type collector struct {
 	records []Record
 	batches []int
 	flushes int
+	marks   []Mark
 }
 
 func (c *collector) Write(_ context.Context, b []Record) error {
@@ -76,10 +122,11 @@ func (c *collector) Write(_ context.Context, b []Record) error {
 	return nil
 }
 
-func (c *collector) Flush(context.Context) error {
+func (c *collector) FlushMark(_ context.Context, m Mark) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.flushes++
+	c.marks = append(c.marks, m)
 	return nil
 }
 
@@ -95,7 +142,8 @@ func key(port uint16) Key {
 
 func TestEvictorMergesAndFiltersStale(t *testing.T) {
 	clock := newFakeClock()
-	table := &fakeTable{}
+	install := clock.Mono() // the first table's install time
+	table := &fakeTable{clock: clock, installed: install}
 	out := &collector{}
 	events := make(chan Event, 16)
 	ev := NewEvictor(EvictorConfig{
@@ -103,7 +151,6 @@ func TestEvictorMergesAndFiltersStale(t *testing.T) {
 		IfaceName: func(i uint32) string { return "veth3" }, BatchSize: 2,
 		DrainEvents: func() { close(events) },
 	})
-	install := clock.Mono() // the first table's install time
 	clock.advance(time.Second)
 	now := clock.Mono()
 

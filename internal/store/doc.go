@@ -18,6 +18,15 @@
 // loses at most the batch in flight; nothing is ever modified in place, so
 // older data cannot be damaged by a crash.
 //
+// The agent's store sink writes one eviction through Stage and Commit
+// instead: each segment is staged (written and renamed, but unlisted, so
+// invisible, and deleted by Open after a crash), and Commit publishes all of
+// an eviction's segments in one manifest, together with the eviction's mark:
+// which kernel table (pin set and epoch) and how much of its ring buffer the
+// records hold (manifest.go). An agent restarted after a crash asks Stored
+// for the mark, and clears a table the store already holds instead of
+// storing it twice.
+//
 // # Which directories, and who may read them
 //
 // Flow records say who talked to whom, and the writer usually runs as root,

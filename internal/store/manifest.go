@@ -9,17 +9,30 @@ package store
 // readdir concurrent with a rename and an unlink may return neither the new
 // merged segment nor the originals it replaced.
 //
-// Manifest format, version 1, little endian:
+// Manifest format, version 2, little endian:
 //
 //	0   8     magic "LOUPEMAN"
-//	8   2     version (1)
+//	8   2     version (2)
 //	10  2     reserved (0)
 //	12  4     entry count K
 //	16  8     generation, +1 on every publish
 //	24  8     next segment id
 //	32  40*K  entries sorted by id: id u64, records u64,
 //	          min first_seen i64, max last_seen i64, file size u64
+//	..  4     mark count M (at most maxMarks)
+//	..  32*M  marks sorted by set: set u64, epoch u64, ring position u64,
+//	          generation of the publish that last moved it u64
 //	..  4     CRC32C of all preceding bytes
+//
+// Version 1 is the same without the marks; it is still read.
+//
+// A mark records which kernel tables the store holds (flow.Mark): the agent
+// hands the records of a drained table to the store with the table's pin
+// set and epoch, and the publish that lists their segments records the mark
+// too, so that records and mark are committed together. An agent that
+// restarts after a crash clears a table whose epoch the store holds instead
+// of storing it twice. Marks of old pin sets are dropped, least recently
+// moved first, beyond maxMarks.
 //
 // If the manifest is missing or corrupt, the segment headers are enough to
 // rebuild it: every segment lists the ids it replaces (transitively), and a
@@ -38,10 +51,15 @@ import (
 
 const (
 	manifestMagic   = "LOUPEMAN"
-	manifestVersion = 1
+	manifestVersion = 2
 	manifestName    = "MANIFEST"
 	manifestEntry   = 40
-	lockName        = "LOCK"
+	manifestMark    = 32
+	// maxMarks bounds the marks kept: one per pin set, and a host sees a
+	// new pin set only when the agent's layout changes or its pins are
+	// removed.
+	maxMarks = 64
+	lockName = "LOCK"
 	// tmpPrefix starts every file that is not yet in place. Readers ignore
 	// such names and a writer removes them when it opens the directory.
 	tmpPrefix = ".tmp-"
@@ -64,13 +82,70 @@ type entry struct {
 type manifest struct {
 	gen     uint64
 	nextID  uint64
-	entries []entry // sorted by id
+	entries []entry     // sorted by id
+	marks   []markEntry // sorted by set
+}
+
+// Mark is what the store holds of one set of kernel tables: the last
+// epoch stored, and the ring-buffer position up to which diverted packets
+// are stored (flow.Mark).
+type Mark struct {
+	Set, Epoch, RingPos uint64
+}
+
+type markEntry struct {
+	Mark
+	gen uint64 // the publish that last moved it
 }
 
 func (m *manifest) clone() *manifest {
 	c := *m
 	c.entries = slices.Clone(m.entries)
+	c.marks = slices.Clone(m.marks)
 	return &c
+}
+
+// mark returns the mark of set.
+func (m *manifest) mark(set uint64) (Mark, bool) {
+	i, ok := slices.BinarySearchFunc(m.marks, set, func(e markEntry, set uint64) int { return cmpU64(e.Set, set) })
+	if !ok {
+		return Mark{}, false
+	}
+	return m.marks[i].Mark, true
+}
+
+// addMark merges mk into the set's mark (epoch and position only grow) at
+// generation gen, and drops the least recently moved marks past maxMarks.
+func (m *manifest) addMark(mk Mark, gen uint64) {
+	if mk.Set == 0 {
+		return
+	}
+	i, ok := slices.BinarySearchFunc(m.marks, mk.Set, func(e markEntry, set uint64) int { return cmpU64(e.Set, set) })
+	if ok {
+		e := &m.marks[i]
+		e.Epoch, e.RingPos, e.gen = max(e.Epoch, mk.Epoch), max(e.RingPos, mk.RingPos), gen
+	} else {
+		m.marks = slices.Insert(m.marks, i, markEntry{Mark: mk, gen: gen})
+	}
+	for len(m.marks) > maxMarks {
+		oldest := 0
+		for j := range m.marks {
+			if m.marks[j].gen < m.marks[oldest].gen {
+				oldest = j
+			}
+		}
+		m.marks = slices.Delete(m.marks, oldest, oldest+1)
+	}
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }
 
 func (m *manifest) has(id uint64) bool {
@@ -103,7 +178,7 @@ func parseSegName(name string) (uint64, bool) {
 }
 
 func encodeManifest(m *manifest) []byte {
-	b := make([]byte, 0, 32+manifestEntry*len(m.entries)+4)
+	b := make([]byte, 0, 32+manifestEntry*len(m.entries)+4+manifestMark*len(m.marks)+4)
 	b = append(b, manifestMagic...)
 	b = le.AppendUint16(b, manifestVersion)
 	b = le.AppendUint16(b, 0)
@@ -117,6 +192,13 @@ func encodeManifest(m *manifest) []byte {
 		b = le.AppendUint64(b, uint64(e.maxLast))
 		b = le.AppendUint64(b, uint64(e.size))
 	}
+	b = le.AppendUint32(b, uint32(len(m.marks)))
+	for _, mk := range m.marks {
+		b = le.AppendUint64(b, mk.Set)
+		b = le.AppendUint64(b, mk.Epoch)
+		b = le.AppendUint64(b, mk.RingPos)
+		b = le.AppendUint64(b, mk.gen)
+	}
 	return le.AppendUint32(b, crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)))
 }
 
@@ -127,12 +209,23 @@ func decodeManifest(b []byte) (*manifest, error) {
 	if len(b) < 36 || string(b[:8]) != manifestMagic {
 		return nil, fmt.Errorf("%w: bad magic or too short (%d bytes)", errManifestCorrupt, len(b))
 	}
-	if v := le.Uint16(b[8:]); v != manifestVersion {
+	v := le.Uint16(b[8:])
+	if v != 1 && v != manifestVersion {
 		return nil, fmt.Errorf("%w: unsupported version %d", errManifestCorrupt, v)
 	}
 	k := int(le.Uint32(b[12:]))
-	if len(b) != 32+manifestEntry*k+4 {
+	marksAt, nm := 32+manifestEntry*k, 0
+	switch {
+	case v == 1 && len(b) != marksAt+4:
 		return nil, fmt.Errorf("%w: %d bytes for %d entries", errManifestCorrupt, len(b), k)
+	case v >= 2:
+		if len(b) < marksAt+8 {
+			return nil, fmt.Errorf("%w: %d bytes for %d entries", errManifestCorrupt, len(b), k)
+		}
+		nm = int(le.Uint32(b[marksAt:]))
+		if nm > maxMarks || len(b) != marksAt+4+manifestMark*nm+4 {
+			return nil, fmt.Errorf("%w: %d bytes for %d entries and %d marks", errManifestCorrupt, len(b), k, nm)
+		}
 	}
 	body := b[:len(b)-4]
 	if crc32.Checksum(body, crc32.MakeTable(crc32.Castagnoli)) != le.Uint32(b[len(b)-4:]) {
@@ -152,12 +245,20 @@ func decodeManifest(b []byte) (*manifest, error) {
 			return nil, fmt.Errorf("%w: entries out of order", errManifestCorrupt)
 		}
 	}
+	for i := range nm {
+		e := b[marksAt+4+manifestMark*i:]
+		mk := markEntry{Mark: Mark{Set: le.Uint64(e), Epoch: le.Uint64(e[8:]), RingPos: le.Uint64(e[16:])}, gen: le.Uint64(e[24:])}
+		if i > 0 && mk.Set <= m.marks[i-1].Set {
+			return nil, fmt.Errorf("%w: marks out of order", errManifestCorrupt)
+		}
+		m.marks = append(m.marks, mk)
+	}
 	return m, nil
 }
 
 // maxManifestSize bounds what a reader loads as a manifest: a million
 // segments, far beyond any store.
-const maxManifestSize = 36 + manifestEntry<<20
+const maxManifestSize = 40 + manifestEntry<<20 + manifestMark*maxMarks
 
 // readManifest returns fs.ErrNotExist (wrapped) if there is none.
 func readManifest(d *storeDir) (*manifest, error) {

@@ -104,6 +104,10 @@ func (s *Store) recover() error {
 			quarantined[id] = true
 		}
 		m = &manifest{nextID: st.maxID + 1, entries: st.live}
+		// The marks were in the lost manifest only: an agent that
+		// restarts after a crash may store once more a table it had
+		// stored and not yet cleared.
+		s.log.Warn("the rebuilt manifest lists no stored kernel tables (marks)")
 	}
 	present := make(map[uint64]bool, len(ids))
 	for _, id := range ids {

@@ -218,31 +218,92 @@ func (s *Store) write(ctx context.Context, b *batch) error {
 	if b.n == 0 {
 		return s.applyRetention()
 	}
+	st, err := s.stage(b)
+	if err != nil {
+		return err
+	}
+	if err := s.Commit(ctx, []Staged{st}, nil); err != nil {
+		if !errors.Is(err, ErrNotDurable) {
+			s.Discard([]Staged{st})
+		}
+		return fmt.Errorf("store: write batch of %d records: %w", b.n, err)
+	}
+	return nil
+}
+
+// Staged is a segment written to disk, durably, but not yet published:
+// no reader sees it and a crash deletes it (Open removes segments the
+// manifest does not list). Commit publishes staged segments together.
+type Staged struct {
+	e entry
+}
+
+// Records is the number of records in the staged segment.
+func (st Staged) Records() uint64 { return st.e.records }
+
+// Stage writes b as a segment that Commit publishes later, so that the
+// records of one eviction written as several segments (a big eviction, a
+// batch held while the disk was full) become visible, and are recorded
+// with their mark, in one publish. Staging leaves b unchanged.
+func (s *Store) Stage(ctx context.Context, b *Batch) (Staged, error) {
+	if err := ctx.Err(); err != nil {
+		return Staged{}, err
+	}
+	if b.b.n == 0 {
+		return Staged{}, errors.New("store: stage an empty batch")
+	}
+	return s.stage(b.b)
+}
+
+func (s *Store) stage(b *batch) (Staged, error) {
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	id, err := s.allocID()
 	if err != nil {
-		return err
+		return Staged{}, err
 	}
 	e, err := writeSegment(s.dir, id, nil, b)
 	if err != nil {
-		return fmt.Errorf("store: write batch of %d records: %w", b.n, err)
+		return Staged{}, fmt.Errorf("store: write batch of %d records: %w", b.n, err)
 	}
+	return Staged{e: e}, nil
+}
+
+// Commit publishes staged segments and marks in one manifest publish, and
+// applies retention. On an error the staged segments are not published
+// (they may be committed again, or discarded), except for an error that
+// wraps ErrNotDurable: published then, but maybe not durable.
+func (s *Store) Commit(ctx context.Context, staged []Staged, marks []Mark) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
 	next := s.m.clone()
-	next.entries = append(next.entries, e)
+	var records uint64
+	for _, st := range staged {
+		next.entries = append(next.entries, st.e)
+		records += st.e.records
+	}
+	for _, mk := range marks {
+		next.addMark(mk, s.m.gen+1)
+	}
 	expired := s.expire(next)
-	err = s.publish(next)
+	err := s.publish(next)
 	published := s.m == next
 	if published {
-		s.count.Writes++
-		s.count.WrittenRecords += uint64(b.n)
+		s.count.Writes += uint64(len(staged))
+		s.count.WrittenRecords += records
 		s.countExpired(expired)
 	}
 	s.mu.Unlock()
 	if !published {
-		s.dir.remove(segName(id))
-		return fmt.Errorf("store: write batch of %d records: %w", b.n, err)
+		return fmt.Errorf("store: publish %d records: %w", records, err)
 	}
 	s.removeExpired(expired)
 	select {
@@ -250,9 +311,23 @@ func (s *Store) write(ctx context.Context, b *batch) error {
 	default:
 	}
 	if err != nil {
-		return fmt.Errorf("store: batch of %d records written but %w: %w", b.n, ErrNotDurable, err)
+		return fmt.Errorf("store: %d records published but %w: %w", records, ErrNotDurable, err)
 	}
 	return nil
+}
+
+// Discard removes staged segments that will not be committed.
+func (s *Store) Discard(staged []Staged) {
+	for _, st := range staged {
+		s.dir.remove(segName(st.e.id))
+	}
+}
+
+// Stored returns the mark of a set of kernel tables that the store holds.
+func (s *Store) Stored(set uint64) (Mark, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m.mark(set)
 }
 
 // ErrNotDurable is wrapped by the error of a Write whose records were

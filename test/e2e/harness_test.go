@@ -64,36 +64,64 @@ type agentOpts struct {
 	args []string
 	// caps runs the agent as nobody holding only these capabilities.
 	caps bool
+	// dir reuses the store, export and log directory of an earlier agent
+	// (a restart); empty: a fresh one.
+	dir string
+	// pinDir is the agent's --pin-dir (testutil.Bpffs gives each test
+	// its own bpf file system); empty: none, so that tests never share
+	// pins.
+	pinDir string
+	// bin runs another build of the agent (the fault-injection build);
+	// env adds to its environment.
+	bin string
+	env []string
+	// noPinFlag leaves --pin-dir out, for a build from before it existed.
+	noPinFlag bool
 }
 
 // startAgent runs the agent in ns with its store and a JSON export under a
-// fresh directory, and waits until it reports running.
+// fresh directory (or o.dir), and waits until it reports running.
 func startAgent(t *testing.T, ns *testutil.NS, o agentOpts) *agent {
 	t.Helper()
-	// Not t.TempDir: its parent is private to root, and the unprivileged
-	// agent must be able to write here.
-	dir, err := os.MkdirTemp("", "loupe-agent-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o777); err != nil {
-		t.Fatal(err)
+	dir := o.dir
+	if dir == "" {
+		// Not t.TempDir: its parent is private to root, and the
+		// unprivileged agent must be able to write here.
+		var err error
+		if dir, err = os.MkdirTemp("", "loupe-agent-"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		if err := os.Chmod(dir, 0o777); err != nil {
+			t.Fatal(err)
+		}
 	}
 	a := &agent{t: t, ns: ns, dir: dir, listen: "127.0.0.1:9464", logs: &testutil.Buffer{}, done: make(chan error, 1)}
+	pinDir := o.pinDir
+	if pinDir == "" {
+		pinDir = "none"
+	}
 	args := append([]string{"run",
 		"--store", filepath.Join(dir, "store"),
 		"--export", "json:" + filepath.Join(dir, "flows.jsonl"),
 		"--listen", a.listen,
 		"--log-level", "debug",
 	}, o.args...)
+	if !o.noPinFlag {
+		args = append(args[:1:1], append([]string{"--pin-dir", pinDir}, args[1:]...)...)
+	}
+	bin := loupeBin
+	if o.bin != "" {
+		bin = o.bin
+	}
 	if o.caps {
 		const caps = "cap_bpf,cap_net_admin,cap_perfmon"
-		script := "exec " + loupeBin + " " + strings.Join(args, " ")
+		script := "exec " + bin + " " + strings.Join(args, " ")
 		a.cmd = ns.Command("capsh", "--keep=1", "--user=nobody", "--inh="+caps, "--addamb="+caps, "--", "-c", script)
 	} else {
-		a.cmd = ns.Command(loupeBin, args...)
+		a.cmd = ns.Command(bin, args...)
 	}
+	a.cmd.Env = append(os.Environ(), o.env...)
 	a.cmd.Stdout, a.cmd.Stderr = a.logs, a.logs
 	if err := a.cmd.Start(); err != nil {
 		t.Fatalf("start agent: %v", err)
@@ -159,6 +187,29 @@ func (a *agent) stop() {
 	case <-time.After(60 * time.Second):
 		a.t.Fatalf("agent did not stop within 60s:\n%s", a.logs.String())
 	}
+}
+
+// kill sends SIGKILL, as an OOM kill would, and waits for the process to
+// go. A pinned agent's programs keep counting after it.
+func (a *agent) kill() {
+	a.t.Helper()
+	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		a.t.Fatalf("kill agent: %v", err)
+	}
+	a.wait(10 * time.Second)
+}
+
+// wait waits for the agent to exit, however it exits.
+func (a *agent) wait(timeout time.Duration) error {
+	a.t.Helper()
+	select {
+	case err := <-a.done:
+		a.stopped = true
+		return err
+	case <-time.After(timeout):
+		a.t.Fatalf("agent did not exit within %v:\n%s", timeout, a.logs.String())
+	}
+	return nil
 }
 
 // exported reads the records the JSON sink wrote.

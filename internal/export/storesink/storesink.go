@@ -8,6 +8,15 @@
 // records are dropped and counted by reason. Every record handed to the
 // sink is therefore stored, pending or counted as dropped (Accounting), in
 // records and in packets.
+//
+// One eviction's records are published in one manifest publish, with the
+// eviction's mark (flow.Mark: which kernel table they are), however many
+// segments they take: a big eviction is written (staged) a segment at a
+// time as it comes, and published at the eviction's end. So the store
+// holds either all of a table's records and its mark, or neither, and the
+// agent clears a table the store already holds, after a crash, without
+// storing it twice. Held records keep their marks until they are stored:
+// an epoch is never recorded before its records.
 package storesink
 
 import (
@@ -58,9 +67,13 @@ type Sink struct {
 	log        *slog.Logger
 	maxPending int
 
-	// pending is only touched by Write, Flush and Close, which the
-	// evictor calls from one goroutine.
+	// pending, staged and marks are only touched by Write, Flush and
+	// Close, which the evictor calls from one goroutine. pending are
+	// records not yet written; staged are written segments not yet
+	// published; marks are to be committed with them.
 	pending *store.Batch
+	staged  []store.Staged
+	marks   []store.Mark
 
 	mu         sync.Mutex // guards what follows, for Accounting
 	held       export.Count
@@ -103,8 +116,9 @@ func (s *Sink) Name() string { return "store" }
 
 // Write implements export.Sink. Records are encoded into the pending
 // segment at once, so the batch slice can be reused. A full pending batch
-// is written at once (a very large eviction), unless the store is failing:
-// then the records that do not fit are dropped and counted.
+// is written at once as a staged segment (a very large eviction), unless
+// the store is failing: then the records that do not fit are dropped and
+// counted.
 func (s *Sink) Write(ctx context.Context, batch []flow.Record) error {
 	var err error
 	from := 0 // batch[from:i] is added but not yet counted as held
@@ -113,7 +127,7 @@ func (s *Sink) Write(ctx context.Context, batch []flow.Record) error {
 			s.hold(batch[from:i])
 			from = i
 			if !s.isFailing() {
-				err = s.Flush(ctx)
+				err = s.stage(ctx)
 			}
 			if s.pending.Len() >= s.maxPending {
 				return s.drop(batch[i:], err)
@@ -156,18 +170,37 @@ func (s *Sink) drop(recs []flow.Record, cause error) error {
 	return errors.Join(err, cause)
 }
 
-// Flush implements export.Sink: one segment per eviction, and the retry
-// of a write that failed.
+// stage writes the pending batch as a segment to publish later.
+func (s *Sink) stage(ctx context.Context) error {
+	st, err := s.st.Stage(ctx, s.pending)
+	if err != nil {
+		s.failed(err)
+		return err
+	}
+	s.staged = append(s.staged, st)
+	s.pending = store.NewBatch()
+	return nil
+}
+
+// Flush implements export.Sink: the eviction's records in one publish,
+// and the retry of a write that failed.
 func (s *Sink) Flush(ctx context.Context) error {
-	if s.pending.Len() == 0 {
+	if s.pending.Len() > 0 {
+		if err := s.stage(ctx); err != nil {
+			return err
+		}
+	}
+	if len(s.staged) == 0 {
+		// No records: nothing to publish. A mark waits for records: a
+		// table that held none needs none.
 		return nil
 	}
-	err := s.st.WriteBatch(ctx, s.pending)
+	err := s.st.Commit(ctx, s.staged, s.marks)
 	if err != nil && !errors.Is(err, store.ErrNotDurable) {
 		s.failed(err)
 		return err
 	}
-	s.pending = store.NewBatch()
+	s.staged, s.marks = nil, nil
 	s.mu.Lock()
 	n := s.held
 	s.stored.Add(n)
@@ -181,6 +214,33 @@ func (s *Sink) Flush(ctx context.Context) error {
 			"failing_for", time.Since(since).Round(time.Second), "dropped_records_total", dropped.Records, "dropped_packets_total", dropped.Packets)
 	}
 	return err // nil, or stored but not confirmed durable
+}
+
+// FlushMark implements export.Committer: Flush, committing mark with the
+// records (now, or with the held records once the store takes them).
+func (s *Sink) FlushMark(ctx context.Context, mark flow.Mark) error {
+	if mark.Set != 0 {
+		s.addMark(store.Mark{Set: mark.Set, Epoch: mark.Epoch, RingPos: mark.RingPos})
+	}
+	return s.Flush(ctx)
+}
+
+// addMark merges a mark into the held ones, one per set, so that what a
+// long-failing store holds does not grow with every eviction.
+func (s *Sink) addMark(m store.Mark) {
+	for i := range s.marks {
+		if h := &s.marks[i]; h.Set == m.Set {
+			h.Epoch, h.RingPos = max(h.Epoch, m.Epoch), max(h.RingPos, m.RingPos)
+			return
+		}
+	}
+	s.marks = append(s.marks, m)
+}
+
+// Stored implements export.Committer.
+func (s *Sink) Stored(set uint64) (flow.Mark, bool) {
+	m, ok := s.st.Stored(set)
+	return flow.Mark{Set: m.Set, Epoch: m.Epoch, RingPos: m.RingPos}, ok
 }
 
 // failed records a failed write; the first failure of a run and then one
@@ -229,6 +289,8 @@ func (s *Sink) Close() error {
 		s.held = export.Count{}
 		s.mu.Unlock()
 		s.pending = store.NewBatch()
+		s.st.Discard(s.staged)
+		s.staged = nil
 		s.log.Error("closing with records the store could not take: dropped", "records", lost.Records,
 			"packets", lost.Packets, "reason", reason)
 		err = fmt.Errorf("%d records (%d packets) not stored: %w", lost.Records, lost.Packets, err)

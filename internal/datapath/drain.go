@@ -1,0 +1,133 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cilium/ebpf"
+
+	"loupe/internal/flow"
+)
+
+// tableDrain is one of this set's tables, swapped out (or left swapped out
+// by a previous agent): read without deleting, then cleared once its
+// records are committed. Reading and clearing are two passes over the
+// table, so that a crash in between leaves the table whole for the next
+// agent, and so that the keys need not be held between them (a second
+// batch read costs less than the memory of a full table's keys).
+type tableDrain struct {
+	d      *Datapath
+	idx    uint32
+	mark   flow.Mark
+	cutoff uint64
+}
+
+func (t *tableDrain) Mark() flow.Mark { return t.mark }
+func (t *tableDrain) Cutoff() uint64  { return t.cutoff }
+
+// Events: this set's diverted packets come through the live ring reader.
+func (t *tableDrain) Events(from uint64, _ func(*flow.Event)) (uint64, error) { return from, nil }
+
+// Read calls fn for every entry of the table, without deleting anything.
+func (t *tableDrain) Read(fn func(k *flow.Key, perCPU []flow.Stats)) (int, error) {
+	d, m := t.d, t.d.tables[t.idx]
+	per := len(d.stats)
+	total := 0
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := m.BatchLookup(&cursor, d.keys, d.vals, nil)
+		for i := range n {
+			var k flow.Key
+			keyFromBPF(&k, &d.keys[i])
+			for c := range per {
+				statsFromBPF(&d.stats[c], &d.vals[i*per+c])
+			}
+			fn(&k, d.stats)
+		}
+		total += n
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return total, nil
+		}
+		if errors.Is(err, ebpf.ErrNotSupported) {
+			return t.readByIteration(fn)
+		}
+		if err != nil {
+			return total, fmt.Errorf("read flow table: %w", err)
+		}
+	}
+}
+
+// readByIteration is the fallback for kernels without batch operations.
+func (t *tableDrain) readByIteration(fn func(k *flow.Key, perCPU []flow.Stats)) (int, error) {
+	d := t.d
+	var (
+		bk    flowsFlowKey
+		bv    = make([]flowsFlowStats, len(d.stats))
+		iter  = d.tables[t.idx].Iterate()
+		total int
+	)
+	var value any = &bv[0]
+	if d.opts.Tables == PerCPU {
+		value = &bv
+	}
+	for iter.Next(&bk, value) {
+		var k flow.Key
+		keyFromBPF(&k, &bk)
+		for c := range bv {
+			statsFromBPF(&d.stats[c], &bv[c])
+		}
+		fn(&k, d.stats)
+		total++
+	}
+	if err := iter.Err(); err != nil {
+		return total, fmt.Errorf("iterate flow table: %w", err)
+	}
+	return total, nil
+}
+
+// Clear deletes every entry. The table is swapped out, so nothing adds to
+// it meanwhile; once cleared it may become the active table again.
+func (t *tableDrain) Clear() error {
+	d, m := t.d, t.d.tables[t.idx]
+	var cursor ebpf.MapBatchCursor
+	for {
+		_, err := m.BatchLookupAndDelete(&cursor, d.keys, d.vals, nil)
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			break
+		}
+		if errors.Is(err, ebpf.ErrNotSupported) {
+			if err := clearByIteration(m); err != nil {
+				return err
+			}
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("clear flow table: %w", err)
+		}
+	}
+	d.cleared[t.idx] = true
+	return nil
+}
+
+func clearByIteration(m *ebpf.Map) error {
+	var keys []flowsFlowKey
+	var prev any
+	for {
+		var k flowsFlowKey
+		err := m.NextKey(prev, &k)
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("iterate flow table: %w", err)
+		}
+		keys = append(keys, k)
+		prev = &keys[len(keys)-1]
+	}
+	for i := range keys {
+		if err := m.Delete(&keys[i]); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("clear flow table: %w", err)
+		}
+	}
+	return nil
+}
