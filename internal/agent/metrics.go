@@ -36,6 +36,7 @@ type healthCollector struct {
 	storeSegments, storeRecords, storeBytes        *prometheus.Desc
 	retSegments, retRecords, retBytes              *prometheus.Desc
 	quarSegments, quarRecords                      *prometheus.Desc
+	pinned, resumed, alreadyStored                 *prometheus.Desc
 }
 
 func newHealthCollector(dp *datapath.Datapath, mgr *attach.Manager, ev *flow.Evictor, fan *export.Fanout, st *storesink.Sink, cfg config.Config, log *slog.Logger) *healthCollector {
@@ -78,6 +79,9 @@ func newHealthCollector(dp *datapath.Datapath, mgr *attach.Manager, ev *flow.Evi
 		retBytes:        d("store_retention_deleted_bytes_total", "Bytes of the segments retention deleted, by reason.", "reason"),
 		quarSegments:    d("store_quarantined_segments_total", "Damaged segments the store set aside (renamed *.corrupt) and no longer counts."),
 		quarRecords:     d("store_quarantined_records_total", "Flow records the quarantined segments held, as far as the manifest listed them."),
+		pinned:          d("datapath_pinned", "1 when the flow tables, counters, ring buffer and links are pinned under pin_dir and outlive a crash of the agent; 0 when the agent runs unpinned (no bpf file system, pin_dir none)."),
+		resumed:         d("restart_tables_resumed_total", "Kernel tables of a pin set of another layout (an upgrade, another flow budget or table kind) that this agent drained through their own BTF and emitted."),
+		alreadyStored:   d("restart_tables_already_stored_total", "Kernel tables an earlier agent left whose epoch the store already held: cleared without being emitted again."),
 		scrapeErr:       d("scrape_errors", "Errors reading component state during this scrape.", "component"),
 	}
 }
@@ -110,6 +114,13 @@ func (c *healthCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.evictions, n, reason)
 	}
 	counter(c.evictedFlows, es.Flows)
+	counter(c.resumed, es.Resumed)
+	counter(c.alreadyStored, es.AlreadyStored)
+	pinned := 0.0
+	if c.dp.Pinned() {
+		pinned = 1
+	}
+	gauge(c.pinned, pinned)
 	counter(c.stale, es.Stale)
 	gauge(c.evictSeconds, es.LastDuration.Seconds())
 	for reason, n := range es.Events {

@@ -346,6 +346,11 @@ func TestCrashBetweenCommitAndClear(t *testing.T) {
 	r := &restartRun{p: p, pins: pins, opts: agentOpts{pinDir: pins, args: args, dir: a.dir}}
 	r.a = startAgent(t, p.a, r.opts)
 	r.a.waitLog(5*time.Second, "already stored: clearing it without emitting it again")
+	m := r.a.metrics()
+	if m["loupe_restart_tables_already_stored_total"] != 1 || m["loupe_datapath_pinned"] != 1 {
+		t.Errorf("metrics: already stored %v, pinned %v; want 1 and 1",
+			m["loupe_restart_tables_already_stored_total"], m["loupe_datapath_pinned"])
+	}
 	time.Sleep(time.Second)
 	r.finish(t, s, "tcx")
 }
@@ -362,6 +367,9 @@ func TestUnpinnedWithoutBpffs(t *testing.T) {
 	ping(t, p.a, p.b4, 3, 100)
 	p.down(t)
 	kernel := p.a.Stats(t, p.vethA)
+	if v := a.metrics()["loupe_datapath_pinned"]; v != 0 {
+		t.Errorf("loupe_datapath_pinned %v while running unpinned", v)
+	}
 	a.stop()
 	if n := strings.Count(a.logs.String(), "running unpinned"); n != 1 {
 		t.Fatalf("%d warnings about running unpinned, want 1:\n%s", n, a.logs.String())
