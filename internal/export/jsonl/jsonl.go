@@ -15,9 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"os"
-	"sync"
 
 	"loupe/internal/export"
 	"loupe/internal/flow"
@@ -44,11 +42,7 @@ type Sink struct {
 	buf  []byte
 	ends []lineEnd
 
-	mu         sync.Mutex // guards the counters, for Accounting
-	held       export.Count
-	stored     export.Count
-	dropped    map[string]export.Count
-	failReason string
+	acct *export.Ledger
 }
 
 type lineEnd struct {
@@ -73,7 +67,7 @@ func Open(path string) (*Sink, error) {
 // New writes to w (for tests and embedding).
 func New(name string, w io.Writer) *Sink {
 	return &Sink{name: name, w: w, maxPending: defaultMaxPending,
-		dropped: map[string]export.Count{export.ReasonNoSpace: {}, export.ReasonWriteError: {}}}
+		acct: export.NewLedger(export.ReasonNoSpace, export.ReasonWriteError)}
 }
 
 // SetMaxPending bounds the bytes held for a writer that fails (tests).
@@ -88,9 +82,9 @@ func (s *Sink) Write(_ context.Context, batch []flow.Record) error {
 	from := 0 // batch[from:i] is buffered but not yet counted as held
 	for i := range batch {
 		if len(s.buf) >= flushAt || len(s.buf) >= s.maxPending {
-			s.hold(batch[from:i])
+			s.acct.Hold(batch[from:i])
 			from = i
-			if !s.isFailing() {
+			if s.acct.Failure() == "" {
 				err = s.writeOut()
 			}
 			if len(s.buf) >= s.maxPending {
@@ -101,35 +95,13 @@ func (s *Sink) Write(_ context.Context, batch []flow.Record) error {
 		s.buf = append(s.buf, '\n')
 		s.ends = append(s.ends, lineEnd{len(s.buf), batch[i].Packets})
 	}
-	s.hold(batch[from:])
+	s.acct.Hold(batch[from:])
 	return err
 }
 
-// hold counts buffered records.
-func (s *Sink) hold(recs []flow.Record) {
-	n := export.CountOf(recs)
-	s.mu.Lock()
-	s.held.Add(n)
-	s.mu.Unlock()
-}
-
-func (s *Sink) isFailing() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.failReason != ""
-}
-
+// drop counts records that found the buffer full.
 func (s *Sink) drop(recs []flow.Record) error {
-	n := export.CountOf(recs)
-	s.mu.Lock()
-	reason := s.failReason
-	if reason == "" {
-		reason = export.ReasonWriteError
-	}
-	d := s.dropped[reason]
-	d.Add(n)
-	s.dropped[reason] = d
-	s.mu.Unlock()
+	n, reason := s.acct.Drop(recs)
 	return fmt.Errorf("%s: %d records (%d packets) dropped: %d bytes already wait for a writer that fails (%s)",
 		s.name, n.Records, n.Packets, len(s.buf), reason)
 }
@@ -155,16 +127,9 @@ func (s *Sink) writeOut() error {
 	for i := range s.ends {
 		s.ends[i].end -= n
 	}
-	s.mu.Lock()
-	s.stored.Add(done)
-	s.held.Sub(done)
+	s.acct.Stored(done)
 	if err != nil {
-		s.failReason = export.ReasonOf(err)
-	} else {
-		s.failReason = ""
-	}
-	s.mu.Unlock()
-	if err != nil {
+		s.acct.Failed(err)
 		return fmt.Errorf("%s: %w", s.name, err)
 	}
 	return nil
@@ -179,13 +144,7 @@ func (s *Sink) Flush(context.Context) error { return s.writeOut() }
 func (s *Sink) Close() error {
 	err := s.writeOut()
 	if err != nil {
-		s.mu.Lock()
-		lost := s.held
-		d := s.dropped[s.failReason]
-		d.Add(lost)
-		s.dropped[s.failReason] = d
-		s.held = export.Count{}
-		s.mu.Unlock()
+		lost := s.acct.DropHeld(s.acct.Failure())
 		s.buf, s.ends = nil, nil
 		err = fmt.Errorf("%d records (%d packets) not written: %w", lost.Records, lost.Packets, err)
 	}
@@ -198,8 +157,4 @@ func (s *Sink) Close() error {
 }
 
 // Accounting implements export.Accounter.
-func (s *Sink) Accounting() export.Accounting {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return export.Accounting{Stored: s.stored, Pending: s.held, Dropped: maps.Clone(s.dropped)}
-}
+func (s *Sink) Accounting() export.Accounting { return s.acct.Accounting() }

@@ -24,8 +24,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
-	"sync"
 	"time"
 
 	"loupe/internal/export"
@@ -75,14 +73,11 @@ type Sink struct {
 	staged  []store.Staged
 	marks   []store.Mark
 
-	mu         sync.Mutex // guards what follows, for Accounting
-	held       export.Count
-	stored     export.Count
-	dropped    map[string]export.Count
-	failing    bool
-	failReason string
-	failedAt   time.Time
-	lastLog    time.Time
+	acct *export.Ledger
+	// failedAt is when the store began to fail (zero while it works);
+	// lastLog rate-limits the log line of a store that keeps failing.
+	// Like pending, only the evictor's goroutine touches them.
+	failedAt, lastLog time.Time
 }
 
 // Open opens (creating if needed) the store at opts.Dir.
@@ -107,7 +102,7 @@ func Open(opts Options) (*Sink, error) {
 		log:        opts.Logger.With("component", "store", "dir", opts.Dir),
 		maxPending: opts.MaxPending,
 		pending:    store.NewBatch(),
-		dropped:    map[string]export.Count{export.ReasonNoSpace: {}, export.ReasonWriteError: {}},
+		acct:       export.NewLedger(export.ReasonNoSpace, export.ReasonWriteError),
 	}, nil
 }
 
@@ -124,9 +119,9 @@ func (s *Sink) Write(ctx context.Context, batch []flow.Record) error {
 	from := 0 // batch[from:i] is added but not yet counted as held
 	for i := range batch {
 		if s.pending.Len() >= s.maxPending {
-			s.hold(batch[from:i])
+			s.acct.Hold(batch[from:i])
 			from = i
-			if !s.isFailing() {
+			if s.failedAt.IsZero() {
 				err = s.stage(ctx)
 			}
 			if s.pending.Len() >= s.maxPending {
@@ -135,36 +130,13 @@ func (s *Sink) Write(ctx context.Context, batch []flow.Record) error {
 		}
 		s.pending.Add(&batch[i])
 	}
-	s.hold(batch[from:])
+	s.acct.Hold(batch[from:])
 	return err
-}
-
-// hold counts records added to the pending batch.
-func (s *Sink) hold(recs []flow.Record) {
-	n := export.CountOf(recs)
-	s.mu.Lock()
-	s.held.Add(n)
-	s.mu.Unlock()
-}
-
-func (s *Sink) isFailing() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.failing
 }
 
 // drop counts records that found the pending batch full.
 func (s *Sink) drop(recs []flow.Record, cause error) error {
-	n := export.CountOf(recs)
-	s.mu.Lock()
-	reason := s.failReason
-	if reason == "" {
-		reason = export.ReasonWriteError
-	}
-	d := s.dropped[reason]
-	d.Add(n)
-	s.dropped[reason] = d
-	s.mu.Unlock()
+	n, reason := s.acct.Drop(recs)
 	err := fmt.Errorf("store: %d records (%d packets) dropped: %d records already wait for a store that cannot be written (%s)",
 		n.Records, n.Packets, s.maxPending, reason)
 	return errors.Join(err, cause)
@@ -201,15 +173,10 @@ func (s *Sink) Flush(ctx context.Context) error {
 		return err
 	}
 	s.staged, s.marks = nil, nil
-	s.mu.Lock()
-	n := s.held
-	s.stored.Add(n)
-	s.held = export.Count{}
-	was, since := s.failing, s.failedAt
-	s.failing, s.failReason = false, ""
-	dropped := s.totalDropped()
-	s.mu.Unlock()
-	if was {
+	n := s.acct.StoredAll()
+	if since := s.failedAt; !since.IsZero() {
+		s.failedAt = time.Time{}
+		dropped := s.acct.TotalDropped()
 		s.log.Info("store writable again: the held records are stored", "records", n.Records, "packets", n.Packets,
 			"failing_for", time.Since(since).Round(time.Second), "dropped_records_total", dropped.Records, "dropped_packets_total", dropped.Packets)
 	}
@@ -247,32 +214,18 @@ func (s *Sink) Stored(set uint64) (flow.Mark, bool) {
 // a minute are logged.
 func (s *Sink) failed(err error) {
 	now := time.Now()
-	s.mu.Lock()
-	first := !s.failing
+	first := s.failedAt.IsZero()
 	if first {
-		s.failing, s.failedAt = true, now
+		s.failedAt = now
 	}
-	s.failReason = export.ReasonOf(err)
-	held, dropped := s.held, s.totalDropped()
-	logIt := first || now.Sub(s.lastLog) >= failLogEvery
-	if logIt {
+	s.acct.Failed(err)
+	if first || now.Sub(s.lastLog) >= failLogEvery {
 		s.lastLog = now
-	}
-	s.mu.Unlock()
-	if logIt {
+		held, dropped := s.acct.Held(), s.acct.TotalDropped()
 		s.log.Error("store write failed: holding the records to retry at every eviction", "err", err,
-			"reason", s.failReason, "held_records", held.Records, "held_packets", held.Packets, "max_held_records", s.maxPending,
+			"reason", export.ReasonOf(err), "held_records", held.Records, "held_packets", held.Packets, "max_held_records", s.maxPending,
 			"dropped_records_total", dropped.Records, "dropped_packets_total", dropped.Packets)
 	}
-}
-
-// totalDropped sums the drops of every reason; s.mu must be held.
-func (s *Sink) totalDropped() export.Count {
-	var t export.Count
-	for _, c := range s.dropped {
-		t.Add(c)
-	}
-	return t
 }
 
 // Close implements export.Sink: a last attempt to write what is held;
@@ -280,14 +233,8 @@ func (s *Sink) totalDropped() export.Count {
 func (s *Sink) Close() error {
 	err := s.Flush(context.Background())
 	if err != nil && !errors.Is(err, store.ErrNotDurable) {
-		s.mu.Lock()
-		lost := s.held
 		reason := export.ReasonOf(err)
-		d := s.dropped[reason]
-		d.Add(lost)
-		s.dropped[reason] = d
-		s.held = export.Count{}
-		s.mu.Unlock()
+		lost := s.acct.DropHeld(reason)
 		s.pending = store.NewBatch()
 		s.st.Discard(s.staged)
 		s.staged = nil
@@ -302,11 +249,7 @@ func (s *Sink) Close() error {
 }
 
 // Accounting implements export.Accounter.
-func (s *Sink) Accounting() export.Accounting {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return export.Accounting{Stored: s.stored, Pending: s.held, Dropped: maps.Clone(s.dropped)}
-}
+func (s *Sink) Accounting() export.Accounting { return s.acct.Accounting() }
 
 // StoreStats returns the store's own counters (size, retention,
 // quarantined segments).
