@@ -45,6 +45,7 @@ func main() {
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the query phase here")
 	refUnix := flag.Int64("ref", 0, "end of the generated hour, unix seconds (default: now); fixes the data for a given seed")
 	queryOnly := flag.Bool("query-only", false, "reuse the store in -dir and only run the queries (for profiling; not for RESULTS.md)")
+	queryBy := flag.String("by", "", "with -query-only: time only this grouping (src, dst, pair, port, ...)")
 	compactMax := flag.Int("compact-max", storesink.CompactMaxRecords, "largest merged segment, in records (default: what the agent uses)")
 	flag.Parse()
 	log.SetFlags(0)
@@ -57,7 +58,7 @@ func main() {
 			pprof.StartCPUProfile(f)
 			defer pprof.StopCPUProfile()
 		}
-		runQueriesOnly(*dir, *runs)
+		runQueriesOnly(*dir, *runs, *queryBy)
 		return
 	}
 
@@ -328,7 +329,7 @@ func rate(n int, d time.Duration) string {
 func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d.Microseconds())/1000) }
 
 // runQueriesOnly times Top on an existing store, for quick profiling.
-func runQueriesOnly(dir string, runs int) {
+func runQueriesOnly(dir string, runs int, only string) {
 	r, err := store.OpenReader(dir)
 	if err != nil {
 		log.Fatal(err)
@@ -341,6 +342,9 @@ func runQueriesOnly(dir string, runs int) {
 	q := store.NewQuery()
 	q.Since, q.Until = ref.Add(-time.Hour), ref
 	for by := store.BySrc; by <= store.ByPort; by++ {
+		if only != "" && by.String() != only {
+			continue
+		}
 		var times []time.Duration
 		for range runs {
 			t := time.Now()
