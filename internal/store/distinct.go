@@ -21,7 +21,7 @@ import (
 // candidate from the key (candOf) rather than keep it beside every key.
 
 // flowPass counts the distinct flows of each candidate in files.
-func (r *Reader) flowPass(ctx context.Context, st *topState, files []snapFile, cands []topCand) ([]uint64, error) {
+func (r *Reader) flowPass(ctx context.Context, st *topState, files []snapFile, cands []topCand, lim keyLimits) ([]uint64, error) {
 	flows := make([]uint64, len(cands))
 	if len(cands) == 0 {
 		return flows, nil
@@ -30,7 +30,7 @@ func (r *Reader) flowPass(ctx context.Context, st *topState, files []snapFile, c
 	for _, c := range cands {
 		sh.records += c.flows // the first pass counted records
 	}
-	sh.keys.sh = sh
+	sh.keys.sh, sh.keys.limits = sh, lim
 	sh.match(cands)
 	ws := make([]*flowWorker, maxWorkers())
 	for i := range ws {
@@ -186,7 +186,7 @@ func (w *flowWorker) segment(s *segment, f *segFilter) {
 				continue
 			}
 		default:
-			if sh.groups.find(sh.st.group(s, i, nil, &w.conns)) == noID {
+			if sh.groups.find(sh.st.group(s, i, &w.conns)) == noID {
 				continue
 			}
 		}
@@ -203,7 +203,7 @@ func (w *flowWorker) segment(s *segment, f *segFilter) {
 	}
 	sport, dport := c[cSrcPort], c[cDstPort]
 	w.ctx.reset()
-	w.keys.reserve(sh, len(w.rows))
+	w.keys.reserve(&sh.keys)
 	for _, i := range w.rows {
 		w.keys.add(flowKey{
 			a: uint64(w.raw[le.Uint32(src[4*i:])])<<32 | uint64(w.raw[le.Uint32(dst[4*i:])]),

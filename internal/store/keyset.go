@@ -15,36 +15,51 @@ import (
 // records, as on any real host (a flow evicted every 5 s for an hour is
 // 720 records), the set stays small and folding every flushEvery keys
 // keeps the buffers small. Where nearly every record is a flow of its own,
-// the set is as big as the records, far out of the CPU caches, and a key
-// folded into it costs a cache miss, and its growth costs a rehash and
-// fresh memory: then, once a fold finds most of its keys new, the workers
-// stop folding and keep their keys, up to deferBudget in all, and finish
-// takes them one partition at a time, in a table sized once that stays in
-// the caches while it takes them.
+// the set is as big as the records, far out of the CPU caches: a key
+// folded into it costs a cache miss, and its growth a rehash and fresh
+// memory. So a worker whose buffer fills for the first time counts the
+// distinct keys in it first (mostlyNew); if most are distinct, or a fold
+// finds most of its keys new, the workers stop folding and keep their
+// keys, up to budget in all, and finish takes them one partition at a
+// time, in a table sized once that stays in the caches while it takes
+// them.
 type keySet struct {
 	sh    *flowShared
 	parts [1 << partBits]struct {
 		mu sync.Mutex
 		t  keyTable
 	}
+	limits    keyLimits
 	deferring atomic.Bool
 	buffered  atomic.Int64 // keys in the workers' buffers
-	seen      atomic.Int64 // keys handed to the set so far
 }
 
-// flushEvery is how many keys a worker buffers before it folds them into
-// the set (while it folds at all).
-const flushEvery = 1 << 20
+// keyLimits are the thresholds of a keySet.
+type keyLimits struct {
+	flushEvery int       // keys a worker buffers before it folds them (while it folds)
+	budget     int       // keys the workers hold in all instead of folding
+	paths      *keyPaths // for tests: filled in as the set goes
+}
 
-// deferBudget bounds the keys the workers hold instead of folding: 16
-// bytes each.
-const deferBudget = 1 << 24
+// keyPaths says which ways a keySet took.
+type keyPaths struct {
+	Folds    atomic.Int64 // folds while the workers read
+	Deferred atomic.Bool  // the workers held their keys for finish
+}
+
+// Top's keyLimits: a worker's buffer takes 16 MiB before it folds, and
+// the workers hold 256 MiB at most.
+const (
+	flushEvery  = 1 << 20
+	deferBudget = 1 << 24
+)
 
 // keyBuf is one worker's keys not yet in the set, by partition.
 type keyBuf struct {
-	p     [1 << partBits][]flowKey
-	n     int  // keys held
-	sized bool // the partitions have room for the worker's share of the keys left
+	p      [1 << partBits][]flowKey
+	n      int  // keys held
+	sized  int  // the keys the partitions have room for, spread evenly
+	tested bool // mostlyNew ran
 }
 
 func (b *keyBuf) add(k flowKey) {
@@ -52,21 +67,26 @@ func (b *keyBuf) add(k flowKey) {
 	b.p[i] = append(b.p[i], k)
 }
 
-// reserve makes room for n more keys. Once the set defers, it gives each
-// partition room for the worker's share of all the keys still to come,
-// from the first pass's record counts, rather than let them grow by
-// copying.
-func (b *keyBuf) reserve(sh *flowShared, n int) {
-	if b.sized || !sh.keys.deferring.Load() {
+// reserve gives the partitions room for the keys the worker will hold at
+// most: its share of the candidates' records, up to what it buffers before
+// a fold while the set folds, or its share of the budget once the set
+// defers. Sized once or twice, the buffers do not grow by copying.
+func (b *keyBuf) reserve(s *keySet) {
+	want := int(s.sh.records) / maxWorkers()
+	if s.deferring.Load() {
+		want = min(want, s.limits.budget/maxWorkers())
+	} else {
+		want = min(want, s.limits.flushEvery)
+	}
+	if want <= b.sized {
 		return
 	}
-	b.sized = true
-	left := int64(sh.records) - sh.keys.seen.Load()
-	per := int(min(left, deferBudget)/int64(maxWorkers())/int64(len(b.p))) + 1
+	b.sized = want
+	per := want/len(b.p) + 1
 	per += per/8 + 64 // the partitions are uneven; append copes with the rest
 	for i := range b.p {
-		if cap(b.p[i])-len(b.p[i]) < per {
-			p := make([]flowKey, len(b.p[i]), len(b.p[i])+per)
+		if cap(b.p[i]) < per {
+			p := make([]flowKey, len(b.p[i]), per)
 			copy(p, b.p[i])
 			b.p[i] = p
 		}
@@ -76,10 +96,37 @@ func (b *keyBuf) reserve(sh *flowShared, n int) {
 // added notes n keys a worker added to b, and folds b if it is time.
 func (s *keySet) added(b *keyBuf, flows []uint64, n int) {
 	b.n += n
-	s.seen.Add(int64(n))
-	if s.buffered.Add(int64(n)) > deferBudget || (b.n >= flushEvery && !s.deferring.Load()) {
-		s.fold(b, flows)
+	switch {
+	case s.buffered.Add(int64(n)) > int64(s.limits.budget):
+	case b.n < s.limits.flushEvery || s.deferring.Load():
+		return
+	case !b.tested && b.mostlyNew():
+		s.deferred()
+		return
 	}
+	s.fold(b, flows)
+}
+
+func (s *keySet) deferred() {
+	s.deferring.Store(true)
+	if p := s.limits.paths; p != nil {
+		p.Deferred.Store(true)
+	}
+}
+
+// mostlyNew reports whether most keys in b are distinct.
+func (b *keyBuf) mostlyNew() bool {
+	b.tested = true
+	var t keyTable
+	distinct := 0
+	for _, p := range b.p {
+		t.reset(len(p))
+		for _, k := range p {
+			t.put(k, (k.hash()*hashMul)>>t.shift)
+		}
+		distinct += t.used
+	}
+	return 2*distinct > b.n
 }
 
 // fold adds a worker's buffered keys to the set, and counts in flows, per
@@ -103,7 +150,12 @@ func (s *keySet) fold(b *keyBuf, flows []uint64) {
 	}
 	s.buffered.Add(-int64(b.n))
 	// Most keys new: the set grows with the records.
-	s.deferring.Store(2*fresh > b.n)
+	if 2*fresh > b.n {
+		s.deferred()
+	}
+	if p := s.limits.paths; p != nil {
+		p.Folds.Add(1)
+	}
 	b.n = 0
 }
 

@@ -84,15 +84,18 @@ func topLess(a, b *TopEntry) bool {
 	return false
 }
 
-// Top reads the segments in two passes (three for ByPort, whose service
-// ports come first: service.go). The first sums bytes, packets and records
-// per group, from the segments' dictionary ids, without building a flow
-// key, and keeps the candidates: the groups whose (bytes, packets) is at
-// least the n-th best. topLess orders by bytes and packets before flows
-// and the group key, so these are all the groups that can be among the
-// first n, ties at the n-th place included. The second pass counts the
-// distinct flows of the candidates alone (distinct.go); a record of any
-// other group costs a lookup by dictionary id or group key.
+// Top reads the segments in two passes. The first sums bytes, packets and
+// records per group, from the segments' dictionary ids, without building
+// a flow key, and keeps the candidates: the groups whose (bytes, packets)
+// is at least the n-th best. topLess orders by bytes and packets before
+// flows and the group key, so these are all the groups that can be among
+// the first n, ties at the n-th place included. The second pass counts
+// the distinct flows of the candidates alone (distinct.go); a record of
+// any other group costs a lookup by dictionary id or group key. ByPair
+// sums its pairs in a pass of their own, after the first has summed each
+// address (pairs.go); ByPort reads the SYNs of a few connections in
+// between, and sums again only if they move a connection to its higher
+// port (service.go).
 
 // topState is what the passes of one Top share.
 type topState struct {
@@ -133,6 +136,12 @@ func newTopState(cq *compiled, by GroupBy) *topState {
 // may be among the first n only; memory grows with the number of groups
 // and with the distinct flows of those.
 func (r *Reader) Top(ctx context.Context, q Query, by GroupBy, n int) ([]TopEntry, error) {
+	return r.top(ctx, q, by, n, keyLimits{flushEvery: flushEvery, budget: deferBudget})
+}
+
+// top is Top with the thresholds of its set of flow keys (keyset.go);
+// lim.paths, if set, is told which ways the set took.
+func (r *Reader) top(ctx context.Context, q Query, by GroupBy, n int, lim keyLimits) ([]TopEntry, error) {
 	if by < 0 || by >= numGroupBy {
 		return nil, fmt.Errorf("store: top: unknown grouping %d", by)
 	}
@@ -151,9 +160,14 @@ func (r *Reader) Top(ctx context.Context, q Query, by GroupBy, n int) ([]TopEntr
 	// small.
 	files := slices.Clone(sn.files)
 	slices.SortFunc(files, func(a, b snapFile) int { return cmp.Compare(b.e.size, a.e.size) })
-	sums, err := r.sumPass(ctx, st, files, rep)
+	sums, err := r.sumPass(ctx, st, files, rep, n)
 	if err != nil {
 		return nil, err
+	}
+	if by == ByPair {
+		if err := r.pairPass(ctx, st, sums, n); err != nil {
+			return nil, err
+		}
 	}
 	if by == ByPort {
 		// The first pass summed each record under its lower port, and
@@ -163,14 +177,14 @@ func (r *Reader) Top(ctx context.Context, q Query, by GroupBy, n int) ([]TopEntr
 		}
 		if len(st.svc.high) > 0 {
 			st.table = &partTable{}
-			if sums, err = r.sumPass(ctx, st, sums.files, rep); err != nil {
+			if sums, err = r.sumPass(ctx, st, sums.files, rep, n); err != nil {
 				return nil, err
 			}
 		}
 	}
 	rep.Matched = sums.matched
 	cands := sums.candidates(n)
-	flows, err := r.flowPass(ctx, st, sums.files, cands)
+	flows, err := r.flowPass(ctx, st, sums.files, cands, lim)
 	if err != nil {
 		return nil, err
 	}
@@ -283,12 +297,17 @@ func (st *topState) check(s *segment) (f *segFilter, ok bool, err error) {
 // counts flows).
 type sumWorker struct {
 	st      *topState
-	direct  []agg   // BySrc, ByDst: indexed by global address id
-	buf     partBuf // the other groupings: folded into st.table
+	direct  []agg   // BySrc, ByDst, ByPair (as source): indexed by global address id
+	buf     partBuf // the port groupings: folded into st.table
 	remap   []uint32
 	conns   connCache
 	syn     synWorker // ByPort, in the query's first pass
 	matched uint64
+
+	// ByPair: sums per address as destination, and the biggest records
+	// (pairs.go).
+	dstDirect []agg
+	big       bigRecords
 }
 
 // sums is the answer of the first pass.
@@ -301,11 +320,11 @@ type sums struct {
 // sumPass runs the first pass. For ByPort, when it is the query's first
 // pass, it also gathers the window's SYNs from the lower port to the
 // higher (service.go).
-func (r *Reader) sumPass(ctx context.Context, st *topState, files []snapFile, rep *Report) (*sums, error) {
+func (r *Reader) sumPass(ctx context.Context, st *topState, files []snapFile, rep *Report, n int) (*sums, error) {
 	first := st.first
 	ws := make([]*sumWorker, maxWorkers())
 	for i := range ws {
-		ws[i] = &sumWorker{st: st, syn: synWorker{syns: make(map[connID]synInfo)}}
+		ws[i] = &sumWorker{st: st, syn: synWorker{syns: make(map[connID]synInfo)}, big: bigRecords{max: bigRecordsKept(n)}}
 	}
 	out := &sums{}
 	var win compiled
@@ -342,6 +361,10 @@ func (r *Reader) sumPass(ctx context.Context, st *topState, files []snapFile, re
 		for i := range w.direct {
 			total.direct[i].add(&w.direct[i])
 		}
+		for i := range w.dstDirect {
+			total.dstDirect[i].add(&w.dstDirect[i])
+		}
+		total.big.h = append(total.big.h, w.big.h...)
 	}
 	out.sumWorker, out.files = total, matching
 	if out.syns != nil {
@@ -354,8 +377,12 @@ func (r *Reader) sumPass(ctx context.Context, st *topState, files []snapFile, re
 }
 
 func (w *sumWorker) grow() {
-	if n := w.st.in.size(); len(w.direct) < n {
+	n := w.st.in.size()
+	if len(w.direct) < n {
 		w.direct = slices.Grow(w.direct, n-len(w.direct))[:n]
+	}
+	if w.st.by == ByPair && len(w.dstDirect) < n {
+		w.dstDirect = slices.Grow(w.dstDirect, n-len(w.dstDirect))[:n]
 	}
 }
 
@@ -385,15 +412,31 @@ func (w *sumWorker) segment(s *segment, f *segFilter) bool {
 			a.flows++
 			matched++
 		}
-	default:
-		if by == ByPair {
-			w.remap = st.in.remap(s, w.remap)
-		}
+	case ByPair:
+		w.remap = st.in.remap(s, w.remap)
+		w.grow()
+		src, dst, remap := c[cSrcAddr], c[cDstAddr], w.remap
 		for i := range s.n {
 			if !simple && !f.match(s, i) {
 				continue
 			}
-			w.buf.add(st.group(s, i, w.remap, &w.conns), le.Uint64(bytes[8*i:]), le.Uint64(packets[8*i:]), 1)
+			sa, da := remap[le.Uint32(src[4*i:])], remap[le.Uint32(dst[4*i:])]
+			b, p := le.Uint64(bytes[8*i:]), le.Uint64(packets[8*i:])
+			a := &w.direct[sa]
+			a.bytes, a.packets, a.flows = a.bytes+b, a.packets+p, a.flows+1
+			a = &w.dstDirect[da]
+			a.bytes, a.packets, a.flows = a.bytes+b, a.packets+p, a.flows+1
+			if w.big.wants(b) {
+				w.big.add(b, uint64(sa)<<32|uint64(da))
+			}
+			matched++
+		}
+	default:
+		for i := range s.n {
+			if !simple && !f.match(s, i) {
+				continue
+			}
+			w.buf.add(st.group(s, i, &w.conns), le.Uint64(bytes[8*i:]), le.Uint64(packets[8*i:]), 1)
 			matched++
 		}
 		st.table.flush(&w.buf)
@@ -402,13 +445,10 @@ func (w *sumWorker) segment(s *segment, f *segFilter) bool {
 	return matched > 0
 }
 
-// group returns the group key of row i of s for ByPair (given the
-// segment's global address ids) and the port groupings.
-func (st *topState) group(s *segment, i int, remap []uint32, conns *connCache) uint64 {
+// group returns the group key of row i of s for the port groupings.
+func (st *topState) group(s *segment, i int, conns *connCache) uint64 {
 	c := &s.cols
 	switch st.by {
-	case ByPair:
-		return uint64(remap[le.Uint32(c[cSrcAddr][4*i:])])<<32 | uint64(remap[le.Uint32(c[cDstAddr][4*i:])])
 	case ByPort:
 		return uint64(c[cProto][i])<<16 | uint64(st.svc.port(conns, s, i))
 	case BySrcPort:
@@ -423,7 +463,7 @@ type topCand struct {
 	agg
 }
 
-// each visits every group of the first pass.
+// each visits every group of the first pass (for ByPair, of pairPass).
 func (w *sumWorker) each(fn func(g uint64, a *agg)) {
 	if by := w.st.by; by == BySrc || by == ByDst {
 		for i := range w.direct {
