@@ -126,6 +126,9 @@ func main() {
 		*n, loopTime.Round(time.Millisecond), writeTime.Round(time.Millisecond), genTime.Round(time.Millisecond),
 		settle.Round(time.Millisecond), st.Segments, st.Compactions)
 
+	// The peak of the write phase; then the queries' own, from a reset.
+	writePeak := peakRSS()
+	resetPeakRSS()
 	r, err := store.OpenReader(storeDir)
 	if err != nil {
 		log.Fatal(err)
@@ -139,6 +142,7 @@ func main() {
 		cold, warm time.Duration
 		rep        store.Report
 		top        []store.TopEntry
+		peak       int64 // peak RSS from the start of this query's runs, bytes
 	}
 	var results []result
 	if *cpuprofile != "" {
@@ -149,6 +153,7 @@ func main() {
 		pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
 	}
+	var queryPeak int64
 	newest, biggest := store.NewestFirst(), store.NewestFirst()
 	if biggest, err = store.ParseOrder("bytes"); err != nil {
 		log.Fatal(err)
@@ -170,6 +175,8 @@ func main() {
 		res := result{name: c.name}
 		q := c.q
 		q.Report = &res.rep
+		queryPeak = max(queryPeak, peakRSS())
+		resetPeakRSS()
 		dropCache(storeDir)
 		var times []time.Duration
 		for i := range *runs + 1 {
@@ -192,10 +199,12 @@ func main() {
 		}
 		slices.Sort(times)
 		res.warm = times[len(times)/2]
-		log.Printf("%s: cold %v, warm median %v (%d of %d segments read, %d records matched)",
-			c.name, res.cold.Round(time.Millisecond), res.warm.Round(time.Millisecond), res.rep.Read, res.rep.Segments, res.rep.Matched)
+		res.peak = peakRSS()
+		log.Printf("%s: cold %v, warm median %v (%d of %d segments read, %d records matched), peak RSS %s",
+			c.name, res.cold.Round(time.Millisecond), res.warm.Round(time.Millisecond), res.rep.Read, res.rep.Segments, res.rep.Matched, mb(res.peak))
 		results = append(results, res)
 	}
+	queryPeak = max(queryPeak, peakRSS())
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "# internal/store benchmark\n\n")
@@ -212,10 +221,12 @@ func main() {
 	fmt.Fprintf(&b, "| bytes on disk | %.1f MB, %.1f bytes per record |\n", float64(disk)/1e6, float64(disk)/float64(*n))
 	for _, res := range results {
 		fmt.Fprintf(&b, "| %s: cold (store files dropped from page cache) | %s |\n", res.name, ms(res.cold))
-		fmt.Fprintf(&b, "| %s: warm, median of %d | %s (%d of %d segments read, %d records matched) |\n",
-			res.name, *runs, ms(res.warm), res.rep.Read, res.rep.Segments, res.rep.Matched)
+		fmt.Fprintf(&b, "| %s: warm, median of %d | %s (%d of %d segments read, %d records matched; peak RSS %s) |\n",
+			res.name, *runs, ms(res.warm), res.rep.Read, res.rep.Segments, res.rep.Matched, mb(res.peak))
 	}
-	fmt.Fprintf(&b, "| peak RSS of the benchmark process (VmHWM, includes mapped segment pages) | %s |\n", peakRSS())
+	fmt.Fprintf(&b, "| peak RSS of the benchmark process (VmHWM, includes mapped segment pages) | %s |\n", mb(max(writePeak, queryPeak)))
+	fmt.Fprintf(&b, "| peak RSS while writing | %s |\n", mb(writePeak))
+	fmt.Fprintf(&b, "| peak RSS while querying (from a reset of VmHWM after the writes; each query's own is in its warm row, from a reset before its cold run) | %s |\n", mb(queryPeak))
 	fmt.Fprintf(&b, "\nTop 10 sources, last hour (to cross-check other engines; flows are distinct flow keys):\n\n| src | bytes | packets | flows |\n| --- | --- | --- | --- |\n")
 	for _, e := range results[0].top {
 		fmt.Fprintf(&b, "| %s | %d | %d | %d |\n", e.Src, e.Bytes, e.Packets, e.Flows)
@@ -311,15 +322,35 @@ func cpuModel() string {
 	return "unknown"
 }
 
-func peakRSS() string {
+// peakRSS returns the process's peak resident set size (VmHWM) in bytes,
+// or -1 if it cannot say.
+func peakRSS() int64 {
 	b, _ := os.ReadFile("/proc/self/status")
 	for _, l := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
-			kb, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
-			return fmt.Sprintf("%.0f MB", float64(kb)/1024)
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				return -1
+			}
+			return kb << 10
 		}
 	}
-	return "unknown"
+	return -1
+}
+
+// resetPeakRSS sets the peak resident set size back to the current one
+// (clear_refs "5", Linux 4.0 and later).
+func resetPeakRSS() {
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		log.Printf("cannot reset the peak RSS, the peaks are the process's: %v", err)
+	}
+}
+
+func mb(n int64) string {
+	if n < 0 {
+		return "unknown"
+	}
+	return fmt.Sprintf("%.0f MB", float64(n)/(1<<20))
 }
 
 func rate(n int, d time.Duration) string {
