@@ -281,7 +281,7 @@ func (b *internBatch) add(k addrKey) {
 // thousand addresses is megabytes, far out of the CPU caches, and the
 // probes are cache misses: it loads each key's first slot before it
 // probes, independent loads that the CPU overlaps, so that the probes
-// mostly hit the caches. The caller holds in.mu.
+// mostly hit the caches. The caller holds the lock that guards in.
 func (in *interner) flush(b *internBatch) {
 	in.reserve(b.n)
 	var touch uint32

@@ -37,9 +37,6 @@ func (r *Reader) flowPass(ctx context.Context, st *topState, files []snapFile, c
 		ws[i] = &flowWorker{sh: sh, flows: make([]uint64, len(cands))}
 	}
 	_, err := r.pass(ctx, st, files, nil, func(w int, s *segment, f *segFilter, ok bool) (bool, error) {
-		if err := ctx.Err(); err != nil {
-			return false, err
-		}
 		if ok {
 			ws[w].segment(s, f)
 		}
