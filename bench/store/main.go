@@ -22,6 +22,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -45,6 +46,7 @@ func main() {
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the query phase here")
 	refUnix := flag.Int64("ref", 0, "end of the generated hour, unix seconds (default: now); fixes the data for a given seed")
 	queryOnly := flag.Bool("query-only", false, "reuse the store in -dir and only run the queries (for profiling; not for RESULTS.md)")
+	queryBy := flag.String("by", "", "with -query-only: time only this grouping (src, dst, pair, port, ...)")
 	compactMax := flag.Int("compact-max", storesink.CompactMaxRecords, "largest merged segment, in records (default: what the agent uses)")
 	flag.Parse()
 	log.SetFlags(0)
@@ -57,7 +59,7 @@ func main() {
 			pprof.StartCPUProfile(f)
 			defer pprof.StopCPUProfile()
 		}
-		runQueriesOnly(*dir, *runs)
+		runQueriesOnly(*dir, *runs, *queryBy)
 		return
 	}
 
@@ -125,6 +127,9 @@ func main() {
 		*n, loopTime.Round(time.Millisecond), writeTime.Round(time.Millisecond), genTime.Round(time.Millisecond),
 		settle.Round(time.Millisecond), st.Segments, st.Compactions)
 
+	// The peak of the write phase; then the queries' own, from a reset.
+	writePeak := peakRSS()
+	resetPeakRSS()
 	r, err := store.OpenReader(storeDir)
 	if err != nil {
 		log.Fatal(err)
@@ -138,6 +143,7 @@ func main() {
 		cold, warm time.Duration
 		rep        store.Report
 		top        []store.TopEntry
+		peak       int64 // peak RSS of the cold run, bytes
 	}
 	var results []result
 	if *cpuprofile != "" {
@@ -148,6 +154,7 @@ func main() {
 		pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
 	}
+	var queryPeak int64
 	newest, biggest := store.NewestFirst(), store.NewestFirst()
 	if biggest, err = store.ParseOrder("bytes"); err != nil {
 		log.Fatal(err)
@@ -169,6 +176,14 @@ func main() {
 		res := result{name: c.name}
 		q := c.q
 		q.Report = &res.rep
+		// Each query's peak, of its cold run, from the memory it starts
+		// with, as a CLI process that runs one query would: what the
+		// queries before it freed goes back to the OS first. (The warm
+		// runs' peaks are the process's: the Go heap keeps what earlier
+		// runs grew it to.)
+		queryPeak = max(queryPeak, peakRSS())
+		debug.FreeOSMemory()
+		resetPeakRSS()
 		dropCache(storeDir)
 		var times []time.Duration
 		for i := range *runs + 1 {
@@ -184,17 +199,19 @@ func main() {
 				log.Fatal(err)
 			}
 			if i == 0 {
-				res.cold, res.top = d, top
+				res.cold, res.top, res.peak = d, top, peakRSS()
+				queryPeak = max(queryPeak, res.peak)
 			} else {
 				times = append(times, d)
 			}
 		}
 		slices.Sort(times)
 		res.warm = times[len(times)/2]
-		log.Printf("%s: cold %v, warm median %v (%d of %d segments read, %d records matched)",
-			c.name, res.cold.Round(time.Millisecond), res.warm.Round(time.Millisecond), res.rep.Read, res.rep.Segments, res.rep.Matched)
+		log.Printf("%s: cold %v (peak RSS %s), warm median %v (%d of %d segments read, %d records matched)",
+			c.name, res.cold.Round(time.Millisecond), mb(res.peak), res.warm.Round(time.Millisecond), res.rep.Read, res.rep.Segments, res.rep.Matched)
 		results = append(results, res)
 	}
+	queryPeak = max(queryPeak, peakRSS())
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "# internal/store benchmark\n\n")
@@ -210,11 +227,13 @@ func main() {
 	fmt.Fprintf(&b, "| segments after compaction | %d (%d compactions) |\n", st.Segments, st.Compactions)
 	fmt.Fprintf(&b, "| bytes on disk | %.1f MB, %.1f bytes per record |\n", float64(disk)/1e6, float64(disk)/float64(*n))
 	for _, res := range results {
-		fmt.Fprintf(&b, "| %s: cold (store files dropped from page cache) | %s |\n", res.name, ms(res.cold))
+		fmt.Fprintf(&b, "| %s: cold (store files dropped from page cache) | %s (peak RSS %s) |\n", res.name, ms(res.cold), mb(res.peak))
 		fmt.Fprintf(&b, "| %s: warm, median of %d | %s (%d of %d segments read, %d records matched) |\n",
 			res.name, *runs, ms(res.warm), res.rep.Read, res.rep.Segments, res.rep.Matched)
 	}
-	fmt.Fprintf(&b, "| peak RSS of the benchmark process (VmHWM, includes mapped segment pages) | %s |\n", peakRSS())
+	fmt.Fprintf(&b, "| peak RSS of the benchmark process (VmHWM, includes mapped segment pages) | %s |\n", mb(max(writePeak, queryPeak)))
+	fmt.Fprintf(&b, "| peak RSS while writing | %s |\n", mb(writePeak))
+	fmt.Fprintf(&b, "| peak RSS while querying (VmHWM reset after the writes; each query's cold row has its own, from a reset before it, once the memory earlier queries freed went back to the OS) | %s |\n", mb(queryPeak))
 	fmt.Fprintf(&b, "\nTop 10 sources, last hour (to cross-check other engines; flows are distinct flow keys):\n\n| src | bytes | packets | flows |\n| --- | --- | --- | --- |\n")
 	for _, e := range results[0].top {
 		fmt.Fprintf(&b, "| %s | %d | %d | %d |\n", e.Src, e.Bytes, e.Packets, e.Flows)
@@ -310,15 +329,35 @@ func cpuModel() string {
 	return "unknown"
 }
 
-func peakRSS() string {
+// peakRSS returns the process's peak resident set size (VmHWM) in bytes,
+// or -1 if it cannot say.
+func peakRSS() int64 {
 	b, _ := os.ReadFile("/proc/self/status")
 	for _, l := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
-			kb, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
-			return fmt.Sprintf("%.0f MB", float64(kb)/1024)
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				return -1
+			}
+			return kb << 10
 		}
 	}
-	return "unknown"
+	return -1
+}
+
+// resetPeakRSS sets the peak resident set size back to the current one
+// (clear_refs "5", Linux 4.0 and later).
+func resetPeakRSS() {
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		log.Printf("cannot reset the peak RSS, the peaks are the process's: %v", err)
+	}
+}
+
+func mb(n int64) string {
+	if n < 0 {
+		return "unknown"
+	}
+	return fmt.Sprintf("%.0f MB", float64(n)/(1<<20))
 }
 
 func rate(n int, d time.Duration) string {
@@ -328,7 +367,7 @@ func rate(n int, d time.Duration) string {
 func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d.Microseconds())/1000) }
 
 // runQueriesOnly times Top on an existing store, for quick profiling.
-func runQueriesOnly(dir string, runs int) {
+func runQueriesOnly(dir string, runs int, only string) {
 	r, err := store.OpenReader(dir)
 	if err != nil {
 		log.Fatal(err)
@@ -341,6 +380,9 @@ func runQueriesOnly(dir string, runs int) {
 	q := store.NewQuery()
 	q.Since, q.Until = ref.Add(-time.Hour), ref
 	for by := store.BySrc; by <= store.ByPort; by++ {
+		if only != "" && by.String() != only {
+			continue
+		}
 		var times []time.Duration
 		for range runs {
 			t := time.Now()

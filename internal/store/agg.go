@@ -1,6 +1,7 @@
 package store
 
 import (
+	"math/bits"
 	"slices"
 	"sync"
 )
@@ -28,9 +29,10 @@ const (
 // slotTable is an open-addressing hash table from uint64 group keys to
 // aggregates, stored inline so that a lookup touches one cache line.
 type slotTable struct {
-	slots []slot
-	shift uint
-	used  int
+	slots   []slot
+	shift   uint
+	used    int
+	touched uint64 // keeps addAll's loads alive
 }
 
 type slot struct {
@@ -48,9 +50,42 @@ func (t *slotTable) get(k uint64) *agg {
 	if t.used*4 >= len(t.slots)*3 {
 		t.grow()
 	}
-	k++
+	return t.at(k+1, ((k+1)*hashMul)>>t.shift)
+}
+
+// addAll adds each pending record to its group. Like interner.flush, it
+// loads each group's first slot before it probes, so that the probes
+// mostly hit the caches.
+func (t *slotTable) addAll(es []pending) {
+	const batch = 16
+	var at [batch]uint64
+	for len(es) > 0 {
+		m := min(batch, len(es))
+		for (t.used+m)*4 > len(t.slots)*3 {
+			t.grow()
+		}
+		var touch uint64
+		for j := range m {
+			at[j] = ((es[j].key + 1) * hashMul) >> t.shift
+			touch |= t.slots[at[j]].key
+		}
+		t.touched |= touch
+		for j := range m {
+			e := &es[j]
+			a := t.at(e.key+1, at[j])
+			a.bytes += e.bytes
+			a.packets += e.packets
+			a.flows += e.flows
+		}
+		es = es[m:]
+	}
+}
+
+// at returns the aggregate of stored key k (group key + 1), whose first
+// slot is h, in a table with room for it.
+func (t *slotTable) at(k, h uint64) *agg {
 	mask := uint64(len(t.slots) - 1)
-	for h := (k * hashMul) >> t.shift; ; h = (h + 1) & mask {
+	for ; ; h = (h + 1) & mask {
 		sl := &t.slots[h]
 		if sl.key == k {
 			return &sl.agg
@@ -129,12 +164,7 @@ func (p *partTable) flush(b *partBuf) {
 		}
 		pt := &p.parts[i]
 		pt.mu.Lock()
-		for _, e := range b[i] {
-			a := pt.t.get(e.key)
-			a.bytes += e.bytes
-			a.packets += e.packets
-			a.flows += e.flows
-		}
+		pt.t.addAll(b[i])
 		pt.mu.Unlock()
 		b[i] = b[i][:0]
 	}
@@ -156,6 +186,8 @@ type interner struct {
 	slots []internSlot
 	shift uint
 	keys  []addrKey
+	// touched keeps the loads of flush's first loop alive.
+	touched uint32
 }
 
 type internSlot struct {
@@ -164,9 +196,14 @@ type internSlot struct {
 	id     uint32 // id+1; 0 marks an empty slot
 }
 
+// addrHash mixes every bit of an address into the high bits a table
+// takes: addresses often differ only in their last bytes (the top bits of
+// lo), which a multiplication alone would leave in a few high bits.
 func addrHash(hi, lo uint64, fam uint32) uint64 {
-	h := (hi ^ uint64(fam)<<56) * hashMul
-	return (h ^ lo) * partMul
+	h := (hi^uint64(fam)<<56)*hashMul ^ bits.RotateLeft64(lo, 32)
+	h ^= h >> 32
+	h *= partMul
+	return h ^ h>>29
 }
 
 func (in *interner) grow() {
@@ -191,17 +228,31 @@ func (in *interner) grow() {
 }
 
 func (in *interner) intern(k addrKey) uint32 {
-	if len(in.keys)*2 >= len(in.slots) {
+	in.reserve(1)
+	return in.put(&k, addrKeyHash(&k))
+}
+
+func addrKeyHash(k *addrKey) uint64 {
+	return addrHash(le.Uint64(k.a[:8]), le.Uint64(k.a[8:]), uint32(k.fam))
+}
+
+// reserve grows the table so that m more keys keep it at most half full.
+func (in *interner) reserve(m int) {
+	for (len(in.keys)+m)*2 > len(in.slots) {
 		in.grow()
 	}
+}
+
+// put interns k, whose addrHash is h, into a table with room for it.
+func (in *interner) put(k *addrKey, h uint64) uint32 {
 	hi, lo := le.Uint64(k.a[:8]), le.Uint64(k.a[8:])
 	fam := uint32(k.fam)
 	mask := uint64(len(in.slots) - 1)
-	for h := addrHash(hi, lo, fam) >> in.shift; ; h = (h + 1) & mask {
+	for h >>= in.shift; ; h = (h + 1) & mask {
 		sl := &in.slots[h]
 		if sl.id == 0 {
 			*sl = internSlot{hi, lo, fam, uint32(len(in.keys)) + 1}
-			in.keys = append(in.keys, k)
+			in.keys = append(in.keys, *k)
 			return sl.id - 1
 		}
 		if sl.hi == hi && sl.lo == lo && sl.fam == fam {
@@ -210,38 +261,136 @@ func (in *interner) intern(k addrKey) uint32 {
 	}
 }
 
+// internBatch is a batch of keys to intern, and their ids.
+type internBatch struct {
+	n    int
+	keys [16]addrKey
+	hash [16]uint64
+	ids  [16]uint32
+}
+
+func (b *internBatch) full() bool { return b.n == len(b.keys) }
+
+// add appends a key; the caller flushes a full batch first.
+func (b *internBatch) add(k addrKey) {
+	b.keys[b.n] = k
+	b.n++
+}
+
+// flush interns the batch's keys into b.ids. A table of a hundred
+// thousand addresses is megabytes, far out of the CPU caches, and the
+// probes are cache misses: it loads each key's first slot before it
+// probes, independent loads that the CPU overlaps, so that the probes
+// mostly hit the caches. The caller holds the lock that guards in.
+func (in *interner) flush(b *internBatch) {
+	in.reserve(b.n)
+	var touch uint32
+	for j := range b.n {
+		b.hash[j] = addrKeyHash(&b.keys[j])
+		touch |= in.slots[b.hash[j]>>in.shift].id
+	}
+	in.touched |= touch
+	for j := range b.n {
+		b.ids[j] = in.put(&b.keys[j], b.hash[j])
+	}
+}
+
 // remap returns, for each address entry of s, its global id.
 func (in *interner) remap(s *segment, dst []uint32) []uint32 {
 	dst = slices.Grow(dst[:0], s.nAddr)[:s.nAddr]
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	for i := range dst {
-		dst[i] = in.intern(canonical(s.addrKey(uint32(i))))
+	var b internBatch
+	for base := 0; base < len(dst); base += b.n {
+		b.n = 0
+		for j := base; j < len(dst) && !b.full(); j++ {
+			b.add(canon(s.addrKey(uint32(j))))
+		}
+		in.flush(&b)
+		copy(dst[base:], b.ids[:b.n])
 	}
 	return dst
 }
 
-// rawIDs returns, for each address entry of s, an id of the entry as
-// stored, given its canonical ids: the canonical id where the two are the
-// same (every valid IPv4 and IPv6 entry), else 1<<31 plus the entry's id in
-// in, which interns the others (non-IP and malformed entries) as they are.
-func (in *interner) rawIDs(s *segment, canon, dst []uint32) []uint32 {
-	dst = slices.Grow(dst[:0], s.nAddr)[:s.nAddr]
-	for i := range dst {
-		k := s.addrKey(uint32(i))
-		if c := canonical(k); c == k {
-			dst[i] = canon[i]
-			continue
+// canon is canonical without building a netip.Addr for the entries that
+// are their own canonical form, which is nearly all of them: every IPv6
+// entry, and every IPv4 entry in the IPv4-mapped form flow.Key stores.
+func canon(k addrKey) addrKey {
+	switch k.fam {
+	case famV6:
+		return k
+	case famV4:
+		if le.Uint64(k.a[:8]) == 0 && le.Uint32(k.a[8:12]) == 0xffff0000 {
+			return k
 		}
-		in.mu.Lock()
-		dst[i] = 1<<31 | in.intern(k)
-		in.mu.Unlock()
 	}
-	return dst
+	return canonical(k)
 }
 
 func (in *interner) size() int {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	return len(in.keys)
+}
+
+// find returns the id of k, if it was interned. It takes no lock: only
+// for an interner no one adds to any more.
+func (in *interner) find(k addrKey) (uint32, bool) {
+	if len(in.slots) == 0 {
+		return 0, false
+	}
+	hi, lo := le.Uint64(k.a[:8]), le.Uint64(k.a[8:])
+	fam := uint32(k.fam)
+	mask := uint64(len(in.slots) - 1)
+	for h := addrHash(hi, lo, fam) >> in.shift; ; h = (h + 1) & mask {
+		sl := &in.slots[h]
+		if sl.id == 0 {
+			return 0, false
+		}
+		if sl.hi == hi && sl.lo == lo && sl.fam == fam {
+			return sl.id - 1, true
+		}
+	}
+}
+
+// u64Map is an open-addressing map from uint64 keys to uint32 values,
+// filled once (init, put) and then only read.
+type u64Map struct {
+	slots []u64Slot
+	shift uint
+}
+
+type u64Slot struct {
+	k uint64
+	v uint32 // value+1; 0 marks an empty slot
+}
+
+// init sizes the map for n keys, at most half full.
+func (m *u64Map) init(n int) {
+	logSize := uint(max(4, bits.Len(uint(2*n))))
+	m.slots = make([]u64Slot, 1<<logSize)
+	m.shift = 64 - logSize
+}
+
+func (m *u64Map) put(k uint64, v uint32) {
+	mask := uint64(len(m.slots) - 1)
+	h := (k * hashMul) >> m.shift
+	for m.slots[h].v != 0 && m.slots[h].k != k {
+		h = (h + 1) & mask
+	}
+	m.slots[h] = u64Slot{k, v + 1}
+}
+
+// find returns the value of k, or noID.
+func (m *u64Map) find(k uint64) uint32 {
+	mask := uint64(len(m.slots) - 1)
+	for h := (k * hashMul) >> m.shift; ; h = (h + 1) & mask {
+		sl := &m.slots[h]
+		if sl.v == 0 {
+			return noID
+		}
+		if sl.k == k {
+			return sl.v - 1
+		}
+	}
 }

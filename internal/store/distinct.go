@@ -1,115 +1,245 @@
 package store
 
 import (
-	"math/bits"
+	"context"
+	"slices"
 	"sync"
 
 	"loupe/internal/flow"
 )
 
-// Top counts distinct flows exactly: every matching record's flow.Key goes
-// into one set shared by the workers, and a group's flow count goes up by
-// one when a key enters the set for the first time. The key is packed
-// without loss into two words of query-wide ids: the two addresses (as
-// stored, so that keys that differ only in the bytes of a non-IP or
-// malformed address stay apart), the ports, and a context id that stands
-// for the rest (MACs, interface index, EtherType, VLAN, direction,
-// protocol), which takes few distinct values on any host.
+// Top's second pass counts the distinct flows of the candidate groups
+// exactly: every candidate record's flow.Key goes into one set shared by
+// the workers (keyset.go), and a candidate's flow count goes up by one
+// when a key enters the set for the first time. The key is packed without
+// loss into two words of query-wide ids: the two addresses as stored (so
+// that keys that differ only in the bytes of a non-IP or malformed address
+// stay apart), the ports, and a context id that stands for the rest (MACs,
+// interface index, EtherType, VLAN, direction, protocol), which takes few
+// distinct values on any host. A key's group is a function of the key, so
+// the keys of different groups never meet, and the set finds a new key's
+// candidate from the key (candOf) rather than keep it beside every key.
 
-// flowKey is a flow.Key packed into query-wide ids. b is never zero (the
-// context id is stored plus one), which marks a used slot.
-type flowKey struct{ a, b uint64 }
-
-func (k flowKey) hash() uint64 {
-	x := k.a*hashMul ^ bits.RotateLeft64(k.b, 31)
-	x ^= x >> 29
-	x *= partMul
-	return x ^ x>>32
-}
-
-// keyTable is an open-addressing set of flow keys.
-type keyTable struct {
-	slots []flowKey
-	shift uint
-	used  int
-}
-
-// insert adds k and reports whether it was new.
-func (t *keyTable) insert(k flowKey) bool {
-	if t.used*4 >= len(t.slots)*3 {
-		t.grow()
+// flowPass counts the distinct flows of each candidate in files.
+func (r *Reader) flowPass(ctx context.Context, st *topState, files []snapFile, cands []topCand, lim keyLimits) ([]uint64, error) {
+	flows := make([]uint64, len(cands))
+	if len(cands) == 0 {
+		return flows, nil
 	}
-	mask := uint64(len(t.slots) - 1)
-	for h := (k.hash() * hashMul) >> t.shift; ; h = (h + 1) & mask {
-		sl := &t.slots[h]
-		if *sl == k {
-			return false
+	sh := &flowShared{st: st}
+	for _, c := range cands {
+		sh.records += c.flows // the first pass counted records
+	}
+	sh.keys.sh, sh.keys.limits = sh, lim
+	sh.match(cands)
+	ws := make([]*flowWorker, maxWorkers())
+	for i := range ws {
+		ws[i] = &flowWorker{sh: sh, flows: make([]uint64, len(cands))}
+	}
+	_, err := r.pass(ctx, st, files, nil, func(w int, s *segment, f *segFilter, ok bool) (bool, error) {
+		if ok {
+			ws[w].segment(s, f)
 		}
-		if sl.b == 0 {
-			*sl = k
-			t.used++
-			return true
-		}
+		return false, nil
+	})
+	if err != nil {
+		return nil, err
 	}
-}
-
-func (t *keyTable) grow() {
-	old := t.slots
-	logSize := uint(8)
-	if old != nil {
-		logSize = 64 - t.shift + 1
-	}
-	t.slots = make([]flowKey, 1<<logSize)
-	t.shift = 64 - logSize
-	t.used = 0
-	for _, k := range old {
-		if k.b != 0 {
-			t.insert(k)
+	sh.keys.finish(ws)
+	for _, w := range ws {
+		for i, n := range w.flows {
+			flows[i] += n
 		}
 	}
+	return flows, nil
 }
 
-// keySet is the set of flow keys, in partitions for the same reason as
-// partTable: each worker appends keys to per-partition buffers and folds a
-// buffer into its partition under the partition's lock.
-type keySet struct {
-	parts [1 << partBits]struct {
-		mu sync.Mutex
-		t  keyTable
+// flowShared is what the workers of the second pass share.
+type flowShared struct {
+	st      *topState
+	records uint64 // the candidates' records
+	// mu guards raw and rawCand, which workers add to as they go and
+	// folds of the set read (with ctxs.mu for the contexts).
+	mu      sync.RWMutex
+	raw     interner // addresses as stored: the flow keys' ids
+	rawCand []uint32 // per raw id: what addrs finds for its canonical form, or noID
+	ctxs    ctxInterner
+	keys    keySet
+
+	// The candidates, as the records' dictionaries find them: canonical
+	// addresses (BySrc, ByDst: the candidate's index; ByPair: an index
+	// into pairs), or group keys (the port groupings).
+	addrs  interner
+	pairs  u64Map
+	groups u64Map
+}
+
+// match indexes the candidates for the per-record lookups.
+func (sh *flowShared) match(cands []topCand) {
+	st := sh.st
+	switch st.by {
+	case BySrc, ByDst:
+		// Candidates are distinct addresses: the ids interned here are
+		// the candidates' indices.
+		for _, c := range cands {
+			sh.addrs.intern(st.in.keys[c.g])
+		}
+	case ByPair:
+		sh.pairs.init(len(cands))
+		for i, c := range cands {
+			src, dst := sh.addrs.intern(st.in.keys[c.g>>32]), sh.addrs.intern(st.in.keys[uint32(c.g)])
+			sh.pairs.put(uint64(src)<<32|uint64(dst), uint32(i))
+		}
+	default:
+		sh.groups.init(len(cands))
+		for i, c := range cands {
+			sh.groups.put(c.g, uint32(i))
+		}
 	}
 }
 
-type keyPending struct {
-	k     flowKey
-	group uint64
+// candOf returns the candidate of a key in the set: the same as the
+// worker that added it found from the key's record. The caller holds
+// sh.mu and sh.ctxs.mu for reading, unless no worker runs.
+func (sh *flowShared) candOf(k flowKey) uint32 {
+	src, dst := uint32(k.a>>32), uint32(k.a)
+	switch sh.st.by {
+	case BySrc:
+		return sh.rawCand[src]
+	case ByDst:
+		return sh.rawCand[dst]
+	case ByPair:
+		return sh.pairs.find(uint64(sh.rawCand[src])<<32 | uint64(sh.rawCand[dst]))
+	}
+	x := &sh.ctxs.list[k.b>>32-1]
+	sp, dp := uint16(k.b>>16), uint16(k.b)
+	port := dp
+	switch sh.st.by {
+	case BySrcPort:
+		port = sp
+	case ByPort:
+		port = sh.st.svc.keyPort(x.ethType, x.proto, &sh.raw.keys[src], &sh.raw.keys[dst], sp, dp)
+	}
+	return sh.groups.find(uint64(x.proto)<<16 | uint64(port))
 }
 
-// keyBuf is one worker's keys not yet in the set, with their groups.
-type keyBuf [1 << partBits][]keyPending
+// Values of flowWorker.raw besides an id.
+const (
+	noID   = ^uint32(0) // not needed in this segment
+	wanted = noID - 1   // needed, not interned yet
+)
 
-func (b *keyBuf) add(k flowKey, group uint64) {
-	i := k.hash() >> (64 - partBits)
-	b[i] = append(b[i], keyPending{k, group})
+// flowWorker is one goroutine of the second pass.
+type flowWorker struct {
+	sh    *flowShared
+	cand  []uint32 // per address entry: what sh.addrs finds for its canonical form, or noID
+	raw   []uint32 // per address entry: its id in sh.raw
+	rows  []uint32 // the segment's candidate records
+	conns connCache
+	ctx   ctxCache
+	keys  keyBuf
+	flows []uint64 // per candidate: the keys that were new to the set
 }
 
-// flush adds the buffered keys to the set, and appends to fresh the group
-// of each key that was not in it yet.
-func (s *keySet) flush(b *keyBuf, fresh []uint64) []uint64 {
-	for i := range b {
-		if len(b[i]) == 0 {
-			continue
-		}
-		p := &s.parts[i]
-		p.mu.Lock()
-		for _, e := range b[i] {
-			if p.t.insert(e.k) {
-				fresh = append(fresh, e.group)
+// segment adds the flow keys of one segment's candidate records to the
+// set. It finds them first, so that it interns only their addresses, all
+// under one lock.
+func (w *flowWorker) segment(s *segment, f *segFilter) {
+	sh := w.sh
+	by := sh.st.by
+	c := &s.cols
+	src, dst := c[cSrcAddr], c[cDstAddr]
+	if by <= ByPair {
+		w.cand = slices.Grow(w.cand[:0], s.nAddr)[:s.nAddr]
+		for e := range w.cand {
+			w.cand[e] = noID
+			if id, ok := sh.addrs.find(canon(s.addrKey(uint32(e)))); ok {
+				w.cand[e] = id
 			}
 		}
-		p.mu.Unlock()
-		b[i] = b[i][:0]
 	}
-	return fresh
+	w.raw = slices.Grow(w.raw[:0], s.nAddr)[:s.nAddr]
+	for e := range w.raw {
+		w.raw[e] = noID
+	}
+	w.rows = w.rows[:0]
+	simple := f.simple()
+	for i := range s.n {
+		if !simple && !f.match(s, i) {
+			continue
+		}
+		sa, da := le.Uint32(src[4*i:]), le.Uint32(dst[4*i:])
+		switch by {
+		case BySrc:
+			if w.cand[sa] == noID {
+				continue
+			}
+		case ByDst:
+			if w.cand[da] == noID {
+				continue
+			}
+		case ByPair:
+			if w.cand[sa] == noID || w.cand[da] == noID || sh.pairs.find(uint64(w.cand[sa])<<32|uint64(w.cand[da])) == noID {
+				continue
+			}
+		default:
+			if sh.groups.find(sh.st.group(s, i, &w.conns)) == noID {
+				continue
+			}
+		}
+		w.rows = append(w.rows, uint32(i))
+		w.raw[sa], w.raw[da] = wanted, wanted
+	}
+	if len(w.rows) == 0 {
+		return
+	}
+	w.intern(s)
+	var vlanCol []byte
+	if sh.st.vlan >= 0 {
+		vlanCol = c[sh.st.vlan]
+	}
+	sport, dport := c[cSrcPort], c[cDstPort]
+	w.ctx.reset()
+	w.keys.reserve(&sh.keys)
+	for _, i := range w.rows {
+		w.keys.add(flowKey{
+			a: uint64(w.raw[le.Uint32(src[4*i:])])<<32 | uint64(w.raw[le.Uint32(dst[4*i:])]),
+			b: uint64(w.ctx.id(s, int(i), vlanCol, &sh.ctxs)+1)<<32 | uint64(le.Uint16(sport[2*i:]))<<16 | uint64(le.Uint16(dport[2*i:])),
+		})
+	}
+	sh.keys.added(&w.keys, w.flows, len(w.rows))
+}
+
+// intern gives the wanted address entries of s their ids, in batches,
+// and each new id its candidate address.
+func (w *flowWorker) intern(s *segment) {
+	sh := w.sh
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	var b internBatch
+	var at [len(b.keys)]int
+	for e := 0; e < len(w.raw); {
+		b.n = 0
+		for ; e < len(w.raw) && !b.full(); e++ {
+			if w.raw[e] == wanted {
+				at[b.n] = e
+				b.add(s.addrKey(uint32(e)))
+			}
+		}
+		sh.raw.flush(&b)
+		for j := range b.n {
+			id := b.ids[j]
+			w.raw[at[j]] = id
+			// A dictionary's entries are distinct: new ids come in order.
+			if int(id) == len(sh.rawCand) {
+				c := noID
+				if w.cand != nil {
+					c = w.cand[at[j]]
+				}
+				sh.rawCand = append(sh.rawCand, c)
+			}
+		}
+	}
 }
 
 // flowCtx is the part of a flow.Key that is neither an address nor a
@@ -124,8 +254,9 @@ type flowCtx struct {
 // ctxInterner gives each distinct flowCtx of a query one id. It is
 // consulted once per distinct context per segment, not per record.
 type ctxInterner struct {
-	mu  sync.Mutex
-	ids map[flowCtx]uint32
+	mu   sync.RWMutex // Lock to add, RLock to read list while others add
+	ids  map[flowCtx]uint32
+	list []flowCtx // by id
 }
 
 func (c *ctxInterner) id(x flowCtx) uint32 {
@@ -136,8 +267,9 @@ func (c *ctxInterner) id(x flowCtx) uint32 {
 	}
 	id, ok := c.ids[x]
 	if !ok {
-		id = uint32(len(c.ids))
+		id = uint32(len(c.list))
 		c.ids[x] = id
+		c.list = append(c.list, x)
 	}
 	return id
 }

@@ -120,10 +120,13 @@
 // entries match is not read. Scan hands over every match in storage order.
 // Select (select.go) sorts and limits: it reads the filter and sort
 // columns, keeps the best N rows in a heap per worker and decodes only
-// those. Top (top.go) groups and counts distinct flows exactly, with a set
-// of packed flow keys (distinct.go); its port grouping resolves each
-// connection's service port from its SYNs first (service.go). Follow
-// (follow.go) hands over the segments a writer publishes, as it publishes
-// them. Writer (status.go) says whether a writer holds the store, without
-// taking its lock.
+// those. Top (top.go) sums bytes and packets per group first, keeps the
+// groups that may be among the first n (of the pairs, only those whose
+// addresses' totals reach a floor: pairs.go), and counts their distinct
+// flows exactly, with a set of packed flow keys (distinct.go, keyset.go);
+// its port grouping looks up only the connections whose SYNs say their
+// service is the higher port (service.go). Follow (follow.go) hands over
+// the segments a writer publishes, as it publishes them. Writer
+// (status.go) says whether a writer holds the store, without taking its
+// lock.
 package store

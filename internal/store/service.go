@@ -2,9 +2,7 @@ package store
 
 import (
 	"context"
-	"math"
 	"slices"
-	"sync"
 
 	"loupe/internal/flow"
 )
@@ -34,199 +32,178 @@ import (
 // directions and every interface, inherits what the connection's SYNs
 // said; records outside the window say nothing. Flows without ports
 // (non-IP, ICMP, other protocols) group under port 0.
+//
+// The SYNs change the answer only for a connection whose client turns out
+// to be the side with the lower port, and the client is a side that sent
+// a SYN: so only connections with a SYN from the lower port to the higher
+// need resolving, and only those whose service is the higher port are
+// kept. Top's first pass finds the first as it sums every record under its
+// lower port; a second scan reads the SYNs the other way of those
+// connections alone, if there are any; and only if some connection's
+// service is the higher port does Top sum the records again. Every other
+// connection's service is the lower port, without a lookup.
 
-// endpoint order: a connection's key holds its lower (address id, port)
-// endpoint first; dir 0 is a record sent by that endpoint.
-func connKey(srcID uint32, sp uint16, dstID uint32, dp uint16) (k flowKey, dir int) {
-	if srcID < dstID || (srcID == dstID && sp <= dp) {
-		return flowKey{uint64(srcID)<<32 | uint64(dstID), 1<<32 | uint64(sp)<<16 | uint64(dp)}, 0
-	}
-	return flowKey{uint64(dstID)<<32 | uint64(srcID), 1<<32 | uint64(dp)<<16 | uint64(sp)}, 1
+// connID is a TCP connection: the canonical address and port of the side
+// with the lower port, then of the other side.
+type connID struct {
+	lo, hi addrKey
+	lp, hp uint16
 }
 
-// synInfo is what a connection's SYN records said, per direction.
-type synInfo struct {
-	first  [2]int64 // earliest first_seen of a record with SYN; MaxInt64: none
-	alone  [2]bool  // a record with SYN and without ACK
-	client int8     // the direction the client sent; -1: unknown
+// connHash hashes a connection from its addresses' hashes (connCache).
+func connHash(lo, hi uint64, lp, hp uint16) uint64 {
+	x := (lo*hashMul ^ hi) * partMul
+	x ^= uint64(lp)<<16 | uint64(hp)
+	x *= hashMul
+	return x ^ x>>29
 }
 
-func (v *synInfo) resolve() {
-	v.client = -1
-	switch {
-	case v.alone[0] != v.alone[1]:
-		if v.alone[0] {
-			v.client = 0
-		} else {
-			v.client = 1
-		}
-	case v.first[0] != math.MaxInt64 && v.first[1] != math.MaxInt64 && v.first[0] != v.first[1]:
-		if v.first[0] < v.first[1] {
-			v.client = 0
-		} else {
-			v.client = 1
-		}
-	}
+// connCache holds the hashes of one segment's canonical address entries,
+// computed as records need them. A segment id names the same dictionary in
+// every pass of a query.
+type connCache struct {
+	seg   uint64
+	valid bool
+	h     []uint64 // 0: not computed yet
 }
 
-type synSlot struct {
-	k flowKey
-	v synInfo
+func (c *connCache) hash(s *segment, e uint32) uint64 {
+	if !c.valid || c.seg != s.id {
+		c.seg, c.valid = s.id, true
+		c.h = slices.Grow(c.h[:0], s.nAddr)[:s.nAddr]
+		clear(c.h)
+	}
+	if h := c.h[e]; h != 0 {
+		return h
+	}
+	k := canon(s.addrKey(e))
+	h := addrHash(le.Uint64(k.a[:8]), le.Uint64(k.a[8:]), uint32(k.fam)) | 1
+	c.h[e] = h
+	return h
 }
 
-// synTable is an open-addressing table of connections.
-type synTable struct {
-	slots []synSlot
-	shift uint
-	used  int
-}
-
-func (t *synTable) get(k flowKey) *synInfo {
-	if t.used*4 >= len(t.slots)*3 {
-		t.grow()
-	}
-	mask := uint64(len(t.slots) - 1)
-	for h := (k.hash() * hashMul) >> t.shift; ; h = (h + 1) & mask {
-		sl := &t.slots[h]
-		if sl.k == k {
-			return &sl.v
-		}
-		if sl.k.b == 0 {
-			*sl = synSlot{k: k, v: synInfo{first: [2]int64{math.MaxInt64, math.MaxInt64}}}
-			t.used++
-			return &sl.v
-		}
-	}
-}
-
-func (t *synTable) grow() {
-	old := t.slots
-	logSize := uint(8)
-	if old != nil {
-		logSize = 64 - t.shift + 1
-	}
-	t.slots = make([]synSlot, 1<<logSize)
-	t.shift = 64 - logSize
-	mask := uint64(len(t.slots) - 1)
-	for _, sl := range old {
-		if sl.k.b == 0 {
-			continue
-		}
-		h := (sl.k.hash() * hashMul) >> t.shift
-		for t.slots[h].k.b != 0 {
-			h = (h + 1) & mask
-		}
-		t.slots[h] = sl
-	}
-}
-
-// clientTable maps a connection to the direction its client sent.
-type clientTable struct {
-	slots []clientSlot
-	shift uint
-	used  int
-}
-
-type clientSlot struct {
-	k      flowKey
-	client int8
-}
-
-func (t *clientTable) put(k flowKey, client int8) {
-	if t.used*4 >= len(t.slots)*3 {
-		old := t.slots
-		logSize := uint(4)
-		if old != nil {
-			logSize = 64 - t.shift + 1
-		}
-		t.slots, t.shift, t.used = make([]clientSlot, 1<<logSize), 64-logSize, 0
-		for _, sl := range old {
-			if sl.k.b != 0 {
-				t.put(sl.k, sl.client)
-			}
-		}
-	}
-	mask := uint64(len(t.slots) - 1)
-	h := (k.hash() * hashMul) >> t.shift
-	for t.slots[h].k.b != 0 {
-		h = (h + 1) & mask
-	}
-	t.slots[h] = clientSlot{k, client}
-	t.used++
-}
-
-func (t *clientTable) find(k flowKey) (int8, bool) {
-	if t.used == 0 {
-		return 0, false
-	}
-	mask := uint64(len(t.slots) - 1)
-	for h := (k.hash() * hashMul) >> t.shift; ; h = (h + 1) & mask {
-		sl := &t.slots[h]
-		if sl.k == k {
-			return sl.client, true
-		}
-		if sl.k.b == 0 {
-			return 0, false
-		}
-	}
-}
-
-// serviceTable is every connection of the window with a SYN record, in
-// partitions like keySet. It is read without locks once built.
-type serviceTable struct {
-	parts [1 << partBits]struct {
-		mu  sync.Mutex
-		t   synTable    // while the pass runs
-		res clientTable // then: the connections whose client is known
-	}
-	bits []uint64 // a bit set for each connection's hash (modulo its size)
+// hashBits is a bit per hash value modulo its size: a bit not set says a
+// connection is not in the set it was built from, without a lookup.
+type hashBits struct {
+	w    []uint64
 	mask uint64
 }
 
-func (t *serviceTable) set(h uint64)      { h &= t.mask; t.bits[h/64] |= 1 << (h % 64) }
-func (t *serviceTable) has(h uint64) bool { h &= t.mask; return t.bits[h/64]&(1<<(h%64)) != 0 }
-
-type synPending struct {
-	k     flowKey
-	first int64
-	dir   uint8
-	alone bool
+// newHashBits sizes the bits for n connections, 16 bits each, so that
+// most absent connections find their bit clear.
+func newHashBits(n int) hashBits {
+	words := 1
+	for words*64 < 16*n {
+		words *= 2
+	}
+	return hashBits{make([]uint64, words), uint64(words)*64 - 1}
 }
 
-type synBuf [1 << partBits][]synPending
+func (b *hashBits) set(h uint64)      { h &= b.mask; b.w[h/64] |= 1 << (h % 64) }
+func (b *hashBits) has(h uint64) bool { h &= b.mask; return b.w[h/64]&(1<<(h%64)) != 0 }
 
-func (t *serviceTable) flush(b *synBuf) {
-	for i := range b {
-		if len(b[i]) == 0 {
-			continue
+// synInfo is what a connection's SYN records said, per side: 0 the lower
+// port's, 1 the higher's.
+type synInfo struct {
+	first [2]int64 // earliest first_seen of a record with SYN
+	syn   [2]bool  // a record with SYN
+	alone [2]bool  // a record with SYN and without ACK
+}
+
+func (v *synInfo) add(side int, first int64, alone bool) {
+	if !v.syn[side] || first < v.first[side] {
+		v.first[side] = first
+	}
+	v.syn[side] = true
+	v.alone[side] = v.alone[side] || alone
+}
+
+func (v *synInfo) merge(o *synInfo) {
+	for side := range 2 {
+		if o.syn[side] {
+			v.add(side, o.first[side], o.alone[side])
 		}
-		p := &t.parts[i]
-		p.mu.Lock()
-		for _, e := range b[i] {
-			v := p.t.get(e.k)
-			v.first[e.dir] = min(v.first[e.dir], e.first)
-			v.alone[e.dir] = v.alone[e.dir] || e.alone
-		}
-		p.mu.Unlock()
-		b[i] = b[i][:0]
 	}
 }
 
-// port returns the service port of a record with transport ports, given
-// its canonical address ids.
-func (t *serviceTable) port(srcID, dstID uint32, sp, dp uint16, proto uint8) uint16 {
-	if proto == flow.ProtoTCP {
-		k, dir := connKey(srcID, sp, dstID, dp)
-		if h := k.hash(); !t.has(h) {
-			// No SYN of this connection in the window.
-		} else if client, ok := t.parts[h>>(64-partBits)].res.find(k); ok {
-			if int(client) == dir {
-				return dp // the record's sender is the client
-			}
-			return sp
+// client returns the side the client sent, or -1 if the SYNs do not say.
+func (v *synInfo) client() int {
+	switch {
+	case v.alone[0] != v.alone[1]:
+		if v.alone[0] {
+			return 0
 		}
+		return 1
+	case v.syn[0] && v.syn[1] && v.first[0] != v.first[1]:
+		if v.first[0] < v.first[1] {
+			return 0
+		}
+		return 1
 	}
-	return min(sp, dp)
+	return -1
+}
+
+// services is what the service pass found: the connections whose service
+// is the higher port. It is read without locks once built.
+type services struct {
+	high map[connID]struct{}
+	bits hashBits
+}
+
+// port returns the service port of row i of s (0 for a flow without
+// ports).
+func (sv *services) port(c *connCache, s *segment, i int) uint16 {
+	cols := &s.cols
+	sp, dp := le.Uint16(cols[cSrcPort][2*i:]), le.Uint16(cols[cDstPort][2*i:])
+	port, ok := sv.plain(le.Uint16(cols[cEthType][2*i:]), cols[cProto][i], sp, dp)
+	if ok {
+		return port
+	}
+	lo, hi := le.Uint32(cols[cSrcAddr][4*i:]), le.Uint32(cols[cDstAddr][4*i:])
+	lp, hp := sp, dp
+	if sp > dp {
+		lo, hi, lp, hp = hi, lo, dp, sp
+	}
+	if !sv.bits.has(connHash(c.hash(s, lo), c.hash(s, hi), lp, hp)) {
+		return lp
+	}
+	if _, ok := sv.high[connID{canon(s.addrKey(lo)), canon(s.addrKey(hi)), lp, hp}]; ok {
+		return hp
+	}
+	return lp
+}
+
+// keyPort is port for a flow key's fields: its addresses as stored.
+func (sv *services) keyPort(ethType uint16, proto uint8, src, dst *addrKey, sp, dp uint16) uint16 {
+	port, ok := sv.plain(ethType, proto, sp, dp)
+	if ok {
+		return port
+	}
+	id := connID{canon(*src), canon(*dst), sp, dp}
+	if sp > dp {
+		id = connID{id.hi, id.lo, dp, sp}
+	}
+	if !sv.bits.has(id.hash()) {
+		return id.lp
+	}
+	if _, ok := sv.high[id]; ok {
+		return id.hp
+	}
+	return id.lp
+}
+
+// plain returns the service port of a record without looking its
+// connection up, if it needs no lookup: a flow without ports, one other
+// than TCP, one with equal ports, or any when no connection's service is
+// the higher port.
+func (sv *services) plain(ethType uint16, proto uint8, sp, dp uint16) (uint16, bool) {
+	switch {
+	case !hasPorts(ethType, proto):
+		return 0, true
+	case proto != flow.ProtoTCP || len(sv.high) == 0 || sp == dp:
+		return min(sp, dp), true
+	}
+	return 0, false
 }
 
 // recordServicePort is the service port one record says on its own,
@@ -242,109 +219,127 @@ func recordServicePort(ethType uint16, proto uint8, sp, dp, flags uint16) uint16
 	return min(sp, dp)
 }
 
-// servicePass reads the SYN records of the query's window (whatever its
-// other filters: a reply's direction may be filtered out but still says
-// which side answered) and resolves each connection's client. It checks
-// each segment as the aggregation pass does (topState.check), so both skip
-// the same damaged segments; the aggregation pass reports them.
-func (r *Reader) servicePass(ctx context.Context, sn *snapshot, st *topState) (*serviceTable, error) {
-	win := st.cq.window()
-	t := &serviceTable{}
-	ws := make([]*synWorker, maxWorkers())
-	for i := range ws {
-		ws[i] = &synWorker{}
+// synScan is what the query's first pass gathered for ByPort: per worker,
+// the window's SYNs from the lower port to the higher (whatever the
+// query's other filters: a reply's direction may be filtered out but
+// still says which side answered), and the segments of the window.
+type synScan struct {
+	win     *compiled
+	files   []snapFile
+	workers []*synWorker
+}
+
+// resolveServices finds the connections whose service is the higher port:
+// it reads the SYNs the other way of the connections the first pass found,
+// if there are any, and resolves each connection's client.
+func (r *Reader) resolveServices(ctx context.Context, st *topState, sc *synScan) (*services, error) {
+	up := &synSet{m: sc.workers[0].take()}
+	for _, w := range sc.workers[1:] {
+		for id, v := range w.take() {
+			u := up.m[id]
+			u.merge(&v)
+			up.m[id] = u
+		}
 	}
-	var scratch Report
-	err := r.parallel(ctx, sn, &scratch, func(wi int, s *segment) error {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		w := ws[wi]
-		f, ok, err := win.forSegment(s)
+	sv := &services{}
+	if len(up.m) == 0 {
+		return sv, nil
+	}
+	up.bits = newHashBits(len(up.m))
+	for id := range up.m {
+		up.bits.set(id.hash())
+	}
+	_, err := r.pass(ctx, st, sc.files, nil, func(wi int, s *segment, _ *segFilter, _ bool) (bool, error) {
+		f, ok, err := sc.win.forSegment(s)
 		if err != nil || !ok {
-			return err
+			return false, err
 		}
-		if _, _, err := st.check(s); err != nil {
-			return err
-		}
-		c := &s.cols
-		flags, proto, eth := c[cTCPFlags], c[cProto], c[cEthType]
-		simple := f.simple()
-		remapped := false
-		for i := range s.n {
-			fl := le.Uint16(flags[2*i:])
-			if fl&flow.TCPSyn == 0 || proto[i] != flow.ProtoTCP || !hasPorts(le.Uint16(eth[2*i:]), flow.ProtoTCP) {
-				continue
-			}
-			if !simple && !f.match(s, i) {
-				continue
-			}
-			if !remapped {
-				// Lazily: SYN records are few, their addresses fewer.
-				w.remap = slices.Grow(w.remap[:0], s.nAddr)[:s.nAddr]
-				for j := range w.remap {
-					w.remap[j] = noID
-				}
-				remapped = true
-			}
-			k, dir := connKey(w.id(s, st.in, le.Uint32(c[cSrcAddr][4*i:])), le.Uint16(c[cSrcPort][2*i:]),
-				w.id(s, st.in, le.Uint32(c[cDstAddr][4*i:])), le.Uint16(c[cDstPort][2*i:]))
-			p := k.hash() >> (64 - partBits)
-			w.buf[p] = append(w.buf[p], synPending{k: k, first: int64(le.Uint64(c[cFirst][8*i:])), dir: uint8(dir), alone: fl&flow.TCPAck == 0})
-		}
-		t.flush(&w.buf)
-		return nil
+		sc.workers[wi].scan(s, f, up)
+		return false, nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	// Keep only the connections whose client is known, in small slots,
-	// and one bit per connection hash (16 bits per connection): most
-	// records' connections had no decisive SYN in the window, and the bit
-	// says so without a trip to the table.
-	n := 0
-	for i := range t.parts {
-		p := &t.parts[i]
-		for j := range p.t.slots {
-			if sl := &p.t.slots[j]; sl.k.b != 0 {
-				sl.v.resolve()
-				if sl.v.client >= 0 {
-					n++
-				}
-			}
+	for _, w := range sc.workers {
+		for id, v := range w.take() {
+			u := up.m[id]
+			u.merge(&v)
+			up.m[id] = u
 		}
 	}
-	t.bits = make([]uint64, max(1, (16*n+63)/64))
-	t.mask = uint64(len(t.bits))*64 - 1
-	for i := range t.parts {
-		p := &t.parts[i]
-		for _, sl := range p.t.slots {
-			if sl.k.b != 0 && sl.v.client >= 0 {
-				p.res.put(sl.k, sl.v.client)
-				t.set(sl.k.hash())
-			}
+	sv.high = make(map[connID]struct{})
+	for id, v := range up.m {
+		if v.client() == 0 {
+			sv.high[id] = struct{}{}
 		}
-		p.t = synTable{}
 	}
-	return t, nil
+	sv.bits = newHashBits(len(sv.high))
+	for id := range sv.high {
+		sv.bits.set(id.hash())
+	}
+	return sv, nil
 }
 
-// noID marks an address entry not interned yet.
-const noID = ^uint32(0)
+// hash is connHash of the connection.
+func (id *connID) hash() uint64 {
+	h := func(k addrKey) uint64 { return addrHash(le.Uint64(k.a[:8]), le.Uint64(k.a[8:]), uint32(k.fam)) | 1 }
+	return connHash(h(id.lo), h(id.hi), id.lp, id.hp)
+}
+
+// synSet is the connections with a SYN from the lower port to the higher.
+type synSet struct {
+	m    map[connID]synInfo
+	bits hashBits
+}
 
 // synWorker is one goroutine of the service pass.
 type synWorker struct {
-	buf   synBuf
-	remap []uint32 // global ids of the segment's address entries, noID until needed
+	syns  map[connID]synInfo
+	conns connCache
 }
 
-func (w *synWorker) id(s *segment, in *interner, idx uint32) uint32 {
-	if id := w.remap[idx]; id != noID {
-		return id
+// take returns what the worker gathered and starts it afresh.
+func (w *synWorker) take() map[connID]synInfo {
+	m := w.syns
+	w.syns = make(map[connID]synInfo)
+	return m
+}
+
+// scan gathers the SYN records of s in the window: those sent from the
+// lower port to the higher if up is nil, else those sent the other way
+// on the connections of up.
+func (w *synWorker) scan(s *segment, f *segFilter, up *synSet) {
+	c := &s.cols
+	flags, proto, eth := c[cTCPFlags], c[cProto], c[cEthType]
+	sport, dport, first := c[cSrcPort], c[cDstPort], c[cFirst]
+	simple := f.simple()
+	for i := range s.n {
+		fl := le.Uint16(flags[2*i:])
+		if fl&flow.TCPSyn == 0 || proto[i] != flow.ProtoTCP || !hasPorts(le.Uint16(eth[2*i:]), flow.ProtoTCP) {
+			continue
+		}
+		sp, dp := le.Uint16(sport[2*i:]), le.Uint16(dport[2*i:])
+		if sp == dp || (sp < dp) != (up == nil) {
+			continue
+		}
+		if !simple && !f.match(s, i) {
+			continue
+		}
+		lo, hi, lp, hp, side := le.Uint32(c[cSrcAddr][4*i:]), le.Uint32(c[cDstAddr][4*i:]), sp, dp, 0
+		if up != nil {
+			lo, hi, lp, hp, side = hi, lo, dp, sp, 1
+			if !up.bits.has(connHash(w.conns.hash(s, lo), w.conns.hash(s, hi), lp, hp)) {
+				continue
+			}
+		}
+		id := connID{canon(s.addrKey(lo)), canon(s.addrKey(hi)), lp, hp}
+		if up != nil {
+			if _, ok := up.m[id]; !ok {
+				continue
+			}
+		}
+		v := w.syns[id]
+		v.add(side, int64(le.Uint64(first[8*i:])), fl&flow.TCPAck == 0)
+		w.syns[id] = v
 	}
-	in.mu.Lock()
-	id := in.intern(canonical(s.addrKey(idx)))
-	in.mu.Unlock()
-	w.remap[idx] = id
-	return id
 }

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 
 	"loupe/internal/flow"
 )
@@ -83,39 +84,64 @@ func topLess(a, b *TopEntry) bool {
 	return false
 }
 
-// topState is what the workers of one Top share.
+// Top reads the segments in two passes. The first sums bytes, packets and
+// records per group, from the segments' dictionary ids, without building
+// a flow key, and keeps the candidates: the groups whose (bytes, packets)
+// is at least the n-th best. topLess orders by bytes and packets before
+// flows and the group key, so these are all the groups that can be among
+// the first n, ties at the n-th place included. The second pass counts
+// the distinct flows of the candidates alone (distinct.go); a record of
+// any other group costs a lookup by dictionary id or group key. ByPair
+// sums its pairs in a pass of their own, after the first has summed each
+// address (pairs.go); ByPort reads the SYNs of a few connections in
+// between, and sums again only if they move a connection to its higher
+// port (service.go).
+
+// topState is what the passes of one Top share.
 type topState struct {
 	cq    *compiled
 	by    GroupBy
-	in    *interner // canonical addresses: groups
-	raw   *interner // addresses whose canonical form differs: flow identity
-	ctxs  *ctxInterner
-	table *partTable // ByPair and the port groupings
-	keys  *keySet
-	svc   *serviceTable // ByPort
-	vlan  int           // the VLAN column, or -1 if this format has none
+	need  []int      // the blocks check verifies
+	vlan  int        // the VLAN column, or -1 if this format has none
+	in    *interner  // canonical addresses: the groups of BySrc, ByDst, ByPair
+	table *partTable // the first pass's groups for ByPair and the port groupings
+	svc   *services  // ByPort
+
+	// verified holds, per segment, the blocks the first pass verified; a
+	// later pass that maps the segment again takes them as verified.
+	mu       sync.Mutex
+	first    bool
+	verified map[uint64][numBlocks]bool
 }
 
-// topWorker holds one goroutine's partial aggregate.
-type topWorker struct {
-	st      *topState
-	direct  []agg // BySrc, ByDst: indexed by global address id
-	buf     partBuf
-	keyBuf  keyBuf
-	fresh   []uint64
-	remap   []uint32
-	rawMap  []uint32
-	ctx     ctxCache
-	matched uint64
-	pending uint64 // records buffered since the last flush
+func newTopState(cq *compiled, by GroupBy) *topState {
+	st := &topState{cq: cq, by: by, vlan: -1, in: &interner{}, table: &partTable{}, svc: &services{},
+		first: true, verified: make(map[uint64][numBlocks]bool)}
+	st.need = []int{cBytes, cPackets, cSrcAddr, cDstAddr, bAddrDict, bAddrFam, cSrcMAC, cDstMAC, bMACDict,
+		cIfIndex, cEthType, cSrcPort, cDstPort, cProto, cDirection}
+	if c, ok := fieldCol("vlan_id"); ok {
+		st.vlan = c
+		st.need = append(st.need, c)
+	}
+	if by == ByPort {
+		st.need = append(st.need, cTCPFlags, cFirst, cLast)
+	}
+	return st
 }
 
 // Top returns the n groups with the most bytes among the records matching
 // q (all groups if n <= 0), ordered by bytes, packets and flows descending,
-// ties broken by the group key ascending. Segments are aggregated in
-// parallel, one goroutine per CPU. Memory grows with the number of
-// distinct flows matched, which Top counts exactly.
+// ties broken by the group key ascending. Segments are read in parallel,
+// one goroutine per CPU. Flows are counted exactly, for the groups that
+// may be among the first n only; memory grows with the number of groups
+// and with the distinct flows of those.
 func (r *Reader) Top(ctx context.Context, q Query, by GroupBy, n int) ([]TopEntry, error) {
+	return r.top(ctx, q, by, n, keyLimits{flushEvery: flushEvery, budget: deferBudget})
+}
+
+// top is Top with the thresholds of its set of flow keys (keyset.go);
+// lim.paths, if set, is told which ways the set took.
+func (r *Reader) top(ctx context.Context, q Query, by GroupBy, n int, lim keyLimits) ([]TopEntry, error) {
 	if by < 0 || by >= numGroupBy {
 		return nil, fmt.Errorf("store: top: unknown grouping %d", by)
 	}
@@ -129,164 +155,133 @@ func (r *Reader) Top(ctx context.Context, q Query, by GroupBy, n int) ([]TopEntr
 		return nil, err
 	}
 	defer sn.close()
-	st := &topState{cq: &cq, by: by, in: &interner{}, raw: &interner{}, ctxs: &ctxInterner{},
-		table: &partTable{}, keys: &keySet{}, vlan: -1}
-	if c, ok := fieldCol("vlan_id"); ok {
-		st.vlan = c
+	st := newTopState(&cq, by)
+	// Biggest first, as parallel orders them, so the last to finish is
+	// small.
+	files := slices.Clone(sn.files)
+	slices.SortFunc(files, func(a, b snapFile) int { return cmp.Compare(b.e.size, a.e.size) })
+	sums, err := r.sumPass(ctx, st, files, rep, n)
+	if err != nil {
+		return nil, err
 	}
-	if by == ByPort {
-		if st.svc, err = r.servicePass(ctx, sn, st); err != nil {
+	if by == ByPair {
+		if err := r.pairPass(ctx, st, sums, n); err != nil {
 			return nil, err
 		}
 	}
-	workers := make([]*topWorker, maxWorkers())
-	for i := range workers {
-		workers[i] = &topWorker{st: st}
+	if by == ByPort {
+		// The first pass summed each record under its lower port, and
+		// found the connections that may serve the higher.
+		if st.svc, err = r.resolveServices(ctx, st, sums.syns); err != nil {
+			return nil, err
+		}
+		if len(st.svc.high) > 0 {
+			st.table = &partTable{}
+			if sums, err = r.sumPass(ctx, st, sums.files, rep, n); err != nil {
+				return nil, err
+			}
+		}
 	}
-	err = r.parallel(ctx, sn, rep, func(w int, s *segment) error {
-		return workers[w].segment(ctx, s)
+	rep.Matched = sums.matched
+	cands := sums.candidates(n)
+	flows, err := r.flowPass(ctx, st, sums.files, cands, lim)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]TopEntry, len(cands))
+	for i := range cands {
+		cands[i].flows = flows[i]
+		out[i] = st.entryOf(cands[i].g, &cands[i].agg)
+	}
+	slices.SortFunc(out, func(a, b TopEntry) int {
+		if topLess(&a, &b) {
+			return -1
+		}
+		if topLess(&b, &a) {
+			return 1
+		}
+		return 0
+	})
+	if n > 0 && len(out) > n {
+		out = out[:n]
+	}
+	return out, nil
+}
+
+// pass runs fn on each of files, in parallel. The query's first pass
+// checks every segment (check: the blocks any pass reads, and the
+// dictionary indices) and reports to rep what it read and skipped; later
+// passes read only segments an earlier one kept, mapped again from the
+// same open file, and take what the first pass checked as checked:
+// segment files are immutable. They report nothing. fn says whether the
+// next pass needs the segment; pass returns those.
+func (r *Reader) pass(ctx context.Context, st *topState, files []snapFile, rep *Report,
+	fn func(w int, s *segment, f *segFilter, ok bool) (keep bool, err error)) ([]snapFile, error) {
+	first := st.first
+	if !first {
+		rep = &Report{}
+	}
+	var mu sync.Mutex
+	kept := make(map[uint64]bool, len(files))
+	err := r.parallelIn(ctx, files, rep, func(w int, s *segment) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		var f *segFilter
+		var ok bool
+		var err error
+		if first {
+			f, ok, err = st.check(s)
+			if err != nil {
+				return err
+			}
+			st.mu.Lock()
+			st.verified[s.id] = s.verified
+			st.mu.Unlock()
+		} else {
+			st.mu.Lock()
+			s.verified = st.verified[s.id]
+			st.mu.Unlock()
+			if f, ok, err = st.cq.forSegment(s); err != nil {
+				return err
+			}
+		}
+		keep, err := fn(w, s, f, ok)
+		if keep && err == nil {
+			mu.Lock()
+			kept[s.id] = true
+			mu.Unlock()
+		}
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	for _, w := range workers {
-		w.flush()
-	}
-	// Fold the other workers' direct aggregates into the first.
-	total := workers[0]
-	total.direct = slices.Grow(total.direct, st.in.size()-len(total.direct))[:st.in.size()]
-	for _, w := range workers[1:] {
-		total.matched += w.matched
-		for i := range w.direct {
-			total.direct[i].add(&w.direct[i])
-		}
-	}
-	rep.Matched = total.matched
-	return total.top(n), nil
+	st.first = false
+	return keepOnly(files, kept), nil
 }
 
-// segment aggregates one segment. It checks the segment's index columns
-// before touching the aggregate, so a corrupt segment is skipped whole.
-func (w *topWorker) segment(ctx context.Context, s *segment) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	st := w.st
-	f, ok, err := st.check(s)
-	if err != nil || !ok {
-		return err
-	}
-	w.remap = st.in.remap(s, w.remap)
-	w.rawMap = st.raw.rawIDs(s, w.remap, w.rawMap)
-	if n := st.in.size(); len(w.direct) < n {
-		w.direct = slices.Grow(w.direct, n-len(w.direct))[:n]
-	}
-	w.ctx.reset()
-	var vlanCol []byte
-	if st.vlan >= 0 {
-		vlanCol = s.cols[st.vlan]
-	}
-	c := &s.cols
-	bytes, packets := c[cBytes], c[cPackets]
-	src, dst, sport, dport, proto, eth := c[cSrcAddr], c[cDstAddr], c[cSrcPort], c[cDstPort], c[cProto], c[cEthType]
-	remap, rawMap, direct := w.remap, w.rawMap, w.direct
-	simple := f.simple()
-	by := st.by
-	var matched uint64
-	for i := range s.n {
-		if !simple && !f.match(s, i) {
-			continue
+// keepOnly returns the files whose segment ids are in ids, in order.
+func keepOnly(files []snapFile, ids map[uint64]bool) []snapFile {
+	out := make([]snapFile, 0, len(ids))
+	for _, sf := range files {
+		if ids[sf.e.id] {
+			out = append(out, sf)
 		}
-		sa, da := le.Uint32(src[4*i:]), le.Uint32(dst[4*i:])
-		sp, dp := le.Uint16(sport[2*i:]), le.Uint16(dport[2*i:])
-		var g uint64
-		switch by {
-		case BySrc:
-			g = uint64(remap[sa])
-		case ByDst:
-			g = uint64(remap[da])
-		case ByPair:
-			g = uint64(remap[sa])<<32 | uint64(remap[da])
-		case ByPort:
-			var port uint16
-			if hasPorts(le.Uint16(eth[2*i:]), proto[i]) {
-				port = st.svc.port(remap[sa], remap[da], sp, dp, proto[i])
-			}
-			g = uint64(proto[i])<<16 | uint64(port)
-		case BySrcPort:
-			g = uint64(proto[i])<<16 | uint64(sp)
-		case ByDstPort:
-			g = uint64(proto[i])<<16 | uint64(dp)
-		}
-		b, p := le.Uint64(bytes[8*i:]), le.Uint64(packets[8*i:])
-		if by == BySrc || by == ByDst {
-			a := &direct[g]
-			a.bytes += b
-			a.packets += p
-		} else {
-			w.buf.add(g, b, p, 0)
-		}
-		k := flowKey{
-			a: uint64(rawMap[sa])<<32 | uint64(rawMap[da]),
-			b: uint64(w.ctx.id(s, i, vlanCol, st.ctxs)+1)<<32 | uint64(sp)<<16 | uint64(dp),
-		}
-		w.keyBuf.add(k, g)
-		matched++
 	}
-	w.matched += matched
-	w.pending += matched
-	if w.pending >= flushEvery {
-		w.flush()
-	}
-	return nil
-}
-
-// flushEvery is how many records a worker buffers before it folds them
-// into the shared tables. Large folds keep each partition's table in the
-// CPU caches while it takes its keys (a table is 1/256 of the whole);
-// the buffers take about 40 bytes a record.
-const flushEvery = 1 << 20
-
-// flush folds the worker's buffered keys and groups into the shared
-// tables.
-func (w *topWorker) flush() {
-	st := w.st
-	w.fresh = st.keys.flush(&w.keyBuf, w.fresh[:0])
-	if by := st.by; by == BySrc || by == ByDst {
-		if n := st.in.size(); len(w.direct) < n {
-			w.direct = slices.Grow(w.direct, n-len(w.direct))[:n]
-		}
-		for _, g := range w.fresh {
-			w.direct[g].flows++
-		}
-	} else {
-		for _, g := range w.fresh {
-			w.buf.add(g, 0, 0, 1)
-		}
-		st.table.flush(&w.buf)
-	}
-	w.pending = 0
+	return out
 }
 
 // check verifies what Top reads of a segment: the filter's blocks, the
 // whole flow key and the counters (and for ByPort what the service pass
-// reads), and the dictionary indices. Both passes call it, so that they
-// skip the same damaged segments. ok is false if no record can match q
-// (the segment may still hold SYNs of the window).
+// reads), and the dictionary indices. ok is false if no record can match
+// q (the segment may still hold SYNs of the window).
 func (st *topState) check(s *segment) (f *segFilter, ok bool, err error) {
 	f, ok, err = st.cq.forSegment(s)
 	if err != nil {
 		return nil, false, err
 	}
-	need := []int{cBytes, cPackets, cSrcAddr, cDstAddr, bAddrDict, bAddrFam, cSrcMAC, cDstMAC, bMACDict,
-		cIfIndex, cEthType, cSrcPort, cDstPort, cProto, cDirection}
-	if st.vlan >= 0 {
-		need = append(need, st.vlan)
-	}
-	if st.by == ByPort {
-		need = append(need, cTCPFlags, cFirst, cLast)
-	}
-	if err := s.verify(need...); err != nil {
+	if err := s.verify(st.need...); err != nil {
 		return nil, false, err
 	}
 	for _, c := range [...]struct{ col, limit int }{{cSrcAddr, s.nAddr}, {cDstAddr, s.nAddr}, {cSrcMAC, s.nMAC}, {cDstMAC, s.nMAC}} {
@@ -297,6 +292,241 @@ func (st *topState) check(s *segment) (f *segFilter, ok bool, err error) {
 	return f, ok, nil
 }
 
+// sumWorker is one goroutine of the first pass: bytes, packets and
+// records per group (agg.flows counts records until the second pass
+// counts flows).
+type sumWorker struct {
+	st      *topState
+	direct  []agg   // BySrc, ByDst, ByPair (as source): indexed by global address id
+	buf     partBuf // the port groupings: folded into st.table
+	remap   []uint32
+	conns   connCache
+	syn     synWorker // ByPort, in the query's first pass
+	matched uint64
+
+	// ByPair: sums per address as destination, and the biggest records
+	// (pairs.go).
+	dstDirect []agg
+	big       bigRecords
+}
+
+// sums is the answer of the first pass.
+type sums struct {
+	*sumWorker            // the workers' sums, folded into the first's
+	files      []snapFile // the segments with a matching record
+	syns       *synScan   // ByPort: what the SYNs said
+}
+
+// sumPass runs the first pass. For ByPort, when it is the query's first
+// pass, it also gathers the window's SYNs from the lower port to the
+// higher (service.go).
+func (r *Reader) sumPass(ctx context.Context, st *topState, files []snapFile, rep *Report, n int) (*sums, error) {
+	first := st.first
+	ws := make([]*sumWorker, maxWorkers())
+	for i := range ws {
+		ws[i] = &sumWorker{st: st, syn: synWorker{syns: make(map[connID]synInfo)}, big: bigRecords{max: bigRecordsKept(n)}}
+	}
+	out := &sums{}
+	var win compiled
+	var mu sync.Mutex
+	inWindow := make(map[uint64]bool)
+	if st.by == ByPort && first {
+		win = st.cq.window()
+		out.syns = &synScan{win: &win}
+	}
+	matching, err := r.pass(ctx, st, files, rep, func(w int, s *segment, f *segFilter, ok bool) (bool, error) {
+		if out.syns != nil {
+			// A segment none of whose records match may still hold SYNs
+			// of the window.
+			wf, wok, err := win.forSegment(s)
+			if err != nil {
+				return false, err
+			}
+			if wok {
+				ws[w].syn.scan(s, wf, nil)
+				mu.Lock()
+				inWindow[s.id] = true
+				mu.Unlock()
+			}
+		}
+		return ok && ws[w].segment(s, f), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	total := ws[0]
+	total.grow()
+	for _, w := range ws[1:] {
+		total.matched += w.matched
+		for i := range w.direct {
+			total.direct[i].add(&w.direct[i])
+		}
+		for i := range w.dstDirect {
+			total.dstDirect[i].add(&w.dstDirect[i])
+		}
+		total.big.h = append(total.big.h, w.big.h...)
+	}
+	out.sumWorker, out.files = total, matching
+	if out.syns != nil {
+		out.syns.files = keepOnly(files, inWindow)
+		for _, w := range ws {
+			out.syns.workers = append(out.syns.workers, &w.syn)
+		}
+	}
+	return out, nil
+}
+
+func (w *sumWorker) grow() {
+	n := w.st.in.size()
+	if len(w.direct) < n {
+		w.direct = slices.Grow(w.direct, n-len(w.direct))[:n]
+	}
+	if w.st.by == ByPair && len(w.dstDirect) < n {
+		w.dstDirect = slices.Grow(w.dstDirect, n-len(w.dstDirect))[:n]
+	}
+}
+
+// segment sums one segment and reports whether a record matched.
+func (w *sumWorker) segment(s *segment, f *segFilter) bool {
+	st := w.st
+	c := &s.cols
+	bytes, packets := c[cBytes], c[cPackets]
+	simple := f.simple()
+	var matched uint64
+	switch by := st.by; by {
+	case BySrc, ByDst:
+		w.remap = st.in.remap(s, w.remap)
+		w.grow()
+		col := c[cSrcAddr]
+		if by == ByDst {
+			col = c[cDstAddr]
+		}
+		remap, direct := w.remap, w.direct
+		for i := range s.n {
+			if !simple && !f.match(s, i) {
+				continue
+			}
+			a := &direct[remap[le.Uint32(col[4*i:])]]
+			a.bytes += le.Uint64(bytes[8*i:])
+			a.packets += le.Uint64(packets[8*i:])
+			a.flows++
+			matched++
+		}
+	case ByPair:
+		w.remap = st.in.remap(s, w.remap)
+		w.grow()
+		src, dst, remap := c[cSrcAddr], c[cDstAddr], w.remap
+		for i := range s.n {
+			if !simple && !f.match(s, i) {
+				continue
+			}
+			sa, da := remap[le.Uint32(src[4*i:])], remap[le.Uint32(dst[4*i:])]
+			b, p := le.Uint64(bytes[8*i:]), le.Uint64(packets[8*i:])
+			a := &w.direct[sa]
+			a.bytes, a.packets, a.flows = a.bytes+b, a.packets+p, a.flows+1
+			a = &w.dstDirect[da]
+			a.bytes, a.packets, a.flows = a.bytes+b, a.packets+p, a.flows+1
+			if w.big.wants(b) {
+				w.big.add(b, uint64(sa)<<32|uint64(da))
+			}
+			matched++
+		}
+	default:
+		for i := range s.n {
+			if !simple && !f.match(s, i) {
+				continue
+			}
+			w.buf.add(st.group(s, i, &w.conns), le.Uint64(bytes[8*i:]), le.Uint64(packets[8*i:]), 1)
+			matched++
+		}
+		st.table.flush(&w.buf)
+	}
+	w.matched += matched
+	return matched > 0
+}
+
+// group returns the group key of row i of s for the port groupings.
+func (st *topState) group(s *segment, i int, conns *connCache) uint64 {
+	c := &s.cols
+	switch st.by {
+	case ByPort:
+		return uint64(c[cProto][i])<<16 | uint64(st.svc.port(conns, s, i))
+	case BySrcPort:
+		return uint64(c[cProto][i])<<16 | uint64(le.Uint16(c[cSrcPort][2*i:]))
+	}
+	return uint64(c[cProto][i])<<16 | uint64(le.Uint16(c[cDstPort][2*i:]))
+}
+
+// topCand is a group that may be among the first n, with its sums.
+type topCand struct {
+	g uint64
+	agg
+}
+
+// each visits every group of the first pass (for ByPair, of pairPass).
+func (w *sumWorker) each(fn func(g uint64, a *agg)) {
+	if by := w.st.by; by == BySrc || by == ByDst {
+		for i := range w.direct {
+			fn(uint64(i), &w.direct[i])
+		}
+		return
+	}
+	w.st.table.each(fn)
+}
+
+// candidates returns the groups that may be among the first n: all of
+// them if n <= 0 or there are at most n, else those whose (bytes,
+// packets) is at least the n-th best. Groups without a matching record
+// (an address only records outside the query have) are none.
+func (w *sumWorker) candidates(n int) []topCand {
+	var least volume
+	if n > 0 {
+		h := &volumeHeap{}
+		w.each(func(_ uint64, a *agg) {
+			switch v := (volume{a.bytes, a.packets}); {
+			case a.flows == 0:
+			case h.Len() < n:
+				heap.Push(h, v)
+			case (*h)[0].less(v):
+				(*h)[0] = v
+				heap.Fix(h, 0)
+			}
+		})
+		if h.Len() == n {
+			least = (*h)[0]
+		}
+	}
+	var out []topCand
+	w.each(func(g uint64, a *agg) {
+		if a.flows > 0 && !(volume{a.bytes, a.packets}).less(least) {
+			out = append(out, topCand{g, *a})
+		}
+	})
+	return out
+}
+
+// volume is a group's (bytes, packets), which topLess orders first.
+type volume struct{ bytes, packets uint64 }
+
+func (a volume) less(b volume) bool {
+	return a.bytes < b.bytes || (a.bytes == b.bytes && a.packets < b.packets)
+}
+
+// volumeHeap keeps the n largest volumes seen so far, the least at the
+// root.
+type volumeHeap []volume
+
+func (h volumeHeap) Len() int           { return len(h) }
+func (h volumeHeap) Less(i, j int) bool { return h[i].less(h[j]) }
+func (h volumeHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *volumeHeap) Push(x any)        { *h = append(*h, x.(volume)) }
+func (h *volumeHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
 // hasPorts reports whether a record of this EtherType and protocol carries
 // transport ports (flow.Key.PortKind, per record without building a Key).
 func hasPorts(ethType uint16, proto uint8) bool {
@@ -304,10 +534,10 @@ func hasPorts(ethType uint16, proto uint8) bool {
 }
 
 // entryOf builds the TopEntry of one group key.
-func (w *topWorker) entryOf(k uint64, a *agg) TopEntry {
-	in := w.st.in
+func (st *topState) entryOf(k uint64, a *agg) TopEntry {
+	in := st.in
 	e := TopEntry{Packets: a.packets, Bytes: a.bytes, Flows: a.flows}
-	switch by := w.st.by; {
+	switch by := st.by; {
 	case by == BySrc:
 		e.Src = addrOf(in.keys[k])
 	case by == ByDst:
@@ -318,59 +548,4 @@ func (w *topWorker) entryOf(k uint64, a *agg) TopEntry {
 		e.Proto, e.Port = uint8(k>>16), uint16(k)
 	}
 	return e
-}
-
-// topHeap keeps the n best entries seen so far, worst at the root.
-type topHeap []TopEntry
-
-func (h topHeap) Len() int           { return len(h) }
-func (h topHeap) Less(i, j int) bool { return topLess(&h[j], &h[i]) }
-func (h topHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *topHeap) Push(x any)        { *h = append(*h, x.(TopEntry)) }
-func (h *topHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
-}
-
-func (w *topWorker) top(n int) []TopEntry {
-	h := &topHeap{}
-	offer := func(k uint64, a *agg) {
-		if a.flows == 0 {
-			return // an address no matching record has
-		}
-		full := n > 0 && h.Len() >= n
-		// Most groups lose on bytes alone; only build an entry (addresses
-		// and all) for those that may enter the heap.
-		if full && a.bytes < (*h)[0].Bytes {
-			return
-		}
-		e := w.entryOf(k, a)
-		switch {
-		case !full:
-			heap.Push(h, e)
-		case topLess(&e, &(*h)[0]):
-			(*h)[0] = e
-			heap.Fix(h, 0)
-		}
-	}
-	if by := w.st.by; by == BySrc || by == ByDst {
-		for i := range w.direct {
-			offer(uint64(i), &w.direct[i])
-		}
-	} else {
-		w.st.table.each(offer)
-	}
-	out := []TopEntry(*h)
-	slices.SortFunc(out, func(a, b TopEntry) int {
-		if topLess(&a, &b) {
-			return -1
-		}
-		if topLess(&b, &a) {
-			return 1
-		}
-		return 0
-	})
-	return out
 }

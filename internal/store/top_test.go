@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
@@ -238,5 +239,104 @@ func TestTopServicePort(t *testing.T) {
 			sameTop(t, "src-port", src, bruteTop(c.recs, q, store.BySrcPort, 0))
 			sameTop(t, "dst-port", top(t, r, q, store.ByDstPort, 0), bruteTop(c.recs, q, store.ByDstPort, 0))
 		})
+	}
+}
+
+// TestTopFlowSetPaths: the set of flow keys folds as it goes where flows
+// span many records, holds its keys for one fold at the end where most
+// records are flows of their own, and folds anyway past its budget; the
+// answers are the brute force's whichever way it goes.
+func TestTopFlowSetPaths(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	// Long flows: 40 flows of 60 records each, evicted every 5 s.
+	var long []flow.Record
+	flows := gen(rng, 40, t0)
+	for i := range 60 {
+		for _, r := range flows {
+			r.FirstSeen = t0.Add(time.Duration(i) * 5 * time.Second)
+			r.LastSeen = r.FirstSeen.Add(4 * time.Second)
+			r.Packets = uint64(rng.IntN(100)) + 1
+			r.Bytes = r.Packets * 100
+			long = append(long, r)
+		}
+	}
+	// Short flows: nearly every record a flow of its own.
+	short := gen(rng, 3000, t0)
+	for i := range short {
+		short[i].SrcPort = uint16(i)
+	}
+	for _, c := range []struct {
+		name              string
+		recs              []flow.Record
+		flushEvery, limit int
+		folds, deferred   bool
+	}{
+		{"long flows fold as they go", long, 64, 1 << 30, true, false},
+		{"short flows are held for the end", short, 64, 1 << 30, false, true},
+		{"short flows past the budget fold", short, 64, 200, true, true},
+		{"no buffer fills", short, 1 << 20, 1 << 30, false, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			s := openStore(t, dir, store.Options{NoBackground: true})
+			defer s.Close()
+			writeAll(t, s, c.recs, 250)
+			r := openReader(t, dir)
+			var folds, deferred bool
+			for _, by := range allGroupings {
+				for _, n := range []int{0, 1, 5} {
+					var paths store.KeyPaths
+					got, err := r.TopLimits(context.Background(), store.NewQuery(), by, n, c.flushEvery, c.limit, &paths)
+					if err != nil {
+						t.Fatal(err)
+					}
+					sameTop(t, fmt.Sprintf("%v, n %d", by, n), got, bruteTop(c.recs, store.NewQuery(), by, n))
+					folds = folds || paths.Folds.Load() > 0
+					deferred = deferred || paths.Deferred.Load()
+				}
+			}
+			if folds != c.folds || deferred != c.deferred {
+				t.Errorf("the set folded: %v, held its keys: %v; want %v, %v", folds, deferred, c.folds, c.deferred)
+			}
+		})
+	}
+}
+
+// TestTopPairs: ByPair sums only the pairs whose source and destination
+// totals reach a floor taken from the biggest records; a pair made of
+// many small records must still outrank pairs with bigger single records,
+// and pairs tied at the n-th place must come out as the brute force has
+// them.
+func TestTopPairs(t *testing.T) {
+	rec := func(src, dst string, bytes uint64, at time.Duration) flow.Record {
+		r := tcpRec(src, dst, 40000, 443, flow.TCPAck, t0.Add(at), bytes)
+		r.Packets = bytes / 50
+		return r
+	}
+	recs := []flow.Record{
+		rec("10.0.0.1", "10.0.0.2", 1000, 0), // the biggest record
+		rec("10.0.0.3", "10.0.0.4", 900, 0),
+		rec("10.0.0.5", "10.0.0.4", 800, 0),
+		rec("10.0.0.7", "10.0.0.8", 700, 0), // a tie, both ways
+		rec("10.0.0.8", "10.0.0.7", 700, 0),
+	}
+	for i := range 100 { // 5000 bytes in small records
+		recs = append(recs, rec("10.0.0.5", "10.0.0.6", 50, time.Duration(i)*time.Second))
+	}
+	for i := range 50 { // noise: a pair each
+		recs = append(recs, rec("10.0.1."+strconv.Itoa(i), "10.0.2."+strconv.Itoa(i), 100, 0))
+	}
+	dir := t.TempDir()
+	s := openStore(t, dir, store.Options{NoBackground: true})
+	defer s.Close()
+	writeAll(t, s, recs, 40)
+	r := openReader(t, dir)
+	for n := range 8 {
+		got := top(t, r, store.NewQuery(), store.ByPair, n)
+		want := bruteTop(recs, store.NewQuery(), store.ByPair, n)
+		sameTop(t, fmt.Sprintf("n %d", n), got, want)
+		if n > 0 && (got[0].Src != netip.MustParseAddr("10.0.0.5") || got[0].Bytes != 5000) {
+			t.Fatalf("n %d: first pair %v, want 10.0.0.5 -> 10.0.0.6 with 5000 bytes", n, got[0])
+		}
 	}
 }

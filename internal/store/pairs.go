@@ -1,0 +1,153 @@
+package store
+
+import (
+	"cmp"
+	"container/heap"
+	"context"
+	"slices"
+)
+
+// ByPair has far more groups than any other grouping (every pair of
+// addresses that talked), and summing them all costs a big table and a
+// cache miss a record. Most cannot be among the first n, and the first
+// pass says which: a pair's bytes are at most its source's bytes as a
+// source, and its destination's as a destination. So if some floor is at
+// most the n-th biggest pair's bytes, every pair that may be among the
+// first n has a source and a destination whose totals reach the floor, and
+// pairPass sums only those pairs (all their records: the test is on the
+// pair), in a table that stays small.
+//
+// The floor comes from the biggest records: among the records with the
+// most bytes, the n-th distinct pair met, in order, has a record of that
+// many bytes, as do the n-1 before it, so n pairs have at least that many
+// bytes, and the n-th biggest pair as well. Where the biggest records do
+// not name n pairs, the floor is 0 and pairPass sums every pair.
+
+// bigRecordsKept is how many of the biggest records each worker keeps to
+// find n distinct pairs among them.
+func bigRecordsKept(n int) int {
+	if n <= 0 {
+		return 0
+	}
+	return 4*n + 16
+}
+
+// bigRecords keeps the biggest records seen, the smallest at the root.
+type bigRecords struct {
+	h   []bigRecord
+	max int
+}
+
+type bigRecord struct {
+	bytes uint64
+	pair  uint64 // source and destination global address ids
+}
+
+func (b *bigRecords) wants(bytes uint64) bool {
+	return len(b.h) < b.max || (len(b.h) > 0 && bytes > b.h[0].bytes)
+}
+
+// add keeps a record that wants said it wants.
+func (b *bigRecords) add(bytes, pair uint64) {
+	if len(b.h) < b.max {
+		heap.Push(b, bigRecord{bytes, pair})
+		return
+	}
+	b.h[0] = bigRecord{bytes, pair}
+	heap.Fix(b, 0)
+}
+
+func (b *bigRecords) Len() int           { return len(b.h) }
+func (b *bigRecords) Less(i, j int) bool { return b.h[i].bytes < b.h[j].bytes }
+func (b *bigRecords) Swap(i, j int)      { b.h[i], b.h[j] = b.h[j], b.h[i] }
+func (b *bigRecords) Push(x any)         { b.h = append(b.h, x.(bigRecord)) }
+func (b *bigRecords) Pop() any {
+	x := b.h[len(b.h)-1]
+	b.h = b.h[:len(b.h)-1]
+	return x
+}
+
+// pairFloor returns a floor of the n-th biggest pair's bytes, from the
+// biggest records of all workers; 0 if they name fewer than n pairs.
+func (b *bigRecords) pairFloor(n int) uint64 {
+	if n <= 0 {
+		return 0
+	}
+	recs := slices.SortedFunc(slices.Values(b.h), func(x, y bigRecord) int { return cmp.Compare(y.bytes, x.bytes) })
+	seen := make(map[uint64]bool, n)
+	for _, r := range recs {
+		if !seen[r.pair] {
+			seen[r.pair] = true
+			if len(seen) == n {
+				return r.bytes
+			}
+		}
+	}
+	return 0
+}
+
+// pairPass sums the pairs whose source and destination totals reach the
+// floor into st.table.
+func (r *Reader) pairPass(ctx context.Context, st *topState, sm *sums, n int) error {
+	floor := sm.big.pairFloor(n)
+	// The addresses whose totals reach the floor, as source or
+	// destination: the ids interned here index gid and role.
+	var heavy interner
+	var gid []uint32
+	var role []uint8 // 1: as source, 2: as destination
+	for id := range sm.direct {
+		var r uint8
+		if a := &sm.direct[id]; a.flows > 0 && a.bytes >= floor {
+			r |= 1
+		}
+		if a := &sm.dstDirect[id]; a.flows > 0 && a.bytes >= floor {
+			r |= 2
+		}
+		if r != 0 {
+			heavy.intern(st.in.keys[id])
+			gid, role = append(gid, uint32(id)), append(role, r)
+		}
+	}
+	ws := make([]*pairWorker, maxWorkers())
+	for i := range ws {
+		ws[i] = &pairWorker{}
+	}
+	_, err := r.pass(ctx, st, sm.files, nil, func(wi int, s *segment, f *segFilter, ok bool) (bool, error) {
+		if !ok {
+			return false, nil
+		}
+		w := ws[wi]
+		w.src = slices.Grow(w.src[:0], s.nAddr)[:s.nAddr]
+		w.dst = slices.Grow(w.dst[:0], s.nAddr)[:s.nAddr]
+		for e := range s.nAddr {
+			w.src[e], w.dst[e] = noID, noID
+			if h, ok := heavy.find(canon(s.addrKey(uint32(e)))); ok {
+				if role[h]&1 != 0 {
+					w.src[e] = gid[h]
+				}
+				if role[h]&2 != 0 {
+					w.dst[e] = gid[h]
+				}
+			}
+		}
+		c := &s.cols
+		bytes, packets, src, dst := c[cBytes], c[cPackets], c[cSrcAddr], c[cDstAddr]
+		simple := f.simple()
+		for i := range s.n {
+			sa, da := w.src[le.Uint32(src[4*i:])], w.dst[le.Uint32(dst[4*i:])]
+			if sa == noID || da == noID || (!simple && !f.match(s, i)) {
+				continue
+			}
+			w.buf.add(uint64(sa)<<32|uint64(da), le.Uint64(bytes[8*i:]), le.Uint64(packets[8*i:]), 1)
+		}
+		st.table.flush(&w.buf)
+		return false, nil
+	})
+	return err
+}
+
+// pairWorker is one goroutine of pairPass.
+type pairWorker struct {
+	src, dst []uint32 // per address entry: its global id if its total reaches the floor, else noID
+	buf      partBuf
+}
