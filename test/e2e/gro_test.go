@@ -41,7 +41,28 @@ type groCase struct {
 	gro       bool // GRO on at A
 }
 
+// groAttempts bounds the runs of a case whose interface dropped frames: a
+// veth under CPU pressure can drop one before the hook sees it (rx_dropped,
+// one of the blind spots in "What the hook sees"), which makes the run
+// prove nothing about the records; another run is taken instead.
+const groAttempts = 3
+
 func checkGRO(t *testing.T, mode []string, c groCase) {
+	for attempt := 1; attempt <= groAttempts; attempt++ {
+		kernel, recs := runGRO(t, mode, c)
+		if kernel.RxDropped != 0 || kernel.TxDropped != 0 {
+			t.Logf("attempt %d: the interface dropped frames outside the hooks (%+v): running again", attempt, kernel)
+			continue
+		}
+		assertGRO(t, c, kernel, recs)
+		return
+	}
+	t.Fatalf("the interface dropped frames in each of %d runs", groAttempts)
+}
+
+// runGRO runs the bulk transfers of c once and returns the interface's
+// counters and the records of end A.
+func runGRO(t *testing.T, mode []string, c groCase) (testutil.LinkStats, []wireRecord) {
 	p := newPair(t)
 	p.a.SetOffload(t, p.vethA, testutil.GRO, c.gro)
 	for _, end := range []struct {
@@ -63,16 +84,18 @@ func checkGRO(t *testing.T, mode []string, c groCase) {
 	kernel := p.a.Stats(t, p.vethA)
 	a.stop()
 
-	recs := a.wireRecords(p.vethA)
+	return kernel, a.wireRecords(p.vethA)
+}
+
+// assertGRO checks the records of one run against the interface's counters.
+func assertGRO(t *testing.T, c groCase, kernel testutil.LinkStats, recs []wireRecord) {
+	const bulk = 16 << 20
 	in, out := sumWire(recs, "ingress", nil), sumWire(recs, "egress", nil)
 	t.Logf("kernel: rx %d packets %d bytes, tx %d packets %d bytes", kernel.RxPackets, kernel.RxBytes, kernel.TxPackets, kernel.TxBytes)
 	t.Logf("ingress: %d buffers %d bytes, %d segments %d wire bytes", in.packets, in.bytes, in.segments, in.wireBytes)
 	t.Logf("egress: %d buffers %d bytes, %d segments %d wire bytes", out.packets, out.bytes, out.segments, out.wireBytes)
 	if kernel.RxBytes < bulk || kernel.TxBytes < bulk {
 		t.Fatalf("too little traffic for the bulk transfers: %+v", kernel)
-	}
-	if kernel.RxDropped != 0 || kernel.TxDropped != 0 {
-		t.Errorf("the interface dropped packets: %+v", kernel)
 	}
 	buffersIn := c.offloaded || !c.gro // what the interface received is what the hook saw
 	if buffersIn && (in.packets != kernel.RxPackets || in.bytes != kernel.RxBytes) {
