@@ -11,9 +11,10 @@
  * header still yields its addresses, so the packet is counted under the best
  * key available instead of being dropped from the totals.
  *
- * Besides the flow key it records where each header starts (struct
- * pkt_offsets), so that what needs the header length (a GSO packet's wire
- * bytes) or the payload never walks the headers a second time.
+ * It fills one struct pkt: the flow key's fields, where each header starts
+ * (struct pkt_offsets), TCP sequence numbers and flags, so that what needs
+ * the header length (a GSO packet's wire bytes) or the payload (a capability
+ * scanning HTTP) never walks the headers a second time.
  */
 #ifndef LOUPE_PARSE_H
 #define LOUPE_PARSE_H
@@ -65,17 +66,38 @@ struct pkt_offsets {
 	__u16 pad;
 };
 
-/* Per-packet facts that are not part of the flow key. */
-struct pkt_meta {
+/* What one buffer at the hook counts for (filled by pkt_parse, pkt.h). */
+struct pkt_len {
+	__u64 bytes;      /* the buffer's L2 length, with a tag stripped on ingress */
+	__u64 segments;   /* the wire packets it stands for */
+	__u64 wire_bytes; /* their length on the wire: every segment has the headers */
+};
+
+/* A packet as every capability sees it: parsed once per hook, then handed
+ * to each enabled capability, which never walks the headers again.
+ *
+ * key holds the packet's addresses, ports, protocol, MACs and VLAN in the
+ * flow key's own layout, so the flows capability hashes it as it is and
+ * another capability derives its own key (a prefix, an inner 5-tuple) from
+ * the same fields. off says where each header and the payload start, for
+ * capabilities that read payload (bpf_skb_load_bytes from off.payload, which
+ * covers data beyond the linear area too). */
+struct pkt {
+	struct flow_key key;    /* all but ifindex and direction from the parser; those from the hook */
 	struct pkt_offsets off;
-	__u32 tcp_flags;
+	struct pkt_len len;
+	__u32 tcp_seq;          /* host order; TCP only */
+	__u32 tcp_ack;
+	__u32 tcp_flags;        /* the flags byte, AE/NS in bit 8 */
 	__u8 dscp;
-	__u8 flags; /* enum parse_flag */
+	__u8 flags;             /* enum parse_flag */
 	/* VLAN tags of the frame: those still in it, plus the outermost one when
-	 * the kernel holds it in the skb's metadata (vlan_meta; set by the
-	 * caller before parsing, see parse_skb). */
+	 * the kernel holds it in the skb's metadata (vlan_meta; set by
+	 * pkt_init before parsing). */
 	__u8 vlan_tags;
 	__u8 vlan_meta;
+	__s32 result;           /* enum parse_result */
+	__u32 pad;
 };
 
 /* Transport header lengths the parser does not read from the header. */
@@ -85,10 +107,10 @@ struct pkt_meta {
 
 /* parse_l4 reads the transport header at pos, offset l4 into the frame. */
 static __always_inline int parse_l4(void *pos, void *end, __u16 l4, __u8 proto,
-				    struct flow_key *key, struct pkt_meta *meta)
+				    struct pkt *p)
 {
-	meta->off.l4 = l4;
-	meta->off.payload = l4;
+	p->off.l4 = l4;
+	p->off.payload = l4;
 	switch (proto) {
 	case IPPROTO_TCP: {
 		struct tcp_wire *tcp = pos;
@@ -96,13 +118,15 @@ static __always_inline int parse_l4(void *pos, void *end, __u16 l4, __u8 proto,
 
 		if ((void *)(tcp + 1) > end)
 			return PARSE_TRUNCATED_L4;
-		key->src_port = bpf_ntohs(tcp->src);
-		key->dst_port = bpf_ntohs(tcp->dst);
-		meta->tcp_flags = tcp->flags | ((__u32)(tcp->doff_ae & 1) << 8);
+		p->key.src_port = bpf_ntohs(tcp->src);
+		p->key.dst_port = bpf_ntohs(tcp->dst);
+		p->tcp_flags = tcp->flags | ((__u32)(tcp->doff_ae & 1) << 8);
+		p->tcp_seq = bpf_ntohl(tcp->seq);
+		p->tcp_ack = bpf_ntohl(tcp->ack_seq);
 		/* Options included; a data offset below the fixed header is
 		 * bogus, and only the fixed header was read. */
 		doff = (tcp->doff_ae >> 4) * 4;
-		meta->off.payload = l4 + (doff > sizeof(*tcp) ? doff : sizeof(*tcp));
+		p->off.payload = l4 + (doff > sizeof(*tcp) ? doff : sizeof(*tcp));
 		return PARSE_OK;
 	}
 	case IPPROTO_UDP:
@@ -112,9 +136,9 @@ static __always_inline int parse_l4(void *pos, void *end, __u16 l4, __u8 proto,
 
 		if ((void *)(ports + 1) > end)
 			return PARSE_TRUNCATED_L4;
-		key->src_port = bpf_ntohs(ports->src);
-		key->dst_port = bpf_ntohs(ports->dst);
-		meta->off.payload = l4 + (proto == IPPROTO_SCTP ? SCTP_COMMON_HLEN : UDP_HLEN);
+		p->key.src_port = bpf_ntohs(ports->src);
+		p->key.dst_port = bpf_ntohs(ports->dst);
+		p->off.payload = l4 + (proto == IPPROTO_SCTP ? SCTP_COMMON_HLEN : UDP_HLEN);
 		return PARSE_OK;
 	}
 	case IPPROTO_ICMP:
@@ -123,21 +147,20 @@ static __always_inline int parse_l4(void *pos, void *end, __u16 l4, __u8 proto,
 
 		/* ICMP inside IPv6 or ICMPv6 inside IPv4 is not what it claims:
 		 * leave the ports zero rather than read a type from garbage. */
-		if ((proto == IPPROTO_ICMP) != (key->eth_type == ETH_P_IP))
+		if ((proto == IPPROTO_ICMP) != (p->key.eth_type == ETH_P_IP))
 			return PARSE_OK;
 		if ((void *)(icmp + 1) > end)
 			return PARSE_TRUNCATED_L4;
-		key->src_port = icmp->type;
-		key->dst_port = icmp->code;
-		meta->off.payload = l4 + ICMP_HLEN;
+		p->key.src_port = icmp->type;
+		p->key.dst_port = icmp->code;
+		p->off.payload = l4 + ICMP_HLEN;
 		return PARSE_OK;
 	}
 	}
 	return PARSE_OK;
 }
 
-static __always_inline int parse_ipv4(void *pos, void *end, struct flow_key *key,
-				      struct pkt_meta *meta)
+static __always_inline int parse_ipv4(void *pos, void *end, struct pkt *p)
 {
 	struct ipv4_wire *ip = pos;
 	__u32 ihl;
@@ -146,33 +169,32 @@ static __always_inline int parse_ipv4(void *pos, void *end, struct flow_key *key
 		return PARSE_TRUNCATED_L3;
 
 	/* ::ffff:a.b.c.d */
-	key->src_addr[10] = 0xff;
-	key->src_addr[11] = 0xff;
-	key->dst_addr[10] = 0xff;
-	key->dst_addr[11] = 0xff;
-	__builtin_memcpy(&key->src_addr[12], &ip->saddr, 4);
-	__builtin_memcpy(&key->dst_addr[12], &ip->daddr, 4);
-	key->proto = ip->protocol;
-	meta->dscp = ip->tos >> 2;
+	p->key.src_addr[10] = 0xff;
+	p->key.src_addr[11] = 0xff;
+	p->key.dst_addr[10] = 0xff;
+	p->key.dst_addr[11] = 0xff;
+	__builtin_memcpy(&p->key.src_addr[12], &ip->saddr, 4);
+	__builtin_memcpy(&p->key.dst_addr[12], &ip->daddr, 4);
+	p->key.proto = ip->protocol;
+	p->dscp = ip->tos >> 2;
 
 	ihl = ip->version_ihl & 0x0F;
 	if (ihl < 5) {
-		meta->flags |= PARSE_F_BAD_IHL;
-		meta->off.payload = meta->off.l3 + sizeof(*ip);
+		p->flags |= PARSE_F_BAD_IHL;
+		p->off.payload = p->off.l3 + sizeof(*ip);
 		return PARSE_OK;
 	}
 	if (bpf_ntohs(ip->frag_off) & IPV4_OFFSET_MASK) {
 		/* A later fragment carries no transport header: its first bytes
 		 * are payload, and reading ports there would misattribute it. */
-		meta->flags |= PARSE_F_FRAGMENT;
-		meta->off.payload = meta->off.l3 + ihl * 4;
+		p->flags |= PARSE_F_FRAGMENT;
+		p->off.payload = p->off.l3 + ihl * 4;
 		return PARSE_OK;
 	}
-	return parse_l4(pos + ihl * 4, end, meta->off.l3 + ihl * 4, ip->protocol, key, meta);
+	return parse_l4(pos + ihl * 4, end, p->off.l3 + ihl * 4, ip->protocol, p);
 }
 
-static __always_inline int parse_ipv6(void *pos, void *end, struct flow_key *key,
-				      struct pkt_meta *meta)
+static __always_inline int parse_ipv6(void *pos, void *end, struct pkt *p)
 {
 	struct ipv6_wire *ip6 = pos;
 	__u32 off, len;
@@ -181,16 +203,16 @@ static __always_inline int parse_ipv6(void *pos, void *end, struct flow_key *key
 	if ((void *)(ip6 + 1) > end)
 		return PARSE_TRUNCATED_L3;
 
-	__builtin_memcpy(key->src_addr, ip6->saddr, 16);
-	__builtin_memcpy(key->dst_addr, ip6->daddr, 16);
+	__builtin_memcpy(p->key.src_addr, ip6->saddr, 16);
+	__builtin_memcpy(p->key.dst_addr, ip6->daddr, 16);
 	/* Traffic class straddles the first two bytes; DSCP is its top 6 bits. */
-	meta->dscp = ((ip6->vtc_flow[0] & 0x0F) << 2) | (ip6->vtc_flow[1] >> 6);
+	p->dscp = ((ip6->vtc_flow[0] & 0x0F) << 2) | (ip6->vtc_flow[1] >> 6);
 	nexthdr = ip6->nexthdr;
 	pos = ip6 + 1;
 	/* The offset is kept apart from pos: the verifier refuses the 32-bit
 	 * pointer arithmetic the compiler makes of pos - data. */
-	off = meta->off.l3 + sizeof(*ip6);
-	meta->off.payload = off;
+	off = p->off.l3 + sizeof(*ip6);
+	p->off.payload = off;
 
 #pragma unroll
 	for (int i = 0; i < MAX_IPV6_EXT_HDRS; i++) {
@@ -207,7 +229,7 @@ static __always_inline int parse_ipv6(void *pos, void *end, struct flow_key *key
 			len = ((__u32)ext->hdrlen + 1) * 8;
 			pos += len;
 			off += len;
-			meta->off.payload = off;
+			p->off.payload = off;
 			continue;
 		}
 		case IPPROTO_AH: {
@@ -219,7 +241,7 @@ static __always_inline int parse_ipv6(void *pos, void *end, struct flow_key *key
 			len = ((__u32)ext->hdrlen + 2) * 4;
 			pos += len;
 			off += len;
-			meta->off.payload = off;
+			p->off.payload = off;
 			continue;
 		}
 		case IPPROTO_FRAGMENT: {
@@ -230,35 +252,34 @@ static __always_inline int parse_ipv6(void *pos, void *end, struct flow_key *key
 			nexthdr = frag->nexthdr;
 			pos = frag + 1;
 			off += sizeof(*frag);
-			meta->off.payload = off;
+			p->off.payload = off;
 			if (bpf_ntohs(frag->frag_off) & IPV6_FRAG_OFFSET_MASK) {
-				key->proto = nexthdr;
-				meta->flags |= PARSE_F_FRAGMENT;
+				p->key.proto = nexthdr;
+				p->flags |= PARSE_F_FRAGMENT;
 				return PARSE_OK;
 			}
 			continue;
 		}
 		}
-		key->proto = nexthdr;
-		return parse_l4(pos, end, meta->off.payload, nexthdr, key, meta);
+		p->key.proto = nexthdr;
+		return parse_l4(pos, end, p->off.payload, nexthdr, p);
 	}
 	/* Still inside the extension chain: count the flow under its L3 key,
 	 * with the header we stopped at as protocol. */
-	key->proto = nexthdr;
-	meta->flags |= PARSE_F_EXT_DEPTH;
+	p->key.proto = nexthdr;
+	p->flags |= PARSE_F_EXT_DEPTH;
 	return PARSE_OK;
 
 truncated:
-	key->proto = nexthdr;
+	p->key.proto = nexthdr;
 	return PARSE_TRUNCATED_L3;
 }
 
-/* parse_packet fills key (but ifindex and direction) and meta from the frame
- * at data..end. key and meta must be zeroed by the caller, but for what it
- * knows of a VLAN tag held in the skb's metadata (key->vlan_id,
- * meta->vlan_tags and meta->vlan_meta, see parse_skb). */
-static __always_inline int parse_packet(void *data, void *end, struct flow_key *key,
-					struct pkt_meta *meta)
+/* parse_packet fills p (but key.ifindex, key.direction, len and result)
+ * from the frame at data..end. p must be zeroed by the caller, but for what
+ * it knows of a VLAN tag held in the skb's metadata (p->key.vlan_id,
+ * p->vlan_tags and p->vlan_meta, see pkt_init). */
+static __always_inline int parse_packet(void *data, void *end, struct pkt *p)
 {
 	struct eth_wire *eth = data;
 	__u16 l2 = sizeof(*eth);
@@ -267,8 +288,8 @@ static __always_inline int parse_packet(void *data, void *end, struct flow_key *
 
 	if ((void *)(eth + 1) > end)
 		return PARSE_TRUNCATED_L2;
-	__builtin_memcpy(key->src_mac, eth->src, ETH_ALEN);
-	__builtin_memcpy(key->dst_mac, eth->dst, ETH_ALEN);
+	__builtin_memcpy(p->key.src_mac, eth->src, ETH_ALEN);
+	__builtin_memcpy(p->key.dst_mac, eth->dst, ETH_ALEN);
 	proto = eth->proto;
 	pos = eth + 1;
 
@@ -282,31 +303,31 @@ static __always_inline int parse_packet(void *data, void *end, struct flow_key *
 
 		if (proto != bpf_htons(ETH_P_8021Q) && proto != bpf_htons(ETH_P_8021AD))
 			break;
-		if (meta->vlan_tags >= MAX_VLAN_TAGS)
+		if (p->vlan_tags >= MAX_VLAN_TAGS)
 			break;
 		if ((void *)(vlan + 1) > end) {
-			meta->off.payload = l2;
+			p->off.payload = l2;
 			return PARSE_TRUNCATED_L2;
 		}
-		if (meta->vlan_tags == 0)
-			key->vlan_id = bpf_ntohs(vlan->tci) & VLAN_VID_MASK;
-		meta->vlan_tags++;
+		if (p->vlan_tags == 0)
+			p->key.vlan_id = bpf_ntohs(vlan->tci) & VLAN_VID_MASK;
+		p->vlan_tags++;
 		proto = vlan->proto;
 		pos = vlan + 1;
 		l2 += sizeof(*vlan);
 	}
-	key->eth_type = bpf_ntohs(proto);
-	meta->off.l3 = l2;
-	meta->off.payload = l2;
+	p->key.eth_type = bpf_ntohs(proto);
+	p->off.l3 = l2;
+	p->off.payload = l2;
 
 	switch (proto) {
 	case bpf_htons(ETH_P_IP):
-		return parse_ipv4(pos, end, key, meta);
+		return parse_ipv4(pos, end, p);
 	case bpf_htons(ETH_P_IPV6):
-		return parse_ipv6(pos, end, key, meta);
+		return parse_ipv6(pos, end, p);
 	case bpf_htons(ETH_P_8021Q):
 	case bpf_htons(ETH_P_8021AD):
-		meta->flags |= PARSE_F_VLAN_DEPTH;
+		p->flags |= PARSE_F_VLAN_DEPTH;
 		return PARSE_OK;
 	}
 	return PARSE_OK;

@@ -52,11 +52,12 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown)
 		pinDir = ""
 	}
 	dp, err := datapath.Load(datapath.Options{
-		FlowBudget:  cfg.FlowBudget,
-		Tables:      tables,
-		RingBufSize: int(cfg.RingbufSize),
-		PinDir:      pinDir,
-		Logger:      log,
+		FlowBudget:   cfg.FlowBudget,
+		Tables:       tables,
+		RingBufSize:  int(cfg.RingbufSize),
+		PinDir:       pinDir,
+		Capabilities: []string{"flows"},
+		Logger:       log,
 	})
 	if err != nil {
 		return privilegeError("", err)

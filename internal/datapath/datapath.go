@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -70,14 +71,19 @@ type Options struct {
 	// Without a bpf file system there, or without write access, Load
 	// warns and runs unpinned.
 	PinDir string
-	Logger *slog.Logger
+	// Capabilities are the capabilities to switch on in the entry
+	// programs, by name (the cfg_cap_<name> constants of bpf/loupe.c).
+	// Every other one is compiled out at load and costs nothing per
+	// packet; with none, the programs return at once ("hooks only").
+	Capabilities []string
+	Logger       *slog.Logger
 }
 
 // Datapath is the loaded flow program and its maps.
 type Datapath struct {
 	opts   Options
 	log    *slog.Logger
-	objs   flowsObjects
+	objs   loupeObjects
 	tables [2]*ebpf.Map // flows_a, flows_b: indexed by table_state.active
 	ncpu   int
 
@@ -85,7 +91,7 @@ type Datapath struct {
 	// writer. cleared says which tables are known to be empty: a table is
 	// made active again only once its last contents were committed and
 	// cleared, or they would be counted twice.
-	state   flowsTableState
+	state   loupeTableState
 	cleared [2]bool
 
 	layout  string
@@ -100,8 +106,8 @@ type Datapath struct {
 	grace, graceInner *ebpf.Map
 
 	// Reused across evictions so that draining does not allocate.
-	keys  []flowsFlowKey
-	vals  []flowsFlowStats
+	keys  []loupeFlowKey
+	vals  []loupeFlowStats
 	stats []flow.Stats
 }
 
@@ -122,11 +128,11 @@ func Load(opts Options) (*Datapath, error) {
 	if err != nil {
 		return nil, fmt.Errorf("count possible CPUs: %w", err)
 	}
-	spec, err := loadFlows()
+	spec, err := loadLoupe()
 	if err != nil {
 		return nil, fmt.Errorf("parse flow program: %w", err)
 	}
-	for _, name := range []string{flowsMapFlowsA, flowsMapFlowsB} {
+	for _, name := range []string{loupeMapFlowsA, loupeMapFlowsB} {
 		t := spec.Maps[name]
 		t.MaxEntries = uint32(opts.FlowBudget)
 		if opts.Tables == Shared {
@@ -134,10 +140,13 @@ func Load(opts Options) (*Datapath, error) {
 		}
 	}
 	if opts.RingBufSize > 0 {
-		spec.Maps[flowsMapFlowEvents].MaxEntries = uint32(opts.RingBufSize)
+		spec.Maps[loupeMapFlowEvents].MaxEntries = uint32(opts.RingBufSize)
 	}
-	if err := spec.Variables[flowsVarCfgSharedTable].Set(boolByte(opts.Tables == Shared)); err != nil {
+	if err := spec.Variables[loupeVarCfgSharedTable].Set(boolByte(opts.Tables == Shared)); err != nil {
 		return nil, fmt.Errorf("set table kind: %w", err)
+	}
+	if err := switchCapabilities(spec, opts.Capabilities); err != nil {
+		return nil, err
 	}
 	layout, err := layoutName(spec, opts.Tables)
 	if err != nil {
@@ -159,10 +168,52 @@ func Load(opts Options) (*Datapath, error) {
 	if opts.Tables == PerCPU {
 		per = ncpu
 	}
-	d.keys = make([]flowsFlowKey, drainBatch)
-	d.vals = make([]flowsFlowStats, drainBatch*per)
+	d.keys = make([]loupeFlowKey, drainBatch)
+	d.vals = make([]loupeFlowStats, drainBatch*per)
 	d.stats = make([]flow.Stats, per)
 	return d, nil
+}
+
+// capPrefix starts the name of every capability switch in bpf/loupe.c.
+const capPrefix = "cfg_cap_"
+
+// Capabilities lists the capabilities the entry programs were built with,
+// by name, sorted.
+func Capabilities() ([]string, error) {
+	spec, err := loadLoupe()
+	if err != nil {
+		return nil, fmt.Errorf("parse datapath object: %w", err)
+	}
+	var names []string
+	for v := range spec.Variables {
+		if name, ok := strings.CutPrefix(v, capPrefix); ok {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+// switchCapabilities sets every capability switch of spec: on for the
+// names in on, off for the others.
+func switchCapabilities(spec *ebpf.CollectionSpec, on []string) error {
+	want := make(map[string]bool, len(on))
+	for _, name := range on {
+		if _, ok := spec.Variables[capPrefix+name]; !ok {
+			return fmt.Errorf("capability %q: the datapath has no such capability", name)
+		}
+		want[name] = true
+	}
+	for v, vs := range spec.Variables {
+		name, ok := strings.CutPrefix(v, capPrefix)
+		if !ok {
+			continue
+		}
+		if err := vs.Set(boolByte(want[name])); err != nil {
+			return fmt.Errorf("switch capability %s: %w", name, err)
+		}
+	}
+	return nil
 }
 
 // loadErr explains a failed load.
@@ -199,10 +250,10 @@ func boolByte(b bool) uint8 {
 }
 
 // Ingress and Egress are the programs to attach at each interface's hooks.
-func (d *Datapath) Ingress() *ebpf.Program { return d.objs.FlowsIngress }
+func (d *Datapath) Ingress() *ebpf.Program { return d.objs.LoupeIngress }
 
 // Egress is the program for the egress hook.
-func (d *Datapath) Egress() *ebpf.Program { return d.objs.FlowsEgress }
+func (d *Datapath) Egress() *ebpf.Program { return d.objs.LoupeEgress }
 
 // Options returns the options the datapath was loaded with.
 func (d *Datapath) Options() Options { return d.opts }
@@ -254,7 +305,7 @@ func (d *Datapath) waitGrace() {
 // grace-period map update.
 const graceFallback = 50 * time.Millisecond
 
-func keyFromBPF(k *flow.Key, b *flowsFlowKey) {
+func keyFromBPF(k *flow.Key, b *loupeFlowKey) {
 	*k = flow.Key{
 		SrcAddr:   b.SrcAddr,
 		DstAddr:   b.DstAddr,
@@ -270,7 +321,7 @@ func keyFromBPF(k *flow.Key, b *flowsFlowKey) {
 	}
 }
 
-func statsFromBPF(s *flow.Stats, b *flowsFlowStats) {
+func statsFromBPF(s *flow.Stats, b *loupeFlowStats) {
 	*s = flow.Stats{
 		Packets:   b.Packets,
 		Bytes:     b.Bytes,

@@ -7,6 +7,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -176,11 +177,11 @@ func readEvents(t *testing.T, ev *Events) []flow.Event {
 // TestDecodeEvent checks the hand-written decoder against the layout bpf2go
 // generated from the C struct.
 func TestDecodeEvent(t *testing.T) {
-	in := flowsFlowEvent{
-		Key: flowsFlowKey{SrcAddr: [16]uint8{1, 2, 3}, DstAddr: [16]uint8{15: 9}, SrcMac: [6]uint8{1, 2, 3, 4, 5, 6},
+	in := loupeFlowEvent{
+		Key: loupeFlowKey{SrcAddr: [16]uint8{1, 2, 3}, DstAddr: [16]uint8{15: 9}, SrcMac: [6]uint8{1, 2, 3, 4, 5, 6},
 			DstMac: [6]uint8{7, 8, 9, 10, 11, 12}, Ifindex: 0x01020304, EthType: 0x86dd, SrcPort: 443, DstPort: 55555,
 			VlanId: 4094, Proto: 6, Direction: 1},
-		Stats: flowsFlowStats{Packets: 3, Bytes: 4000, ExtraSegments: 6, ExtraWireBytes: 321, FirstSeen: 111, LastSeen: 222,
+		Stats: loupeFlowStats{Packets: 3, Bytes: 4000, ExtraSegments: 6, ExtraWireBytes: 321, FirstSeen: 111, LastSeen: 222,
 			TcpFlags: 0x1ff, Sampling: 7, Dscp: 46},
 		Reason: 2, Err: -16,
 	}
@@ -213,7 +214,7 @@ func TestDecodeEvent(t *testing.T) {
 // TestCounterNamesMatchGenerated keeps the name table in step with enum
 // counter: every generated constant has a name, in order.
 func TestCounterNamesMatchGenerated(t *testing.T) {
-	f, err := parser.ParseFile(token.NewFileSet(), "flows_bpfel.go", nil, 0)
+	f, err := parser.ParseFile(token.NewFileSet(), "loupe_bpfel.go", nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +222,7 @@ func TestCounterNamesMatchGenerated(t *testing.T) {
 	ast.Inspect(f, func(n ast.Node) bool {
 		if vs, ok := n.(*ast.ValueSpec); ok {
 			for _, id := range vs.Names {
-				if strings.HasPrefix(id.Name, "flowsCounterCOUNTER_") && id.Name != "flowsCounterCOUNTER_MAX" {
+				if strings.HasPrefix(id.Name, "loupeCounterCOUNTER_") && id.Name != "loupeCounterCOUNTER_MAX" {
 					consts = append(consts, id.Name)
 				}
 			}
@@ -232,7 +233,7 @@ func TestCounterNamesMatchGenerated(t *testing.T) {
 		t.Fatalf("%d generated counters, %d names", len(consts), len(counterNames))
 	}
 	for i, c := range consts {
-		want := strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(c, "flowsCounterCOUNTER_")), "_", "")
+		want := strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(c, "loupeCounterCOUNTER_")), "_", "")
 		if got := strings.ReplaceAll(counterNames[i], "_", ""); got != want {
 			t.Errorf("counter %d: name %q for %s", i, counterNames[i], c)
 		}
@@ -254,5 +255,60 @@ func TestMemoryIsReported(t *testing.T) {
 	// Tables are preallocated: memory grows with the budget.
 	if s == 0 || b < 32*s {
 		t.Fatalf("table memory %d for 1024 flows, %d for 65536", s, b)
+	}
+}
+
+// TestCapabilitySwitchedOffIsCompiledOut: a capability that is off is not
+// in the loaded program at all (the verifier removes what its constant
+// makes dead), so it costs nothing per packet; with every capability off
+// the program only returns. With flows on, a packet is counted; with flows
+// off, the same packet leaves the tables empty.
+func TestCapabilitySwitchedOffIsCompiledOut(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	names, err := Capabilities()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(names, "flows") {
+		t.Fatalf("capabilities %v: no flows", names)
+	}
+	if _, err := Load(Options{FlowBudget: 16, Capabilities: []string{"nosuch"}}); err == nil ||
+		!strings.Contains(err.Error(), `"nosuch"`) {
+		t.Fatalf("unknown capability: err %v", err)
+	}
+
+	xlated := func(dp *Datapath) int {
+		info, err := dp.Ingress().Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		insns, err := info.Instructions()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(insns)
+	}
+	on := loadForTest(t, Options{FlowBudget: 16, RingBufSize: 1 << 16, Capabilities: []string{"flows"}})
+	off := loadForTest(t, Options{FlowBudget: 16, RingBufSize: 1 << 16, Capabilities: []string{}})
+	nOn, nOff := xlated(on), xlated(off)
+	// What is left with nothing on: the load of the switch (ld_imm64 of
+	// the constant's address, two slots, and the byte load, which the
+	// verifier keeps though it knows the value), mov -1, exit.
+	if nOff > 5 || nOn < 100 {
+		t.Fatalf("instructions: %d with flows, %d with nothing; want > 100 and <= 5", nOn, nOff)
+	}
+	t.Logf("ingress program: %d instructions with flows, %d with every capability off", nOn, nOff)
+
+	f := udpFrame(t, 1000, 100)
+	for _, dp := range []*Datapath{on, off} {
+		if ret := runProg(t, dp, flow.Ingress, f); int32(ret) != -1 {
+			t.Fatalf("return %d, want -1 (TCX_NEXT)", int32(ret))
+		}
+	}
+	if got := drainAll(t, on); len(got) != 1 || got[0].stats.Packets != 1 {
+		t.Fatalf("flows on: drained %+v, want 1 flow of 1 packet", got)
+	}
+	if got := drainAll(t, off); len(got) != 0 {
+		t.Fatalf("flows off: drained %+v, want nothing", got)
 	}
 }

@@ -61,8 +61,8 @@ func (t *tableDrain) Read(fn func(k *flow.Key, perCPU []flow.Stats)) (int, error
 func (t *tableDrain) readByIteration(fn func(k *flow.Key, perCPU []flow.Stats)) (int, error) {
 	d := t.d
 	var (
-		bk    flowsFlowKey
-		bv    = make([]flowsFlowStats, len(d.stats))
+		bk    loupeFlowKey
+		bv    = make([]loupeFlowStats, len(d.stats))
 		iter  = d.tables[t.idx].Iterate()
 		total int
 	)
@@ -110,10 +110,10 @@ func (t *tableDrain) Clear() error {
 }
 
 func clearByIteration(m *ebpf.Map) error {
-	var keys []flowsFlowKey
+	var keys []loupeFlowKey
 	var prev any
 	for {
-		var k flowsFlowKey
+		var k loupeFlowKey
 		err := m.NextKey(prev, &k)
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			break

@@ -62,7 +62,7 @@ func (e *Events) Drain() error { return e.r.drain() }
 // it read but was not told to release).
 func (e *Events) Close() error { return e.r.close() }
 
-const eventSize = int(unsafe.Sizeof(flowsFlowEvent{}))
+const eventSize = int(unsafe.Sizeof(loupeFlowEvent{}))
 
 // decodeEvent decodes a struct flow_event in the host's byte order, field
 // by field (no reflection: a flood of diverted packets is when this is hot).

@@ -8,8 +8,13 @@ import (
 	"loupe/internal/flow"
 )
 
+// loadForTest loads the datapath with the flows capability on, unless opts
+// names the capabilities.
 func loadForTest(t *testing.T, opts Options) *Datapath {
 	t.Helper()
+	if opts.Capabilities == nil {
+		opts.Capabilities = []string{"flows"}
+	}
 	dp, err := Load(opts)
 	if err != nil {
 		t.Fatalf("load: %v", err)

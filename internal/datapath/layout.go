@@ -17,7 +17,7 @@ import (
 const layoutVersion = 1
 
 // pinnedMaps are the maps a pin set holds: what outlives the agent.
-var pinnedMaps = []string{flowsMapFlowsA, flowsMapFlowsB, flowsMapFlowState, flowsMapCounters, flowsMapFlowEvents, flowsMapEventLayout}
+var pinnedMaps = []string{loupeMapFlowsA, loupeMapFlowsB, loupeMapFlowState, loupeMapCounters, loupeMapFlowEvents, loupeMapEventLayout}
 
 // layoutTypes are the structs shared with userspace whose layout a pin set
 // depends on.
@@ -47,10 +47,10 @@ func layoutName(spec *ebpf.CollectionSpec, tables TableKind) (string, error) {
 		m := spec.Maps[name]
 		fmt.Fprintf(&b, "%s %v %d %d %d %#x\n", name, m.Type, m.KeySize, m.ValueSize, m.MaxEntries, m.Flags)
 	}
-	fmt.Fprintf(&b, "counters %d\n", flowsCounterCOUNTER_MAX)
+	fmt.Fprintf(&b, "counters %d\n", loupeCounterCOUNTER_MAX)
 	sum := sha256.Sum256([]byte(b.String()))
-	return fmt.Sprintf("%s-%d-%d-%s", tables, spec.Maps[flowsMapFlowsA].MaxEntries,
-		spec.Maps[flowsMapFlowEvents].MaxEntries, hex.EncodeToString(sum[:4])), nil
+	return fmt.Sprintf("%s-%d-%d-%s", tables, spec.Maps[loupeMapFlowsA].MaxEntries,
+		spec.Maps[loupeMapFlowEvents].MaxEntries, hex.EncodeToString(sum[:4])), nil
 }
 
 // describeType writes a canonical description of t: names, kinds, sizes

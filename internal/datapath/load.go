@@ -68,8 +68,8 @@ func (d *Datapath) load(spec *ebpf.CollectionSpec) error {
 
 func (d *Datapath) pinnable() map[string]*ebpf.Map {
 	return map[string]*ebpf.Map{
-		flowsMapFlowsA: d.objs.FlowsA, flowsMapFlowsB: d.objs.FlowsB, flowsMapFlowState: d.objs.FlowState,
-		flowsMapCounters: d.objs.Counters, flowsMapFlowEvents: d.objs.FlowEvents, flowsMapEventLayout: d.objs.EventLayout,
+		loupeMapFlowsA: d.objs.FlowsA, loupeMapFlowsB: d.objs.FlowsB, loupeMapFlowState: d.objs.FlowState,
+		loupeMapCounters: d.objs.Counters, loupeMapFlowEvents: d.objs.FlowEvents, loupeMapEventLayout: d.objs.EventLayout,
 	}
 }
 
@@ -125,7 +125,7 @@ func (d *Datapath) adoptSet(spec *ebpf.CollectionSpec, name string) error {
 	}
 	if err != nil {
 		d.objs.Close()
-		d.objs = flowsObjects{}
+		d.objs = loupeObjects{}
 		return err
 	}
 	d.state = st

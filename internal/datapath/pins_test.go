@@ -221,10 +221,10 @@ func TestRetiredSetOfAnotherStructLayout(t *testing.T) {
 				return m
 			}
 			tbl := [2]*ebpf.Map{}
-			for i, name := range []string{flowsMapFlowsA, flowsMapFlowsB} {
+			for i, name := range []string{loupeMapFlowsA, loupeMapFlowsB} {
 				tbl[i] = newMap(name, &ebpf.MapSpec{Name: name, Type: typ, KeySize: 56, ValueSize: 48, MaxEntries: 100, Key: key, Value: val})
 			}
-			st := newMap(flowsMapFlowState, &ebpf.MapSpec{Name: "flow_state", Type: ebpf.Array, KeySize: 4, ValueSize: 32,
+			st := newMap(loupeMapFlowState, &ebpf.MapSpec{Name: "flow_state", Type: ebpf.Array, KeySize: 4, ValueSize: 32,
 				MaxEntries: 1, Key: u32, Value: state})
 			ne := binary.NativeEndian
 			sb := make([]byte, 32)
@@ -350,7 +350,7 @@ func TestRingHoldsUntilReleased(t *testing.T) {
 // failed; a pin directory another datapath holds is an error.
 func TestUnpinnableRunsUnpinned(t *testing.T) {
 	testutil.RequirePrivileged(t)
-	opts := Options{FlowBudget: 16, Tables: PerCPU, RingBufSize: 1 << 16}
+	opts := Options{FlowBudget: 16, Tables: PerCPU, RingBufSize: 1 << 16, Capabilities: []string{"flows"}}
 
 	opts.PinDir = filepath.Join(t.TempDir(), "loupe")
 	if dp := loadForTest(t, opts); dp.Pinned() {

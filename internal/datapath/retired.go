@@ -48,7 +48,7 @@ func openRetired(pins *pinDir, name string, ncpu int, log *slog.Logger) (*retire
 		return nil, err
 	}
 	r := &retiredSet{pins: pins, name: name, log: log, maps: maps}
-	for i, mn := range []string{flowsMapFlowsA, flowsMapFlowsB} {
+	for i, mn := range []string{loupeMapFlowsA, loupeMapFlowsB} {
 		m := maps[mn]
 		if m == nil {
 			continue
@@ -60,8 +60,8 @@ func openRetired(pins *pinDir, name string, ncpu int, log *slog.Logger) (*retire
 		}
 		r.tables[i] = t
 	}
-	r.state = readRetiredState(maps[flowsMapFlowState])
-	if m := maps[flowsMapEventLayout]; m != nil {
+	r.state = readRetiredState(maps[loupeMapFlowState])
+	if m := maps[loupeMapEventLayout]; m != nil {
 		r.events = eventDecoder(m)
 	}
 	return r, nil
@@ -252,7 +252,7 @@ func (d *retiredDrain) Read(fn func(k *flow.Key, perCPU []flow.Stats)) (int, err
 // Events reads what the set's ring buffer holds past from (the last table
 // only): the packets its programs diverted and no agent stored.
 func (d *retiredDrain) Events(from uint64, fn func(*flow.Event)) (uint64, error) {
-	m := d.r.maps[flowsMapFlowEvents]
+	m := d.r.maps[loupeMapFlowEvents]
 	if !d.last || m == nil {
 		return from, nil
 	}

@@ -16,14 +16,14 @@ import (
 // once; it lives in a map rather than in the agent so that it is pinned
 // with the tables and the next agent continues from it.
 
-func (s *flowsTableState) epoch(i uint32) uint64 {
+func (s *loupeTableState) epoch(i uint32) uint64 {
 	if i&1 == 0 {
 		return s.EpochA
 	}
 	return s.EpochB
 }
 
-func (s *flowsTableState) installed(i uint32) uint64 {
+func (s *loupeTableState) installed(i uint32) uint64 {
 	if i&1 == 0 {
 		return s.InstalledA
 	}
@@ -31,7 +31,7 @@ func (s *flowsTableState) installed(i uint32) uint64 {
 }
 
 // activate makes table i the one the programs write, with a new epoch.
-func (s *flowsTableState) activate(i uint32, now uint64) {
+func (s *loupeTableState) activate(i uint32, now uint64) {
 	next := max(s.EpochA, s.EpochB) + 1
 	if i&1 == 0 {
 		s.EpochA, s.InstalledA = next, now
@@ -43,12 +43,12 @@ func (s *flowsTableState) activate(i uint32, now uint64) {
 
 // newTableState is the state of a new set: flows_a active in epoch 1,
 // flows_b never written.
-func newTableState() (flowsTableState, error) {
+func newTableState() (loupeTableState, error) {
 	id, err := newSetID()
 	if err != nil {
-		return flowsTableState{}, err
+		return loupeTableState{}, err
 	}
-	s := flowsTableState{PinSet: id}
+	s := loupeTableState{PinSet: id}
 	s.activate(0, monoNow())
 	return s, nil
 }
@@ -66,15 +66,15 @@ func newSetID() (uint64, error) {
 	}
 }
 
-func (d *Datapath) readState() (flowsTableState, error) {
-	var s flowsTableState
+func (d *Datapath) readState() (loupeTableState, error) {
+	var s loupeTableState
 	if err := d.objs.FlowState.Lookup(uint32(0), &s); err != nil {
 		return s, fmt.Errorf("read table state: %w", err)
 	}
 	return s, nil
 }
 
-func (d *Datapath) writeState(s flowsTableState) error {
+func (d *Datapath) writeState(s loupeTableState) error {
 	if err := d.objs.FlowState.Update(uint32(0), &s, 0); err != nil {
 		return fmt.Errorf("write table state: %w", err)
 	}

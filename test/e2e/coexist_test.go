@@ -42,8 +42,8 @@ func TestCoexistsWithOtherPrograms(t *testing.T) {
 		if len(progs) != 2 || progs[1] != foreignID {
 			t.Fatalf("ingress chain %v, want [loupe, foreign %d]", progs, foreignID)
 		}
-		if name := programName(t, progs[0]); !strings.HasPrefix(name, "flows_ingress") {
-			t.Fatalf("head of the chain is %q, want flows_ingress", name)
+		if name := programName(t, progs[0]); !strings.HasPrefix(name, "loupe_ingress") {
+			t.Fatalf("head of the chain is %q, want loupe_ingress", name)
 		}
 		p.up(t)
 		ping(t, p.b, p.a4, 2, 56) // packets still flow through both programs

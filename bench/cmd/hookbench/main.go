@@ -21,8 +21,8 @@
 //	    The same for flow program objects loaded from files (see testrun):
 //	    "OBJECT KIND TABLES_BYTES CPUS".
 //	hookbench testrun -obj A.o [-obj B.o ...] [-tables percpu|shared] [-flows N] [-rounds R] [-repeat K]
-//	    Load each flows_bpfel.o (say, this tree's and one from another
-//	    commit: git show main:internal/datapath/flows_bpfel.o > old.o) and
+//	    Load each loupe_bpfel.o (flows_bpfel.o before the seam; say, this tree's and one from another
+//	    commit: git show main:internal/datapath/loupe_bpfel.o > old.o) and
 //	    measure its ingress program's run time per packet on N distinct
 //	    64-byte UDP flows with BPF_PROG_TEST_RUN, the objects in
 //	    alternation, R rounds. Prints "ROUND OBJECT FLOWS TABLES NS" lines.
@@ -169,7 +169,7 @@ func stats(name string) error {
 
 func mem(budget int) error {
 	for _, k := range []datapath.TableKind{datapath.PerCPU, datapath.Shared} {
-		dp, err := datapath.Load(datapath.Options{FlowBudget: budget, Tables: k})
+		dp, err := datapath.Load(datapath.Options{FlowBudget: budget, Tables: k, Capabilities: []string{"flows"}})
 		if err != nil {
 			return err
 		}

@@ -41,13 +41,13 @@ func testrun(o testrunOpts) error {
 		defer coll.Close()
 		progs[i] = coll
 		// Warm up: every flow is in the table before measuring.
-		if _, err := runFrames(coll.Programs["flows_ingress"], frames, 1); err != nil {
+		if _, err := runFrames(ingressProgram(coll), frames, 1); err != nil {
 			return fmt.Errorf("%s: %w", path, err)
 		}
 	}
 	for r := 1; r <= o.rounds; r++ {
 		for i, coll := range progs {
-			ns, err := runFrames(coll.Programs["flows_ingress"], frames, o.repeat)
+			ns, err := runFrames(ingressProgram(coll), frames, o.repeat)
 			if err != nil {
 				return fmt.Errorf("%s: %w", o.objs[i], err)
 			}
@@ -57,7 +57,16 @@ func testrun(o testrunOpts) error {
 	return nil
 }
 
-// loadFlowObject loads a flows_bpfel.o as the agent would (datapath.Load),
+// ingressProgram is the object's ingress entry program: loupe_ingress, or
+// flows_ingress in objects built before the capability seam.
+func ingressProgram(coll *ebpf.Collection) *ebpf.Program {
+	if p := coll.Programs["loupe_ingress"]; p != nil {
+		return p
+	}
+	return coll.Programs["flows_ingress"]
+}
+
+// loadFlowObject loads a loupe_bpfel.o (flows_bpfel.o before the seam) as the agent would (datapath.Load),
 // but from a file, so that a build from another commit can be compared.
 func loadFlowObject(path, tables string, budget int) (*ebpf.Collection, error) {
 	spec, err := ebpf.LoadCollectionSpec(path)

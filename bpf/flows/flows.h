@@ -1,7 +1,5 @@
-// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
-//go:build ignore
-
-/* Flow accounting at the TC/TCX hook.
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* The flows capability: flow accounting at the TC/TCX hook.
  *
  * Every packet is counted exactly once: into the active flow table, or, when
  * the table refuses the insert, through the ring buffer, or, when even that is
@@ -24,17 +22,74 @@
  * why the switch is a map and not a global variable: a global lives in the
  * object's own .bss, which the next agent's programs would not share.
  */
+#ifndef LOUPE_FLOWS_H
+#define LOUPE_FLOWS_H
 
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 
 #include "counters.h"
 #include "flow.h"
-#include "skb.h"
+#include "parse.h"
 
-char __license[] SEC("license") = "Dual BSD/GPL";
+/* Counters of one flow over one eviction interval: 56 bytes.
+ * In the per-CPU table each CPU owns a copy; in the shared table the counters
+ * and tcp_flags are updated with atomic instructions. tcp_flags is 32 bits
+ * wide because BPF atomics work on 32 and 64-bit words only.
+ *
+ * packets and bytes count the buffers that crossed the hook. A GSO/GRO
+ * super-packet is one buffer but several segments on the wire, each with its
+ * own copy of the headers: the flow's segments are packets + extra_segments,
+ * its wire bytes bytes + extra_wire_bytes. Only what GSO adds is kept, so that
+ * a packet that is not GSO (every packet of most flows) costs the shared table
+ * no more atomic instructions than before these counters existed. */
+struct flow_stats {
+	__u64 packets;
+	__u64 bytes;            /* L2 length at the hook (skb->len), plus a VLAN tag the kernel stripped on ingress */
+	__u64 extra_segments;   /* gso_segs - 1 of every GSO buffer */
+	__u64 extra_wire_bytes; /* the headers those segments repeat */
+	__u64 first_seen;       /* bpf_ktime_get_ns() */
+	__u64 last_seen;
+	__u32 tcp_flags; /* union of the TCP flags byte, AE/NS in bit 8 */
+	__u16 sampling;  /* 1 = every packet */
+	__u8 dscp;       /* of the last packet */
+	__u8 pad;
+};
 
-#define TCX_NEXT_ACTION -1 /* TCX_NEXT, and TC_ACT_UNSPEC for cls_bpf: let the next program decide */
+/* The table switch and what userspace keeps about the two tables: 48 bytes,
+ * in a one-entry array that is pinned with the tables, so that the next agent
+ * knows which table the programs write and what each holds. The programs read
+ * only active; the rest is userspace's (internal/datapath/state.go).
+ *
+ * An epoch names the contents of one table between two swaps: every swap
+ * gives the table it makes active the next epoch, and the store records the
+ * epochs it holds, so that a table drained again after a crash is recognised.
+ * pin_set tells epochs of different pin sets apart. */
+struct table_state {
+	__u32 active;      /* the table the programs write: 0 = flows_a, 1 = flows_b */
+	__u32 pad;
+	__u64 pin_set;     /* random, never 0: the identity of this set of tables */
+	__u64 epoch_a;     /* of what flows_a holds (0: never written) */
+	__u64 epoch_b;     /* of what flows_b holds */
+	__u64 installed_a; /* CLOCK_MONOTONIC when flows_a was last made active */
+	__u64 installed_b;
+};
+
+/* Why a packet's flow went through the ring buffer instead of the table. */
+enum flow_event_reason {
+	FLOW_EVENT_MAP_FULL = 1, /* the table holds flow_budget flows */
+	FLOW_EVENT_MAP_BUSY = 2, /* the insert failed for another reason (bucket lock) */
+};
+
+/* Ring-buffer record: one packet's contribution to its flow. */
+struct flow_event {
+	struct flow_key key;
+	__u32 pad; /* flow_stats is 8-byte aligned */
+	struct flow_stats stats;
+	__u32 reason; /* enum flow_event_reason */
+	__s32 err;    /* the failed update's error */
+};
+
 #define E2BIG 7
 #define EEXIST 17
 #define ENOMEM 12
@@ -76,10 +131,6 @@ struct {
 	__type(value, struct flow_event);
 } event_layout SEC(".maps");
 
-/* BTF only describes types that globals, maps and function signatures
- * reach; this pointer (in .bss, never used) makes the counter enum visible
- * to bpf2go -type. */
-const enum counter *unused_counter __attribute__((unused));
 
 /* Time stamps. bpf_ktime_get_ns reads the clock source, which costs about
  * 28 ns a call on this machine's TSC, a third of the program's own cost, so
@@ -87,22 +138,21 @@ const enum counter *unused_counter __attribute__((unused));
  * coarse clock (the same CLOCK_MONOTONIC, updated every tick), clamped so
  * that last_seen never precedes first_seen: last_seen is exact to a tick
  * (1-10 ms, CONFIG_HZ), first_seen to the nanosecond. */
-static __always_inline void stats_add(struct flow_stats *st, const struct pkt_len *len,
-				      const struct pkt_meta *meta)
+static __always_inline void stats_add(struct flow_stats *st, const struct pkt *p)
 {
 	__u64 now = bpf_ktime_get_coarse_ns();
 
 	if (cfg_shared_table) {
 		__sync_fetch_and_add(&st->packets, 1);
-		__sync_fetch_and_add(&st->bytes, len->bytes);
-		if (len->segments > 1) {
-			__sync_fetch_and_add(&st->extra_segments, len->segments - 1);
-			__sync_fetch_and_add(&st->extra_wire_bytes, len->wire_bytes - len->bytes);
+		__sync_fetch_and_add(&st->bytes, p->len.bytes);
+		if (p->len.segments > 1) {
+			__sync_fetch_and_add(&st->extra_segments, p->len.segments - 1);
+			__sync_fetch_and_add(&st->extra_wire_bytes, p->len.wire_bytes - p->len.bytes);
 		}
 		/* Skip the locked OR when the flags are already there, which
 		 * is every packet of an established connection but a few. */
-		if ((st->tcp_flags | meta->tcp_flags) != st->tcp_flags)
-			__sync_fetch_and_or(&st->tcp_flags, meta->tcp_flags);
+		if ((st->tcp_flags | p->tcp_flags) != st->tcp_flags)
+			__sync_fetch_and_or(&st->tcp_flags, p->tcp_flags);
 	} else {
 		/* A CPU's first packet of a flow another CPU created finds
 		 * its own copy zeroed by the kernel. */
@@ -111,15 +161,15 @@ static __always_inline void stats_add(struct flow_stats *st, const struct pkt_le
 			st->sampling = 1;
 		}
 		st->packets++;
-		st->bytes += len->bytes;
-		st->extra_segments += len->segments - 1;
-		st->extra_wire_bytes += len->wire_bytes - len->bytes;
-		st->tcp_flags |= meta->tcp_flags;
+		st->bytes += p->len.bytes;
+		st->extra_segments += p->len.segments - 1;
+		st->extra_wire_bytes += p->len.wire_bytes - p->len.bytes;
+		st->tcp_flags |= p->tcp_flags;
 	}
 	/* Plain stores: in the shared table two CPUs may race here and leave a
 	 * last_seen a tick older, which is harmless. */
 	st->last_seen = now > st->first_seen ? now : st->first_seen;
-	st->dscp = meta->dscp;
+	st->dscp = p->dscp;
 }
 
 /* Hand the packet's contribution to userspace through the ring buffer. */
@@ -151,16 +201,15 @@ static __always_inline void divert(const struct flow_key *key, const struct flow
 	bpf_ringbuf_submit(ev, 0);
 }
 
-static __always_inline void account_in(void *table, const struct flow_key *key,
-				       const struct pkt_len *len, const struct pkt_meta *meta)
+static __always_inline void account_in(void *table, const struct pkt *p)
 {
 	struct flow_stats *st;
 	__u64 now;
 	long err;
 
-	st = bpf_map_lookup_elem(table, key);
+	st = bpf_map_lookup_elem(table, &p->key);
 	if (st) {
-		stats_add(st, len, meta);
+		stats_add(st, p);
 		return;
 	}
 
@@ -170,32 +219,31 @@ static __always_inline void account_in(void *table, const struct flow_key *key,
 	now = bpf_ktime_get_ns();
 	struct flow_stats fresh = {
 		.packets = 1,
-		.bytes = len->bytes,
-		.extra_segments = len->segments - 1,
-		.extra_wire_bytes = len->wire_bytes - len->bytes,
+		.bytes = p->len.bytes,
+		.extra_segments = p->len.segments - 1,
+		.extra_wire_bytes = p->len.wire_bytes - p->len.bytes,
 		.first_seen = now,
 		.last_seen = now,
-		.tcp_flags = meta->tcp_flags,
+		.tcp_flags = p->tcp_flags,
 		.sampling = 1,
-		.dscp = meta->dscp,
+		.dscp = p->dscp,
 	};
 	/* NOEXIST: in the shared table BPF_ANY would overwrite the counters
 	 * of a CPU that inserted the same flow an instant ago. */
-	err = bpf_map_update_elem(table, key, &fresh, BPF_NOEXIST);
+	err = bpf_map_update_elem(table, &p->key, &fresh, BPF_NOEXIST);
 	if (err == 0)
 		return;
 	if (err == -EEXIST) {
-		st = bpf_map_lookup_elem(table, key);
+		st = bpf_map_lookup_elem(table, &p->key);
 		if (st) {
-			stats_add(st, len, meta);
+			stats_add(st, p);
 			return;
 		}
 	}
-	divert(key, &fresh, err);
+	divert(&p->key, &fresh, err);
 }
 
-static __always_inline void account(const struct flow_key *key, const struct pkt_len *len,
-				    const struct pkt_meta *meta)
+static __always_inline void account(const struct pkt *p)
 {
 	__u32 zero = 0;
 	struct table_state *ts = bpf_map_lookup_elem(&flow_state, &zero);
@@ -207,33 +255,15 @@ static __always_inline void account(const struct flow_key *key, const struct pkt
 	 * rewrites the whole value at a swap; only the low bit of active
 	 * changes, so even a torn read picks one table or the other. */
 	if (ts && (*(volatile __u32 *)&ts->active & 1))
-		account_in(&flows_b, key, len, meta);
+		account_in(&flows_b, p);
 	else
-		account_in(&flows_a, key, len, meta);
+		account_in(&flows_a, p);
 }
 
-static __always_inline int observe(struct __sk_buff *skb, __u8 direction)
+/* flows_observe counts the packet p into its flow. */
+static __always_inline void flows_observe(const struct pkt *p)
 {
-	struct flow_key key;
-	struct pkt_meta meta;
-	struct pkt_len len;
-
-	parse_skb(skb, &key, &meta);
-	pkt_len_of(skb, &meta, direction, &len);
-	key.ifindex = skb->ifindex;
-	key.direction = direction;
-	account(&key, &len, &meta);
-	return TCX_NEXT_ACTION;
+	account(p);
 }
 
-SEC("tc")
-int flows_ingress(struct __sk_buff *skb)
-{
-	return observe(skb, DIRECTION_INGRESS);
-}
-
-SEC("tc")
-int flows_egress(struct __sk_buff *skb)
-{
-	return observe(skb, DIRECTION_EGRESS);
-}
+#endif
