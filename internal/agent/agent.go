@@ -1,6 +1,7 @@
-// Package agent wires Loupe's parts into the running agent: datapath,
-// attach manager, evictor, sinks and the HTTP listener, and orders their
-// shutdown so that every in-flight packet reaches every sink.
+// Package agent wires Loupe's parts into the running agent: the datapath,
+// the attach manager, the capability units (internal/capability: flows,
+// with its evictor and sinks) and the HTTP listener, and orders their
+// shutdown so that every in-flight packet reaches every output.
 package agent
 
 import (
@@ -10,7 +11,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -20,18 +20,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"loupe/internal/attach"
+	"loupe/internal/capability"
+	"loupe/internal/capability/flows"
 	"loupe/internal/config"
 	"loupe/internal/datapath"
-	"loupe/internal/export"
-	"loupe/internal/export/delivery"
-	"loupe/internal/export/promflow"
-	"loupe/internal/export/storesink"
-	"loupe/internal/export/targets"
-	"loupe/internal/flow"
 )
 
 // Run runs the agent until ctx is done, then shuts down gracefully: detach,
-// final eviction (which drains the ring buffer), flush and close every sink.
+// each unit's last pass (the final eviction, which drains the ring buffer),
+// flush and close every output.
 // sd, if not nil, follows the shutdown for a caller that may give up on it.
 func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown) (err error) {
 	tables, err := tableKind(cfg.MapType)
@@ -51,12 +48,14 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown)
 	if pinDir == config.None {
 		pinDir = ""
 	}
+	flowUnit := flows.New(cfg, log)
+	units := []capability.Unit{flowUnit}
 	dp, err := datapath.Load(datapath.Options{
 		FlowBudget:   cfg.FlowBudget,
 		Tables:       tables,
 		RingBufSize:  int(cfg.RingbufSize),
 		PinDir:       pinDir,
-		Capabilities: []string{"flows"},
+		Capabilities: unitNames(units),
 		Logger:       log,
 	})
 	if err != nil {
@@ -74,36 +73,12 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown)
 	}()
 	if total, tbl, err := dp.MemoryBytes(); err == nil {
 		log.Info("datapath loaded", "component", "datapath", "tables", tables, "flow_budget", cfg.FlowBudget,
-			"cpus", dp.CPUs(), "table_memory_bytes", tbl, "total_memory_bytes", total)
+			"cpus", dp.CPUs(), "capabilities", strings.Join(unitNames(units), ","),
+			"table_memory_bytes", tbl, "total_memory_bytes", total)
 	}
 
-	sinks, queues, prom, storeSink, err := openSinks(cfg, log)
-	if err != nil {
-		return err
-	}
-	sd.update(func(s *Shutdown) { s.queues = queues })
-	fan := export.NewFanout(log, sinks...)
-	defer func() {
-		if cerr := fan.Close(); cerr != nil {
-			log.Error("closing sinks", "err", cerr)
-			err = errors.Join(err, cerr)
-		}
-	}()
-
-	// The store says up to where it holds this set's diverted packets: the
-	// reader starts there, so that a restart stores none of them twice.
-	stored, _ := fan.Stored(dp.Set())
-	events, err := dp.OpenEvents(stored.RingPos)
-	if err != nil {
-		return err
-	}
-	// Taken before the reader runs: the marks of the first evictions
-	// must not claim events still on their way to the evictor.
-	ringStart := events.Position()
-	defer events.Close()
-	eventCh := make(chan flow.Event, 4096)
-	go forwardEvents(events, eventCh, log)
-
+	// The attach manager names interfaces for the units' records; it is
+	// created now and run once every unit is open.
 	mgr, err := attach.NewManager(attach.Config{
 		Programs: attach.Programs{Ingress: dp.Ingress(), Egress: dp.Egress()},
 		Mode:     mode,
@@ -116,23 +91,34 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown)
 	if err != nil {
 		return err
 	}
-	ev := flow.NewEvictor(flow.EvictorConfig{
-		Table:         dp,
-		Events:        eventCh,
-		DrainEvents:   func() { _ = events.Drain() },
-		RingStart:     ringStart,
-		ReleaseEvents: events.Release,
-		Out:           fan,
-		Interval:      cfg.CacheActiveTimeout,
-		IfaceName:     mgr.Name,
-		Logger:        log,
-	})
+
+	host := &capability.Host{Datapath: dp, IfaceName: mgr.Name, Logger: log}
+	var opened []capability.Unit
+	defer func() {
+		// In reverse: a unit opened later may use what an earlier one
+		// provides.
+		for i := len(opened) - 1; i >= 0; i-- {
+			if cerr := opened[i].Close(); cerr != nil {
+				err = errors.Join(err, fmt.Errorf("%s: %w", opened[i].Name(), cerr))
+			}
+		}
+	}()
+	for _, u := range units {
+		if err := u.Open(host); err != nil {
+			return err
+		}
+		opened = append(opened, u)
+	}
+	sd.update(func(s *Shutdown) { s.queues = flowUnit.Queues() })
 
 	var srv *http.Server
 	if cfg.Listen != config.None {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		reg.MustRegister(newHealthCollector(dp, mgr, ev, fan, storeSink, cfg, log), newExportCollector(queues), prom)
+		reg.MustRegister(newHealthCollector(dp, mgr, log), newExportCollector(flowUnit.Queues()))
+		for _, u := range units {
+			reg.MustRegister(u.Collectors()...)
+		}
 		if srv, err = serveHTTP(cfg.Listen, reg, log); err != nil {
 			return err
 		}
@@ -149,13 +135,18 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown)
 		return privilegeError("attach: ", err)
 	}
 
-	evCtx, stopEvictor := context.WithCancel(context.Background())
-	defer stopEvictor()
-	evDone := make(chan error, 1)
-	go func() { evDone <- ev.Run(evCtx) }()
+	// The units run under a context of their own, cancelled only once
+	// every program is detached: their last pass then sees everything.
+	unitCtx, stopUnits := context.WithCancel(context.Background())
+	defer stopUnits()
+	unitDone := make([]chan error, len(units))
+	for i, u := range units {
+		unitDone[i] = make(chan error, 1)
+		go func() { unitDone[i] <- u.Run(unitCtx) }()
+	}
 	running = true
 	log.Info("loupe running", "interfaces", mgr.Stats().Attached, "mode", mgr.Stats().Mode,
-		"cache_active_timeout", cfg.CacheActiveTimeout, "sinks", sinkNames(fan))
+		"cache_active_timeout", cfg.CacheActiveTimeout, "sinks", flowUnit.SinkNames())
 
 	var runErr error
 	mgrStopped := false
@@ -168,24 +159,27 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown)
 		log.Error("interface manager stopped", "err", runErr)
 	}
 
-	// Order matters: detach first so no new packet is counted, then the
-	// final eviction (its table swap waits out running programs, then the
-	// ring buffer is drained), then the sinks are flushed and closed.
+	// Order matters: detach first so no new packet is counted, then each
+	// unit's last pass (the flows unit's final eviction: its table swap
+	// waits out running programs, then the ring buffer is drained), then
+	// the units' outputs are flushed and closed (deferred above).
 	stopMgr()
 	if !mgrStopped {
 		runErr = <-mgrDone
 	}
 	sd.update(func(s *Shutdown) { s.stopping, s.detached, s.evicting = true, true, true })
-	stopEvictor()
-	evErr := <-evDone
-	if evErr != nil {
-		runErr = errors.Join(runErr, fmt.Errorf("final eviction: %w", evErr))
+	stopUnits()
+	var flowsErr error
+	for i, u := range units {
+		if uerr := <-unitDone[i]; uerr != nil {
+			runErr = errors.Join(runErr, fmt.Errorf("%s: final pass: %w", u.Name(), uerr))
+			if u == capability.Unit(flowUnit) {
+				flowsErr = uerr
+			}
+		}
 	}
 	sd.update(func(s *Shutdown) { s.evicted = true })
-	st := ev.Stats()
-	log.Info("final eviction done", "records", st.LastRecords, "flows", st.LastFlows,
-		"total_records", st.Records, "total_flows", st.Flows)
-	unpin(dp, evErr, log)
+	unpin(dp, flowsErr, log)
 	return runErr
 }
 
@@ -207,6 +201,14 @@ func unpin(dp *datapath.Datapath, evErr error, log *slog.Logger) {
 	log.Info("pinned maps removed", "component", "datapath")
 }
 
+func unitNames(units []capability.Unit) []string {
+	names := make([]string, len(units))
+	for i, u := range units {
+		names[i] = u.Name()
+	}
+	return names
+}
+
 // linkPinDir is where the attach manager pins TCX links: beside the maps,
 // when they are pinned.
 func linkPinDir(dp *datapath.Datapath, pinDir string) string {
@@ -226,77 +228,6 @@ func tableKind(s string) (datapath.TableKind, error) {
 		return datapath.Shared, nil
 	}
 	return 0, fmt.Errorf("map_type %q: want auto, percpu or shared", s)
-}
-
-// openSinks opens the store, every --export target and the Prometheus
-// flow metrics, in that order. Network exporters come with their delivery
-// queues, and the store sink (nil without a store) is returned too, for
-// the metrics.
-func openSinks(cfg config.Config, log *slog.Logger) ([]export.Sink, []*delivery.Queue, *promflow.Sink, *storesink.Sink, error) {
-	var sinks []export.Sink
-	var queues []*delivery.Queue
-	var st *storesink.Sink
-	fail := func(err error) ([]export.Sink, []*delivery.Queue, *promflow.Sink, *storesink.Sink, error) {
-		for _, s := range sinks {
-			s.Close()
-		}
-		return nil, nil, nil, nil, err
-	}
-	if cfg.Store.Path != config.None {
-		s, err := storesink.Open(storesink.Options{Dir: cfg.Store.Path, Retention: cfg.Store.Retention,
-			MaxSize: int64(cfg.Store.MaxSize), Logger: log})
-		if err != nil {
-			return fail(err)
-		}
-		sinks = append(sinks, s)
-		st = s
-	}
-	for _, target := range cfg.Export {
-		s, q, err := targets.Open(target, cfg.Exporters, log)
-		if err != nil {
-			return fail(err)
-		}
-		sinks = append(sinks, s)
-		if q != nil {
-			queues = append(queues, q)
-		}
-	}
-	popts, err := cfg.Prometheus.Options(log)
-	if err != nil {
-		return fail(fmt.Errorf("prometheus.%w", err))
-	}
-	prom, err := promflow.Open(popts)
-	if err != nil {
-		return fail(err)
-	}
-	sinks = append(sinks, prom)
-	return sinks, queues, prom, st, nil
-}
-
-func sinkNames(f *export.Fanout) string {
-	var names []string
-	for _, s := range f.Stats() {
-		names = append(names, s.Name)
-	}
-	return strings.Join(names, ",")
-}
-
-// forwardEvents moves ring-buffer events to the evictor until the ring
-// buffer is drained or closed, then closes out.
-func forwardEvents(events *datapath.Events, out chan<- flow.Event, log *slog.Logger) {
-	defer close(out)
-	for {
-		e, err := events.Read()
-		switch {
-		case err == nil:
-			out <- e
-		case errors.Is(err, datapath.ErrDrained), errors.Is(err, os.ErrClosed):
-			return
-		default:
-			log.Error("reading flow events", "component", "datapath", "err", err)
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
 }
 
 func serveHTTP(addr string, reg *prometheus.Registry, log *slog.Logger) (*http.Server, error) {

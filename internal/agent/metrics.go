@@ -6,83 +6,40 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"loupe/internal/attach"
-	"loupe/internal/config"
 	"loupe/internal/datapath"
-	"loupe/internal/export"
-	"loupe/internal/export/storesink"
-	"loupe/internal/flow"
-	"loupe/internal/store"
 )
 
-// healthCollector reads every component's counters at scrape time, so that
-// the components themselves know nothing of Prometheus. All label sets are
-// bounded: reasons, counter names, sink names, attach modes.
+// healthCollector reads the host's counters at scrape time: the attach
+// manager's and the datapath's (maps, anomaly counters, pins); each
+// capability serves its own (capability.Unit.Collectors). All label sets are
+// bounded: counter names, attach modes, map kinds.
 type healthCollector struct {
 	dp  *datapath.Datapath
 	mgr *attach.Manager
-	ev  *flow.Evictor
-	fan *export.Fanout
-	st  *storesink.Sink // nil without a store
-	cfg config.Config
 	log *slog.Logger
 
 	attached, attachOps, attachErrs, resyncs, mode *prometheus.Desc
-	capacity, entries, fill, memory                *prometheus.Desc
-	evictions, evictedFlows, stale, evictSeconds   *prometheus.Desc
-	ringEvents, dpEvents, droppedPkts, droppedB    *prometheus.Desc
-	sinkRecords, sinkPackets, sinkErrors           *prometheus.Desc
-	sinkDropRecords, sinkDropPackets               *prometheus.Desc
-	sinkPendRecords, sinkPendPackets, scrapeErr    *prometheus.Desc
-	storeSegments, storeRecords, storeBytes        *prometheus.Desc
-	retSegments, retRecords, retBytes              *prometheus.Desc
-	quarSegments, quarRecords                      *prometheus.Desc
-	pinned, resumed, alreadyStored                 *prometheus.Desc
+	memory, dpEvents, droppedPkts, droppedB        *prometheus.Desc
+	pinned, scrapeErr                              *prometheus.Desc
 }
 
-func newHealthCollector(dp *datapath.Datapath, mgr *attach.Manager, ev *flow.Evictor, fan *export.Fanout, st *storesink.Sink, cfg config.Config, log *slog.Logger) *healthCollector {
+func newHealthCollector(dp *datapath.Datapath, mgr *attach.Manager, log *slog.Logger) *healthCollector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc("loupe_"+name, help, labels, nil)
 	}
 	return &healthCollector{
-		dp: dp, mgr: mgr, ev: ev, fan: fan, st: st, cfg: cfg, log: log,
-		attached:     d("interfaces_attached", "Interfaces the flow programs are attached to."),
-		attachOps:    d("attach_operations_total", "Successful attach and detach operations.", "op"),
-		attachErrs:   d("attach_errors_total", "Failed attach or detach operations."),
-		resyncs:      d("netlink_resyncs_total", "Link subscriptions restarted after an error (interfaces re-listed)."),
-		mode:         d("attach_mode_info", "The attach mechanism in use.", "mode"),
-		capacity:     d("flow_table_capacity", "Flows one kernel flow table holds (flow_budget)."),
-		entries:      d("flow_table_entries", "Flows in the table at the last eviction."),
-		fill:         d("flow_table_fill_ratio", "flow_table_entries / flow_table_capacity at the last eviction."),
-		memory:       d("bpf_map_memory_bytes", "Kernel memory of the datapath's maps (memlock accounting).", "map"),
-		evictions:    d("evictions_total", "Table evictions, by what caused them.", "reason"),
-		evictedFlows: d("evicted_flows_total", "Flow table entries read and deleted by evictions."),
-		stale:        d("stale_entries_discarded_total", "Per-CPU leftovers older than their table, discarded at merge."),
-		evictSeconds: d("eviction_duration_seconds", "Duration of the last eviction."),
-		ringEvents:   d("ringbuf_events_total", "Packets delivered through the ring buffer, by reason.", "reason"),
-		dpEvents:     d("datapath_events_total", "Datapath anomalies and failures, by counter (bpf/lib/counters.h).", "event"),
-		droppedPkts:  d("dropped_packets_total", "Packets the agent could not account in any flow (ring buffer full)."),
-		droppedB:     d("dropped_bytes_total", "Bytes of dropped_packets_total."),
-		sinkRecords:  d("sink_records_total", "Flow records each sink stored (store, JSON file) or delivered (a network exporter's collector took them).", "sink"),
-		sinkPackets:  d("sink_packets_total", "Packets counted by the records of loupe_sink_records_total.", "sink"),
-		sinkErrors:   d("sink_errors_total", "Failed writes and flushes, by sink.", "sink"),
-		// Every record handed to a sink is stored, pending or dropped:
-		// records the evictor wrote = sink_records_total + sink_pending_records + sink_dropped_records_total.
-		sinkDropRecords: d("sink_dropped_records_total", "Flow records a sink gave up, by reason: no_space, write_error (store, JSON file); queue_full, rejected, shutdown (network exporters).", "sink", "reason"),
-		sinkDropPackets: d("sink_dropped_packets_total", "Packets counted by the records of loupe_sink_dropped_records_total.", "sink", "reason"),
-		sinkPendRecords: d("sink_pending_records", "Flow records a sink holds for a later attempt (a store that cannot be written, an exporter's queue).", "sink"),
-		sinkPendPackets: d("sink_pending_packets", "Packets counted by the records of loupe_sink_pending_records.", "sink"),
-		storeSegments:   d("store_segments", "Live segments in the flow store."),
-		storeRecords:    d("store_records", "Flow records in the flow store's live segments."),
-		storeBytes:      d("store_disk_bytes", "Bytes of the flow store's live segments (store.max_size bounds it)."),
-		retSegments:     d("store_retention_deleted_segments_total", "Segments retention deleted, by reason: age (store.retention), size (store.max_size).", "reason"),
-		retRecords:      d("store_retention_deleted_records_total", "Flow records in the segments retention deleted, by reason.", "reason"),
-		retBytes:        d("store_retention_deleted_bytes_total", "Bytes of the segments retention deleted, by reason.", "reason"),
-		quarSegments:    d("store_quarantined_segments_total", "Damaged segments the store set aside (renamed *.corrupt) and no longer counts."),
-		quarRecords:     d("store_quarantined_records_total", "Flow records the quarantined segments held, as far as the manifest listed them."),
-		pinned:          d("datapath_pinned", "1 when the flow tables, counters, ring buffer and links are pinned under pin_dir and outlive a crash of the agent; 0 when the agent runs unpinned (no bpf file system, pin_dir none)."),
-		resumed:         d("restart_tables_resumed_total", "Kernel tables of a pin set of another layout (an upgrade, another flow budget or table kind) that this agent drained through their own BTF and emitted."),
-		alreadyStored:   d("restart_tables_already_stored_total", "Kernel tables an earlier agent left whose epoch the store already held: cleared without being emitted again."),
-		scrapeErr:       d("scrape_errors", "Errors reading component state during this scrape.", "component"),
+		dp: dp, mgr: mgr, log: log,
+		attached:    d("interfaces_attached", "Interfaces the flow programs are attached to."),
+		attachOps:   d("attach_operations_total", "Successful attach and detach operations.", "op"),
+		attachErrs:  d("attach_errors_total", "Failed attach or detach operations."),
+		resyncs:     d("netlink_resyncs_total", "Link subscriptions restarted after an error (interfaces re-listed)."),
+		mode:        d("attach_mode_info", "The attach mechanism in use.", "mode"),
+		memory:      d("bpf_map_memory_bytes", "Kernel memory of the datapath's maps (memlock accounting).", "map"),
+		dpEvents:    d("datapath_events_total", "Datapath anomalies and failures, by counter (bpf/lib/counters.h).", "event"),
+		droppedPkts: d("dropped_packets_total", "Packets the agent could not account in any flow (ring buffer full)."),
+		droppedB:    d("dropped_bytes_total", "Bytes of dropped_packets_total."),
+		pinned:      d("datapath_pinned", "1 when the flow tables, counters, ring buffer and links are pinned under pin_dir and outlive a crash of the agent; 0 when the agent runs unpinned (no bpf file system, pin_dir none)."),
+		scrapeErr:   d("scrape_errors", "Errors reading component state during this scrape.", "component"),
 	}
 }
 
@@ -106,26 +63,11 @@ func (c *healthCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.resyncs, as.Resyncs)
 	gauge(c.mode, 1, as.Mode.String())
 
-	es := c.ev.Stats()
-	gauge(c.capacity, float64(c.cfg.FlowBudget))
-	gauge(c.entries, float64(es.LastFlows))
-	gauge(c.fill, float64(es.LastFlows)/float64(c.cfg.FlowBudget))
-	for reason, n := range es.Evictions {
-		counter(c.evictions, n, reason)
-	}
-	counter(c.evictedFlows, es.Flows)
-	counter(c.resumed, es.Resumed)
-	counter(c.alreadyStored, es.AlreadyStored)
 	pinned := 0.0
 	if c.dp.Pinned() {
 		pinned = 1
 	}
 	gauge(c.pinned, pinned)
-	counter(c.stale, es.Stale)
-	gauge(c.evictSeconds, es.LastDuration.Seconds())
-	for reason, n := range es.Events {
-		counter(c.ringEvents, n, reason)
-	}
 
 	scrapeErrs := map[string]uint64{"datapath": 0}
 	if total, tables, err := c.dp.MemoryBytes(); err == nil {
@@ -148,31 +90,6 @@ func (c *healthCollector) Collect(ch chan<- prometheus.Metric) {
 	} else {
 		scrapeErrs["datapath"]++
 		c.log.Warn("reading datapath counters", "err", err)
-	}
-	for _, s := range c.fan.Stats() {
-		counter(c.sinkRecords, s.Stored.Records, s.Name)
-		counter(c.sinkPackets, s.Stored.Packets, s.Name)
-		counter(c.sinkErrors, s.Errors, s.Name)
-		gauge(c.sinkPendRecords, float64(s.Pending.Records), s.Name)
-		gauge(c.sinkPendPackets, float64(s.Pending.Packets), s.Name)
-		for reason, n := range s.Dropped {
-			counter(c.sinkDropRecords, n.Records, s.Name, reason)
-			counter(c.sinkDropPackets, n.Packets, s.Name, reason)
-		}
-	}
-	if c.st != nil {
-		st := c.st.StoreStats()
-		gauge(c.storeSegments, float64(st.Segments))
-		gauge(c.storeRecords, float64(st.Records))
-		gauge(c.storeBytes, float64(st.DiskBytes))
-		for _, reason := range []string{store.RetentionAge, store.RetentionSize} {
-			d := st.Retention[reason]
-			counter(c.retSegments, d.Segments, reason)
-			counter(c.retRecords, d.Records, reason)
-			counter(c.retBytes, d.Bytes, reason)
-		}
-		counter(c.quarSegments, st.QuarantinedSegments)
-		counter(c.quarRecords, st.QuarantinedRecords)
 	}
 	for comp, n := range scrapeErrs {
 		gauge(c.scrapeErr, float64(n), comp)
