@@ -15,7 +15,9 @@
 #
 # Knobs (environment): BENCH_IPERF_ROUNDS (5), BENCH_IPERF_SECONDS (10),
 # BENCH_ROUNDS (3, bpfstats and tables), BENCH_RSS_SECONDS (30),
-# BENCH_EXPORT_RECORDS (2000000).
+# BENCH_EXPORT_RECORDS (2000000), BENCH_BASE (the commit bpfstats compares
+# with, built from a temporary git worktree; default 0bf4c56, the last one
+# before the capability seam; empty: not compared).
 #
 # Each benchmark runs as its own process with its own namespaces (unique
 # names) and an EXIT trap that stops what it started and deletes them; a
@@ -64,6 +66,18 @@ if [[ -z ${BENCH_BIN_DIR:-} ]]; then
 	export BENCH_COMMIT
 	echo "bench: building $BENCH_COMMIT into $BENCH_BIN_DIR" >&2
 	./scripts/build.sh "$BENCH_BIN_DIR/loupe"
+	# The agent as it was before the change being judged (bpfstats runs
+	# it beside this one): BENCH_BASE, by default the last commit before
+	# the capability seam; empty to skip.
+	BENCH_BASE=${BENCH_BASE-0bf4c56}
+	if [[ -n $BENCH_BASE ]]; then
+		base_tree=$(mktemp -d /tmp/loupe-bench-base.XXXXXX)
+		git worktree add -q --detach "$base_tree" "$BENCH_BASE"
+		(cd "$base_tree" && ./scripts/build.sh "$BENCH_BIN_DIR/loupe-base")
+		git worktree remove --force "$base_tree"
+		BENCH_BASE=$(git rev-parse --short "$BENCH_BASE")
+	fi
+	export BENCH_BASE
 	CGO_ENABLED=0 go build -trimpath -o "$BENCH_BIN_DIR/" ./bench/cmd/...
 	# A benchmark runs in the background so that a signal to run.sh can be
 	# passed on to it (as SIGTERM: background processes of a script ignore
