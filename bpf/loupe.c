@@ -46,11 +46,12 @@ const enum counter *unused_counter __attribute__((unused));
 
 static __always_inline int hook(struct __sk_buff *skb, __u8 direction)
 {
+	struct flow_key key;
 	struct pkt p;
 
 	if (!cfg_cap_flows)
 		return TCX_NEXT_ACTION;
-	pkt_parse(skb, direction, &p);
+	pkt_parse(skb, direction, &key, &p);
 	if (cfg_cap_flows)
 		flows_observe(&p);
 	return TCX_NEXT_ACTION;

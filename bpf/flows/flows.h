@@ -207,7 +207,7 @@ static __always_inline void account_in(void *table, const struct pkt *p)
 	__u64 now;
 	long err;
 
-	st = bpf_map_lookup_elem(table, &p->key);
+	st = bpf_map_lookup_elem(table, p->key);
 	if (st) {
 		stats_add(st, p);
 		return;
@@ -230,17 +230,17 @@ static __always_inline void account_in(void *table, const struct pkt *p)
 	};
 	/* NOEXIST: in the shared table BPF_ANY would overwrite the counters
 	 * of a CPU that inserted the same flow an instant ago. */
-	err = bpf_map_update_elem(table, &p->key, &fresh, BPF_NOEXIST);
+	err = bpf_map_update_elem(table, p->key, &fresh, BPF_NOEXIST);
 	if (err == 0)
 		return;
 	if (err == -EEXIST) {
-		st = bpf_map_lookup_elem(table, &p->key);
+		st = bpf_map_lookup_elem(table, p->key);
 		if (st) {
 			stats_add(st, p);
 			return;
 		}
 	}
-	divert(&p->key, &fresh, err);
+	divert(p->key, &fresh, err);
 }
 
 static __always_inline void account(const struct pkt *p)

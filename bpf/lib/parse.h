@@ -83,7 +83,12 @@ struct pkt_len {
  * capabilities that read payload (bpf_skb_load_bytes from off.payload, which
  * covers data beyond the linear area too). */
 struct pkt {
-	struct flow_key key;    /* all but ifindex and direction from the parser; those from the hook */
+	/* All but ifindex and direction from the parser; those from the hook.
+	 * A pointer, not a member: the key is handed to map helpers, and a
+	 * struct whose member escapes to a helper lives on the stack whole,
+	 * where the rest of pkt can live in registers (measured: the flows
+	 * path got 7 % slower per packet with the key inside). */
+	struct flow_key *key;
 	struct pkt_offsets off;
 	struct pkt_len len;
 	__u32 tcp_seq;          /* host order; TCP only */
@@ -118,8 +123,8 @@ static __always_inline int parse_l4(void *pos, void *end, __u16 l4, __u8 proto,
 
 		if ((void *)(tcp + 1) > end)
 			return PARSE_TRUNCATED_L4;
-		p->key.src_port = bpf_ntohs(tcp->src);
-		p->key.dst_port = bpf_ntohs(tcp->dst);
+		p->key->src_port = bpf_ntohs(tcp->src);
+		p->key->dst_port = bpf_ntohs(tcp->dst);
 		p->tcp_flags = tcp->flags | ((__u32)(tcp->doff_ae & 1) << 8);
 		p->tcp_seq = bpf_ntohl(tcp->seq);
 		p->tcp_ack = bpf_ntohl(tcp->ack_seq);
@@ -136,8 +141,8 @@ static __always_inline int parse_l4(void *pos, void *end, __u16 l4, __u8 proto,
 
 		if ((void *)(ports + 1) > end)
 			return PARSE_TRUNCATED_L4;
-		p->key.src_port = bpf_ntohs(ports->src);
-		p->key.dst_port = bpf_ntohs(ports->dst);
+		p->key->src_port = bpf_ntohs(ports->src);
+		p->key->dst_port = bpf_ntohs(ports->dst);
 		p->off.payload = l4 + (proto == IPPROTO_SCTP ? SCTP_COMMON_HLEN : UDP_HLEN);
 		return PARSE_OK;
 	}
@@ -147,12 +152,12 @@ static __always_inline int parse_l4(void *pos, void *end, __u16 l4, __u8 proto,
 
 		/* ICMP inside IPv6 or ICMPv6 inside IPv4 is not what it claims:
 		 * leave the ports zero rather than read a type from garbage. */
-		if ((proto == IPPROTO_ICMP) != (p->key.eth_type == ETH_P_IP))
+		if ((proto == IPPROTO_ICMP) != (p->key->eth_type == ETH_P_IP))
 			return PARSE_OK;
 		if ((void *)(icmp + 1) > end)
 			return PARSE_TRUNCATED_L4;
-		p->key.src_port = icmp->type;
-		p->key.dst_port = icmp->code;
+		p->key->src_port = icmp->type;
+		p->key->dst_port = icmp->code;
 		p->off.payload = l4 + ICMP_HLEN;
 		return PARSE_OK;
 	}
@@ -169,13 +174,13 @@ static __always_inline int parse_ipv4(void *pos, void *end, struct pkt *p)
 		return PARSE_TRUNCATED_L3;
 
 	/* ::ffff:a.b.c.d */
-	p->key.src_addr[10] = 0xff;
-	p->key.src_addr[11] = 0xff;
-	p->key.dst_addr[10] = 0xff;
-	p->key.dst_addr[11] = 0xff;
-	__builtin_memcpy(&p->key.src_addr[12], &ip->saddr, 4);
-	__builtin_memcpy(&p->key.dst_addr[12], &ip->daddr, 4);
-	p->key.proto = ip->protocol;
+	p->key->src_addr[10] = 0xff;
+	p->key->src_addr[11] = 0xff;
+	p->key->dst_addr[10] = 0xff;
+	p->key->dst_addr[11] = 0xff;
+	__builtin_memcpy(&p->key->src_addr[12], &ip->saddr, 4);
+	__builtin_memcpy(&p->key->dst_addr[12], &ip->daddr, 4);
+	p->key->proto = ip->protocol;
 	p->dscp = ip->tos >> 2;
 
 	ihl = ip->version_ihl & 0x0F;
@@ -203,8 +208,8 @@ static __always_inline int parse_ipv6(void *pos, void *end, struct pkt *p)
 	if ((void *)(ip6 + 1) > end)
 		return PARSE_TRUNCATED_L3;
 
-	__builtin_memcpy(p->key.src_addr, ip6->saddr, 16);
-	__builtin_memcpy(p->key.dst_addr, ip6->daddr, 16);
+	__builtin_memcpy(p->key->src_addr, ip6->saddr, 16);
+	__builtin_memcpy(p->key->dst_addr, ip6->daddr, 16);
 	/* Traffic class straddles the first two bytes; DSCP is its top 6 bits. */
 	p->dscp = ((ip6->vtc_flow[0] & 0x0F) << 2) | (ip6->vtc_flow[1] >> 6);
 	nexthdr = ip6->nexthdr;
@@ -254,30 +259,30 @@ static __always_inline int parse_ipv6(void *pos, void *end, struct pkt *p)
 			off += sizeof(*frag);
 			p->off.payload = off;
 			if (bpf_ntohs(frag->frag_off) & IPV6_FRAG_OFFSET_MASK) {
-				p->key.proto = nexthdr;
+				p->key->proto = nexthdr;
 				p->flags |= PARSE_F_FRAGMENT;
 				return PARSE_OK;
 			}
 			continue;
 		}
 		}
-		p->key.proto = nexthdr;
+		p->key->proto = nexthdr;
 		return parse_l4(pos, end, p->off.payload, nexthdr, p);
 	}
 	/* Still inside the extension chain: count the flow under its L3 key,
 	 * with the header we stopped at as protocol. */
-	p->key.proto = nexthdr;
+	p->key->proto = nexthdr;
 	p->flags |= PARSE_F_EXT_DEPTH;
 	return PARSE_OK;
 
 truncated:
-	p->key.proto = nexthdr;
+	p->key->proto = nexthdr;
 	return PARSE_TRUNCATED_L3;
 }
 
 /* parse_packet fills p (but key.ifindex, key.direction, len and result)
  * from the frame at data..end. p must be zeroed by the caller, but for what
- * it knows of a VLAN tag held in the skb's metadata (p->key.vlan_id,
+ * it knows of a VLAN tag held in the skb's metadata (p->key->vlan_id,
  * p->vlan_tags and p->vlan_meta, see pkt_init). */
 static __always_inline int parse_packet(void *data, void *end, struct pkt *p)
 {
@@ -288,8 +293,8 @@ static __always_inline int parse_packet(void *data, void *end, struct pkt *p)
 
 	if ((void *)(eth + 1) > end)
 		return PARSE_TRUNCATED_L2;
-	__builtin_memcpy(p->key.src_mac, eth->src, ETH_ALEN);
-	__builtin_memcpy(p->key.dst_mac, eth->dst, ETH_ALEN);
+	__builtin_memcpy(p->key->src_mac, eth->src, ETH_ALEN);
+	__builtin_memcpy(p->key->dst_mac, eth->dst, ETH_ALEN);
 	proto = eth->proto;
 	pos = eth + 1;
 
@@ -310,13 +315,13 @@ static __always_inline int parse_packet(void *data, void *end, struct pkt *p)
 			return PARSE_TRUNCATED_L2;
 		}
 		if (p->vlan_tags == 0)
-			p->key.vlan_id = bpf_ntohs(vlan->tci) & VLAN_VID_MASK;
+			p->key->vlan_id = bpf_ntohs(vlan->tci) & VLAN_VID_MASK;
 		p->vlan_tags++;
 		proto = vlan->proto;
 		pos = vlan + 1;
 		l2 += sizeof(*vlan);
 	}
-	p->key.eth_type = bpf_ntohs(proto);
+	p->key->eth_type = bpf_ntohs(proto);
 	p->off.l3 = l2;
 	p->off.payload = l2;
 

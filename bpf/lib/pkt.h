@@ -22,15 +22,17 @@
  * area: Ethernet, two VLAN tags, IPv6 with extension headers, TCP. */
 #define PULL_LEN 256
 
-/* pkt_init zeroes p and enters what the kernel already took out of the
+/* pkt_init zeroes key and p, points p at key, and enters what the kernel already took out of the
  * frame: the outermost VLAN tag, which the stack moves into the skb's
  * metadata before TC ingress (skb_vlan_untag), and which a VLAN device with
  * transmit offload leaves there on egress. */
-static __always_inline void pkt_init(struct __sk_buff *skb, struct pkt *p)
+static __always_inline void pkt_init(struct __sk_buff *skb, struct flow_key *key, struct pkt *p)
 {
+	__builtin_memset(key, 0, sizeof(*key));
 	__builtin_memset(p, 0, sizeof(*p));
+	p->key = key;
 	if (skb->vlan_present) {
-		p->key.vlan_id = skb->vlan_tci & VLAN_VID_MASK;
+		p->key->vlan_id = skb->vlan_tci & VLAN_VID_MASK;
 		p->vlan_tags = 1;
 		p->vlan_meta = 1;
 	}
@@ -78,7 +80,7 @@ static __always_inline void count_anomalies(const struct pkt *p)
  * hook sees"). */
 static __always_inline void pkt_len_of(struct __sk_buff *skb, struct pkt *p)
 {
-	__u32 tag = p->key.direction == DIRECTION_INGRESS && p->vlan_meta ? VLAN_HLEN : 0;
+	__u32 tag = p->key->direction == DIRECTION_INGRESS && p->vlan_meta ? VLAN_HLEN : 0;
 	__u32 len = skb->len;
 	__u32 segs = skb->gso_segs;
 
@@ -97,15 +99,17 @@ static __always_inline void pkt_len_of(struct __sk_buff *skb, struct pkt *p)
 	p->len.wire_bytes = p->len.bytes + (__u64)(segs - 1) * (p->off.payload + tag);
 }
 
-/* pkt_parse fills p from skb at the hook of the given direction: the one
- * parse of the packet, whatever the capabilities. Whatever p->result says,
- * p holds what could be read, and the packet's anomalies are counted. */
-static __always_inline void pkt_parse(struct __sk_buff *skb, __u8 direction, struct pkt *p)
+/* pkt_parse fills p, and key through it, from skb at the hook of the given
+ * direction: the one parse of the packet, whatever the capabilities.
+ * Whatever p->result says, p holds what could be read, and the packet's
+ * anomalies are counted. */
+static __always_inline void pkt_parse(struct __sk_buff *skb, __u8 direction, struct flow_key *key,
+				      struct pkt *p)
 {
 	void *data = (void *)(long)skb->data;
 	void *end = (void *)(long)skb->data_end;
 
-	pkt_init(skb, p);
+	pkt_init(skb, key, p);
 	p->result = parse_packet(data, end, p);
 	if (p->result != PARSE_OK && skb->len > (__u32)(end - data)) {
 		/* The headers run past the linear area: pull them in and parse
@@ -115,15 +119,15 @@ static __always_inline void pkt_parse(struct __sk_buff *skb, __u8 direction, str
 
 		counter_inc(COUNTER_PULLED);
 		if (bpf_skb_pull_data(skb, want) == 0) {
-			pkt_init(skb, p);
+			pkt_init(skb, key, p);
 			data = (void *)(long)skb->data;
 			end = (void *)(long)skb->data_end;
 			p->result = parse_packet(data, end, p);
 		}
 	}
 	count_anomalies(p);
-	p->key.ifindex = skb->ifindex;
-	p->key.direction = direction;
+	p->key->ifindex = skb->ifindex;
+	p->key->direction = direction;
 	pkt_len_of(skb, p);
 }
 
