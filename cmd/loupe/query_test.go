@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"loupe/internal/capability/flows/query"
 	"loupe/internal/flow"
 	"loupe/internal/store"
 	"loupe/internal/testutil"
@@ -248,40 +249,12 @@ func TestFlowsNonIPRows(t *testing.T) {
 	}
 }
 
-// TestFlowsTableVLAN: a VLAN column only when a row has a VLAN ID.
+// TestFlowsTableVLAN: through the store, which keeps the VLAN, the VLAN
+// column sorts (the column itself: internal/capability/flows/query).
 func TestFlowsTableVLAN(t *testing.T) {
 	r := rec("10.0.0.1", "10.0.0.2", 1000, 80, 6, 500, time.Minute)
 	tagged := r
 	tagged.VlanID = 100
-	for _, c := range []struct {
-		recs []flow.Record
-		want []string
-	}{
-		{[]flow.Record{r, r}, nil},
-		{[]flow.Record{r, tagged}, []string{"", "100"}},
-	} {
-		var b strings.Builder
-		ft := newFlowTable(&b, format{}, false, false)
-		for i := range c.recs {
-			ft.add(&c.recs[i])
-		}
-		if err := ft.flush(); err != nil {
-			t.Fatal(err)
-		}
-		lines := strings.Split(b.String(), "\n")
-		has := strings.Contains(lines[0], "VLAN")
-		if has != (c.want != nil) {
-			t.Fatalf("VLAN column %v:\n%s", has, b.String())
-		}
-		if has {
-			at := strings.Index(lines[0], "VLAN") + len("VLAN") // right-aligned
-			for i, w := range c.want {
-				if cell := strings.TrimSpace(lines[1+i][at-4 : at]); cell != w {
-					t.Errorf("row %d VLAN %q, want %q:\n%s", i, cell, w, b.String())
-				}
-			}
-		}
-	}
 	// Through the store, where it keeps the VLAN.
 	dir := writeRecords(t, 2, []flow.Record{r, tagged})
 	_, out, _ := run(t, "flows", "--store", dir, "--json")
@@ -333,7 +306,7 @@ func TestFlowsFollow(t *testing.T) {
 				args = append(args, "--json")
 			}
 			done := make(chan error, 1)
-			go func() { done <- flows(ctx, args, &out, &errOut) }()
+			go func() { done <- query.Flows(ctx, args, &out, &errOut) }()
 			printed := func() []int {
 				var got []int
 				if asJSON {
@@ -363,7 +336,7 @@ func TestFlowsFollow(t *testing.T) {
 					time.Sleep(10 * time.Millisecond)
 				}
 			}
-			time.Sleep(2 * followPoll) // it has read the first manifest
+			time.Sleep(2 * query.FollowPoll) // it has read the first manifest
 			var want []int
 			for b := range 6 {
 				first := 1000 + 100*b
@@ -378,7 +351,7 @@ func TestFlowsFollow(t *testing.T) {
 				}
 				waitFor(len(want))
 			}
-			time.Sleep(2 * followPoll) // more would be duplicates
+			time.Sleep(2 * query.FollowPoll) // more would be duplicates
 			cancel()
 			if err := <-done; err != nil {
 				t.Fatal(err)

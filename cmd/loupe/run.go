@@ -14,13 +14,14 @@ import (
 	"golang.org/x/sys/unix"
 
 	"loupe/internal/agent"
+	"loupe/internal/cli"
 	"loupe/internal/config"
 )
 
 func runCmd(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("run", "[--config FILE] [flags]", stdout, stderr)
+	fs := cli.NewFlagSet("run", "[--config FILE] [flags]", stdout, stderr)
 	flags := config.BindFlags(fs)
-	if err := parse(fs, args, stdout); err != nil {
+	if err := cli.Parse(fs, args, stdout); err != nil {
 		return err
 	}
 	cfg, err := config.Load(flags, os.Environ())

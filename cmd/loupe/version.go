@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+
+	"loupe/internal/cli"
 )
 
 // The build scripts (scripts/build.sh) stamp these at link time:
@@ -66,8 +68,8 @@ func describe(st buildStamp, bi *debug.BuildInfo) string {
 }
 
 func versionCmd(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("version", "", stdout, stderr)
-	if err := parse(fs, args, stdout); err != nil {
+	fs := cli.NewFlagSet("version", "", stdout, stderr)
+	if err := cli.Parse(fs, args, stdout); err != nil {
 		return err
 	}
 	fmt.Fprintln(stdout, version())

@@ -1,4 +1,4 @@
-package main
+package query
 
 import (
 	"bufio"
@@ -11,8 +11,8 @@ import (
 	"loupe/internal/store"
 )
 
-// followPoll is how often --follow reads the store's manifest.
-const followPoll = 250 * time.Millisecond
+// FollowPoll is how often --follow reads the store's manifest.
+const FollowPoll = 250 * time.Millisecond
 
 // followFlows prints the records the writer stores from now on, table rows
 // or JSON lines, flushing after each batch, until ctx is done (Ctrl-C).
@@ -45,7 +45,7 @@ func followFlows(ctx context.Context, rd *store.Reader, q store.Query, o flowsOp
 			fmt.Fprintf(stderr, "warning: skipped %v\n", e)
 		},
 	}
-	return rd.Follow(ctx, q, followPoll, ev, func(r *flow.Record) error {
+	return rd.Follow(ctx, q, FollowPoll, ev, func(r *flow.Record) error {
 		if tab != nil {
 			tab.add(r)
 			return nil

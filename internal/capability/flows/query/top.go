@@ -1,4 +1,4 @@
-package main
+package query
 
 import (
 	"bufio"
@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"loupe/internal/cli"
 	"loupe/internal/flow"
 	"loupe/internal/store"
 )
@@ -18,7 +19,7 @@ const topSynopsis = "[--by src|dst|pair|port|src-port|dst-port] [-n N] [--since 
 
 func topCmd(args []string, stdout, stderr io.Writer) error {
 	ctx := context.Background()
-	fs := newFlagSet("top", topSynopsis, stdout, stderr)
+	fs := cli.NewFlagSet("top", topSynopsis, stdout, stderr)
 	var q queryFlags
 	q.bind(fs)
 	by := fs.String("by", "src", "group by `WHAT`: src, dst, pair (addresses); port (the service port: the port of the side that "+
@@ -26,7 +27,7 @@ func topCmd(args []string, stdout, stderr io.Writer) error {
 	n := fs.Int("n", 10, "how many rows")
 	asJSON := fs.Bool("json", false, "print one JSON object per row, with named fields")
 	raw := fs.Bool("raw", false, "exact numbers: bytes in bytes")
-	if err := parse(fs, args, stdout); err != nil {
+	if err := cli.Parse(fs, args, stdout); err != nil {
 		return err
 	}
 	group, err := store.ParseGroupBy(*by)

@@ -1,4 +1,4 @@
-package main
+package query
 
 import (
 	"bufio"
@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"loupe/internal/cli"
 	"loupe/internal/flow"
 	"loupe/internal/store"
 )
@@ -34,7 +35,7 @@ type flowsOptions struct {
 }
 
 func flows(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("flows", flowsSynopsis, stdout, stderr)
+	fs := cli.NewFlagSet("flows", flowsSynopsis, stdout, stderr)
 	var q queryFlags
 	q.bind(fs)
 	var o flowsOptions
@@ -44,7 +45,7 @@ func flows(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.limit, "limit", defaultLimit, "print at most this many records, 0 for all (--json: all unless given)")
 	fs.BoolVar(&o.raw, "raw", false, "exact numbers: bytes in bytes, times in RFC 3339 UTC with nanoseconds")
 	fs.BoolVar(&o.follow, "follow", false, "print the records the agent writes from now on, as it writes them, until interrupted (Ctrl-C)")
-	if err := parse(fs, args, stdout); err != nil {
+	if err := cli.Parse(fs, args, stdout); err != nil {
 		return err
 	}
 	if o.limit < 0 {
