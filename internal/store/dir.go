@@ -10,7 +10,8 @@ package store
 // O_EXCL under unpredictable temporary names, and the lock file, the one
 // file opened for writing without O_EXCL, must be a regular file with a
 // single link. A planted symlink or hard link therefore never turns a write
-// of the agent into a write somewhere else.
+// of the agent into a write somewhere else. The descriptor mechanics live in
+// internal/safedir; what a store may hold and delete is decided here.
 
 import (
 	"crypto/rand"
@@ -20,11 +21,12 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"loupe/internal/safedir"
 )
 
 // Modes of what the store creates: flow records are private to the agent's
@@ -37,8 +39,7 @@ const (
 // storeDir is an open store directory.
 type storeDir struct {
 	path string
-	f    *os.File
-	fd   int
+	d    *safedir.Dir
 }
 
 // openDir opens path, which must be a directory. The last component may be
@@ -46,45 +47,29 @@ type storeDir struct {
 // kernel's protected_symlinks guards the sticky /tmp case, and the checks
 // that follow are made on the directory actually opened.
 func openDir(path string) (*storeDir, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	d, err := safedir.Open(path)
 	if err != nil {
-		if errors.Is(err, unix.ENOTDIR) {
-			return nil, fmt.Errorf("%s is not a directory", path)
-		}
-		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+		return nil, err
 	}
-	return &storeDir{path: path, f: os.NewFile(uintptr(fd), path), fd: fd}, nil
+	return &storeDir{path: path, d: d}, nil
 }
 
-func (d *storeDir) close() { d.f.Close() }
+func (d *storeDir) close() { d.d.Close() }
 
-func (d *storeDir) join(name string) string { return filepath.Join(d.path, name) }
+func (d *storeDir) join(name string) string { return d.d.Join(name) }
 
-func (d *storeDir) stat() (unix.Stat_t, error) {
-	var st unix.Stat_t
-	if err := unix.Fstat(d.fd, &st); err != nil {
-		return st, &fs.PathError{Op: "stat", Path: d.path, Err: err}
-	}
-	return st, nil
-}
+func (d *storeDir) stat() (unix.Stat_t, error) { return d.d.Stat() }
 
 // openFile opens name in the directory without following a symlink.
 // O_NONBLOCK keeps a FIFO planted under a store name from blocking the
 // open; the caller checks that it got a regular file.
 func (d *storeDir) openFile(name string, flag int, perm uint32) (*os.File, error) {
-	fd, err := unix.Openat(d.fd, name, flag|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, perm)
-	if err != nil {
-		if errors.Is(err, unix.ELOOP) {
-			err = errSymlink
-		}
-		return nil, &fs.PathError{Op: "open", Path: d.join(name), Err: err}
+	f, err := d.d.OpenFile(name, flag, perm)
+	var pe *fs.PathError
+	if errors.As(err, &pe) && errors.Is(pe.Err, safedir.ErrSymlink) {
+		pe.Err = errSymlink // the store's own wording
 	}
-	// Back to blocking mode for the reads and writes that follow.
-	if err := unix.SetNonblock(fd, false); err != nil {
-		unix.Close(fd)
-		return nil, &fs.PathError{Op: "open", Path: d.join(name), Err: err}
-	}
-	return os.NewFile(uintptr(fd), d.join(name)), nil
+	return f, err
 }
 
 // errSymlink replaces ELOOP, whose text ("too many levels of symbolic
@@ -130,51 +115,27 @@ func (d *storeDir) create(name string) (*os.File, error) {
 	return d.openFile(name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, fileMode)
 }
 
-func (d *storeDir) rename(from, to string) error {
-	if err := unix.Renameat(d.fd, from, d.fd, to); err != nil {
-		return &os.LinkError{Op: "rename", Old: d.join(from), New: d.join(to), Err: err}
-	}
-	return nil
-}
+func (d *storeDir) rename(from, to string) error { return d.d.Rename(from, to) }
 
 // remove unlinks name (a symlink itself, never its target).
-func (d *storeDir) remove(name string) error {
-	if err := unix.Unlinkat(d.fd, name, 0); err != nil {
-		return &fs.PathError{Op: "remove", Path: d.join(name), Err: err}
-	}
-	return nil
-}
+func (d *storeDir) remove(name string) error { return d.d.Remove(name) }
 
 func (d *storeDir) sync() error {
-	if err := unix.Fsync(d.fd); err != nil {
+	if err := unix.Fsync(d.d.Fd()); err != nil {
 		return fmt.Errorf("fsync store directory: %w", err)
 	}
 	return nil
 }
 
 // lstat describes name without following a symlink.
-func (d *storeDir) lstat(name string) (unix.Stat_t, error) {
-	var st unix.Stat_t
-	if err := unix.Fstatat(d.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return st, &fs.PathError{Op: "stat", Path: d.join(name), Err: err}
-	}
-	return st, nil
-}
+func (d *storeDir) lstat(name string) (unix.Stat_t, error) { return d.d.Lstat(name) }
 
-// names lists the directory, sorted. It reads through a fresh open of "."
-// so that listings never share a file offset.
+// names lists the directory, sorted.
 func (d *storeDir) names() ([]string, error) {
-	fd, err := unix.Openat(d.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("list store directory: %w", &fs.PathError{Op: "open", Path: d.path, Err: err})
-	}
-	f := os.NewFile(uintptr(fd), d.path)
-	defer f.Close()
-	names, err := f.Readdirnames(-1)
+	names, err := d.d.Names()
 	if err != nil {
 		return nil, fmt.Errorf("list store directory: %w", err)
 	}
-	slices.Sort(names)
 	return names, nil
 }
 
@@ -309,21 +270,18 @@ var ErrNotStore = errors.New("not a Loupe flow store")
 // (and so plant links or files the writer would then follow, delete or
 // publish).
 func (d *storeDir) checkWritable() error {
-	st, err := d.stat()
-	if err != nil {
+	err := d.d.CheckPrivate()
+	var np *safedir.NotPrivateError
+	switch {
+	case !errors.As(err, &np):
 		return err
-	}
-	uid := uint32(os.Geteuid())
-	if st.Uid != uid {
+	case np.Foreign():
 		return fmt.Errorf("%s is owned by uid %d, not by the agent's uid %d: its owner could replace the agent's files; "+
-			"use a directory the agent's user owns (chown it, or choose another store.path)", d.path, st.Uid, uid)
-	}
-	perm := st.Mode & 0o7777
-	if perm&0o022 != 0 {
+			"use a directory the agent's user owns (chown it, or choose another store.path)", d.path, np.Owner, np.Euid)
+	default:
 		return fmt.Errorf("%s is writable by group or others (mode %04o): another user could replace the agent's files; "+
-			"chmod 0700 it, or choose another store.path", d.path, perm)
+			"chmod 0700 it, or choose another store.path", d.path, np.Perm)
 	}
-	return nil
 }
 
 // tightenDir takes away the group and world access an older version
@@ -334,7 +292,7 @@ func (d *storeDir) tightenDir(logf func(msg string, args ...any)) error {
 		return err
 	}
 	if perm := st.Mode & 0o7777; perm&0o077 != 0 {
-		if err := unix.Fchmod(d.fd, uint32(perm&^0o077)); err != nil {
+		if err := unix.Fchmod(d.d.Fd(), uint32(perm&^0o077)); err != nil {
 			return &fs.PathError{Op: "chmod", Path: d.path, Err: err}
 		}
 		logf("store directory was readable by other users; made it private to the agent's user",
