@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 
+	"loupe/internal/api/agentcmd"
 	"loupe/internal/capability/flows/query"
 	"loupe/internal/cli"
 )
@@ -22,6 +23,7 @@ func commands() []cli.Command {
 	cmds := []cli.Command{
 		{Name: "run", Summary: "run the agent: attach, account flows, write them to the store and sinks", Run: runCmd},
 	}
+	cmds = append(cmds, agentcmd.Commands()...)
 	cmds = append(cmds, query.Commands()...)
 	return append(cmds, cli.Command{Name: "version", Summary: "print the version", Run: versionCmd})
 }

@@ -56,7 +56,7 @@ func runAgent(cfg config.Config, log *slog.Logger) error {
 	defer cancel()
 	var sd agent.Shutdown
 	done := make(chan error, 1)
-	go func() { done <- agent.Run(ctx, cfg, log, &sd) }()
+	go func() { done <- agent.Run(ctx, cfg, log, &sd, version()) }()
 	for {
 		select {
 		case err := <-done:

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"loupe/internal/api"
 	"loupe/internal/attach"
 	"loupe/internal/capability"
 	"loupe/internal/capability/flows"
@@ -30,7 +31,8 @@ import (
 // each unit's last pass (the final eviction, which drains the ring buffer),
 // flush and close every output.
 // sd, if not nil, follows the shutdown for a caller that may give up on it.
-func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown) (err error) {
+// version is the build's, for the control API's status.
+func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown, version string) (err error) {
 	tables, err := tableKind(cfg.MapType)
 	if err != nil {
 		return err
@@ -43,6 +45,15 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown)
 	if err != nil {
 		return err
 	}
+
+	// Bound before anything is loaded: a socket another agent serves
+	// stops this one before it touches the kernel (a socket this user
+	// may not create, once the datapath has said what else is missing).
+	ctl, err := listenControl(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer ctl.close()
 
 	pinDir := cfg.PinDir
 	if pinDir == config.None {
@@ -71,6 +82,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown)
 			dp.Unpin()
 		}
 	}()
+	if err := ctl.pending(); err != nil {
+		return err
+	}
 	if total, tbl, err := dp.MemoryBytes(); err == nil {
 		log.Info("datapath loaded", "component", "datapath", "tables", tables, "flow_budget", cfg.FlowBudget,
 			"cpus", dp.CPUs(), "capabilities", strings.Join(unitNames(units), ","),
@@ -110,6 +124,12 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown)
 		opened = append(opened, u)
 	}
 	sd.update(func(s *Shutdown) { s.queues = flowUnit.Queues() })
+	if err := ctl.serve(version, units, dp, mgr); err != nil {
+		return err
+	}
+	// A failed start stops the API before the units close: the status
+	// reads them.
+	defer ctl.close()
 
 	var srv *http.Server
 	if cfg.Listen != config.None {
@@ -145,6 +165,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown)
 		go func() { unitDone[i] <- u.Run(unitCtx) }()
 	}
 	running = true
+	ctl.setState(api.StateRunning)
 	log.Info("loupe running", "interfaces", mgr.Stats().Attached, "mode", mgr.Stats().Mode,
 		"cache_active_timeout", cfg.CacheActiveTimeout, "sinks", flowUnit.SinkNames())
 
@@ -158,6 +179,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown)
 		mgrStopped = true
 		log.Error("interface manager stopped", "err", runErr)
 	}
+	ctl.setState(api.StateStopping)
 
 	// Order matters: detach first so no new packet is counted, then each
 	// unit's last pass (the flows unit's final eviction: its table swap
@@ -179,6 +201,8 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown)
 		}
 	}
 	sd.update(func(s *Shutdown) { s.evicted = true })
+	// Before unpinning, which changes what the status reads.
+	ctl.close()
 	unpin(dp, flowsErr, log)
 	return runErr
 }

@@ -458,3 +458,17 @@ func (m *Manager) Stats() Stats {
 		Resyncs:  m.resyncs.Load(),
 	}
 }
+
+// Attached returns the names of the interfaces attached now, sorted.
+func (m *Manager) Attached() []string {
+	m.mu.Lock()
+	names := make([]string, 0, m.attached)
+	for _, a := range m.links {
+		if a.closer != nil {
+			names = append(names, a.name)
+		}
+	}
+	m.mu.Unlock()
+	slices.Sort(names)
+	return names
+}

@@ -29,6 +29,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"loupe/internal/api"
 	"loupe/internal/datapath"
 )
 
@@ -54,6 +55,16 @@ type Unit interface {
 	Collectors() []prometheus.Collector
 	// Status is the unit's part of the agent's status.
 	Status() Status
+}
+
+// RouteProvider is implemented by a unit that serves routes on the agent's
+// control API (internal/api): a capture stream, changes to its triggers.
+// It is optional, found by a type assertion, so that a unit without routes
+// declares nothing. Routes is called once, after Open; each route's
+// Access says what it gives away (api.Read, api.Payload, api.Write), and
+// the server enforces it.
+type RouteProvider interface {
+	Routes() []api.Route
 }
 
 // Host is what the agent gives every unit.

@@ -15,7 +15,8 @@
 // # Who owns a key
 //
 // This package owns the agent's own keys (interfaces, store, listen,
-// logging...) and the layering. Each exporter package owns its section:
+// logging...) and the layering. Each exporter package owns its section,
+// as the control API's package owns the control section (api.Config):
 // the struct with its tags (ipfix.Config, kafka.Config, otlp.Config,
 // delivery.Config, promflow.Config, and tlsconf.Config inside Kafka's and
 // OTLP's), its defaults, the check of each key (a CheckKey(key) method) and
@@ -55,6 +56,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"loupe/internal/api"
 	"loupe/internal/config/check"
 	"loupe/internal/export/promflow"
 	"loupe/internal/export/targets"
@@ -87,6 +89,8 @@ type Config struct {
 	PinDir             string        `yaml:"pin_dir" env:"LOUPE_PIN_DIR" flag:"pin-dir" help:"directory on a bpf file system where programs' links and maps are pinned, so that counting goes on across restarts; none to disable"`
 	Store              Store         `yaml:"store"`
 	Listen             string        `yaml:"listen" env:"LOUPE_LISTEN" flag:"listen" help:"HTTP listen address host:port, or none to disable"`
+	// Control is the control API's section, owned by the api package.
+	Control api.Config `yaml:"control"`
 	// Exporters are export, delivery, ipfix, kafka and otlp, owned by the
 	// exporter packages.
 	targets.Exporters `yaml:",inline"`
@@ -118,6 +122,7 @@ func Default() Config {
 			MaxSize:   0, // no limit
 		},
 		Listen:     "127.0.0.1:9464",
+		Control:    api.DefaultConfig(),
 		Exporters:  targets.Default(),
 		Prometheus: promflow.DefaultConfig(),
 		LogLevel:   "info",

@@ -15,6 +15,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"loupe/internal/api"
 	"loupe/internal/config/check"
 	"loupe/internal/export/delivery"
 	"loupe/internal/export/ipfix"
@@ -92,6 +93,7 @@ func TestDefault(t *testing.T) {
 		PinDir:             "/sys/fs/bpf/loupe",
 		Store:              Store{Path: "/var/lib/loupe/flows", Retention: 24 * time.Hour},
 		Listen:             "127.0.0.1:9464",
+		Control:            api.Config{Socket: "/run/loupe/loupe.sock", Listen: "none"},
 		Exporters: targets.Exporters{
 			Delivery: delivery.Config{QueueSize: 65536, BatchSize: 4096, MaxLinger: time.Second,
 				RetryMax: 30 * time.Second, ShutdownTimeout: 5 * time.Second},
@@ -161,6 +163,9 @@ func keyCases() []keyCase {
 		{"store.retention", "2h30m", func(c *Config) { c.Store.Retention = 150 * time.Minute }},
 		{"store.max_size", "512MiB", func(c *Config) { c.Store.MaxSize = 512 << 20 }},
 		{"listen", "[::1]:9000", func(c *Config) { c.Listen = "[::1]:9000" }},
+		{"control.socket", "/run/loupe-b/api.sock", func(c *Config) { c.Control.Socket = "/run/loupe-b/api.sock" }},
+		{"control.listen", "127.0.0.1:9465", func(c *Config) { c.Control.Listen = "127.0.0.1:9465" }},
+		{"control.token_file", "/etc/loupe/token", func(c *Config) { c.Control.TokenFile = "/etc/loupe/token" }},
 		{"export", "json:/var/log/flows.json,json:-", func(c *Config) { c.Export = []string{"json:/var/log/flows.json", "json:-"} }},
 		{"delivery.queue_size", "1000", func(c *Config) { c.Delivery.QueueSize = 1000 }},
 		{"delivery.batch_size", "100", func(c *Config) { c.Delivery.BatchSize = 100 }},
@@ -511,5 +516,57 @@ func TestExportListKeepsKafkaBrokerLists(t *testing.T) {
 	c, _, err = run(t, "", nil, "--iface", "eth*,veth*")
 	if err != nil || !slices.Equal(c.Interfaces, []string{"eth*", "veth*"}) {
 		t.Errorf("iface %q, %v", c.Interfaces, err)
+	}
+}
+
+// TestControlSection checks the control API's keys: their names in each
+// layer, none for the socket, and that listen may be set without
+// token_file here (the agent refuses it at start, naming the key).
+func TestControlSection(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		yaml string
+		env  []string
+		args []string
+		want api.Config
+	}{
+		{"file", "control:\n  socket: /srv/l.sock\n  listen: 127.0.0.1:0\n  token_file: /etc/t\n", nil, nil,
+			api.Config{Socket: "/srv/l.sock", Listen: "127.0.0.1:0", TokenFile: "/etc/t"}},
+		{"env", "", []string{"LOUPE_CONTROL_SOCKET=none", "LOUPE_CONTROL_LISTEN=[::1]:9465", "LOUPE_CONTROL_TOKEN_FILE=/etc/t"}, nil,
+			api.Config{Socket: "none", Listen: "[::1]:9465", TokenFile: "/etc/t"}},
+		{"flags", "control:\n  socket: /srv/l.sock\n", nil, []string{"--control", "none", "--control-listen", "127.0.0.1:9465", "--control-token-file", "/t"},
+			api.Config{Socket: "none", Listen: "127.0.0.1:9465", TokenFile: "/t"}},
+		{"listen alone", "", []string{"LOUPE_CONTROL_LISTEN=127.0.0.1:9465"}, nil,
+			api.Config{Socket: "/run/loupe/loupe.sock", Listen: "127.0.0.1:9465"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _, err := run(t, tc.yaml, tc.env, tc.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Control != tc.want {
+				t.Fatalf("control = %+v, want %+v", c.Control, tc.want)
+			}
+		})
+	}
+	_, path, err := run(t, "control:\n  sockets: /x\n", nil)
+	checkErr(t, "file", err, "config file "+path+": line 2: unknown key \"control.sockets\"")
+
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	var out bytes.Buffer
+	fs.SetOutput(&out)
+	BindFlags(fs)
+	fs.PrintDefaults()
+	for _, want := range []string{
+		"-control path\n", "(control.socket, LOUPE_CONTROL_SOCKET) (default \"/run/loupe/loupe.sock\")",
+		"-control-listen string\n", "(control.listen, LOUPE_CONTROL_LISTEN) (default \"none\")",
+		"-control-token-file file\n", "(control.token_file, LOUPE_CONTROL_TOKEN_FILE)",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("help lacks %q", want)
+		}
+	}
+	if s := Default().String(); !strings.Contains(s, "control:\n  socket: /run/loupe/loupe.sock\n  listen: none\n  token_file: \"\"\n") {
+		t.Errorf("Default().String() lacks the control section:\n%s", s)
 	}
 }

@@ -40,8 +40,15 @@ type NS struct {
 // deletes it (and with it every interface inside) whatever happens.
 func NewNS(t testing.TB) *NS {
 	t.Helper()
+	return NewNSPrefix(t, "loupe-")
+}
+
+// NewNSPrefix is NewNS with a name that starts with prefix, for a test
+// whose namespaces must be told apart from the others'.
+func NewNSPrefix(t testing.TB, prefix string) *NS {
+	t.Helper()
 	RequirePrivileged(t)
-	ns := &NS{Name: UniqueName("loupe-")}
+	ns := &NS{Name: UniqueName(prefix)}
 	IP(t, "netns", "add", ns.Name)
 	t.Cleanup(func() {
 		if out, err := exec.Command("ip", "netns", "del", ns.Name).CombinedOutput(); err != nil {

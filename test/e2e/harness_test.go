@@ -55,6 +55,7 @@ type agent struct {
 	cmd     *exec.Cmd
 	dir     string // store, exports, logs
 	listen  string
+	control string // the control socket, "" if the build has none
 	logs    *testutil.Buffer
 	done    chan error
 	stopped bool
@@ -77,6 +78,9 @@ type agentOpts struct {
 	env []string
 	// noPinFlag leaves --pin-dir out, for a build from before it existed.
 	noPinFlag bool
+	// noControlFlag leaves --control out, for a build from before the
+	// control API.
+	noControlFlag bool
 }
 
 // startAgent runs the agent in ns with its store and a JSON export under a
@@ -107,6 +111,13 @@ func startAgent(t *testing.T, ns *testutil.NS, o agentOpts) *agent {
 		"--listen", a.listen,
 		"--log-level", "debug",
 	}, o.args...)
+	if !o.noControlFlag {
+		// Each agent its own socket, beside its store: agents of
+		// different tests never meet at the default path, and the
+		// unprivileged ones can create it.
+		a.control = filepath.Join(dir, "loupe.sock")
+		args = append(args[:1:1], append([]string{"--control", a.control}, args[1:]...)...)
+	}
 	if !o.noPinFlag {
 		args = append(args[:1:1], append([]string{"--pin-dir", pinDir}, args[1:]...)...)
 	}

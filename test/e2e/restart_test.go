@@ -438,7 +438,7 @@ func TestKillLossMeasured(t *testing.T) {
 	help, _ := exec.Command(bin, "run", "--help").CombinedOutput()
 	pinned := strings.Contains(string(help), "-pin-dir")
 	p := newPair(t)
-	o := agentOpts{bin: bin, noPinFlag: !pinned, args: []string{"--cache-active-timeout", "2s", "--log-level", "info"}}
+	o := agentOpts{bin: bin, noPinFlag: !pinned, noControlFlag: !strings.Contains(string(help), "-control"), args: []string{"--cache-active-timeout", "2s", "--log-level", "info"}}
 	var pins string
 	if pinned {
 		pins = filepath.Join(testutil.Bpffs(t), "loupe")
