@@ -29,6 +29,7 @@
 #include "counters.h"
 #include "pkt.h"
 
+#include "capture/capture.h"
 #include "flows/flows.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
@@ -38,33 +39,71 @@ char __license[] SEC("license") = "Dual BSD/GPL";
 /* Which capabilities run, set from Go before load (volatile const: folded by
  * the verifier, so what is off is not even in the loaded program). */
 volatile const __u8 cfg_cap_flows = 1;
+volatile const __u8 cfg_cap_capture = 0;
 
 /* BTF only describes types that globals, maps and function signatures
  * reach; this pointer (in .bss, never used) makes the counter enum visible
  * to bpf2go -type. */
 const enum counter *unused_counter __attribute__((unused));
+const enum capture_counter *unused_capture_counter __attribute__((unused));
+const struct capture_event *unused_capture_event __attribute__((unused));
+const struct capture_pkt *unused_capture_pkt __attribute__((unused));
 
-static __always_inline int hook(struct __sk_buff *skb, __u8 direction)
+/* The capabilities a build of the entry program contains (compile time). */
+#define CAP_FLOWS (1 << 0)
+#define CAP_CAPTURE (1 << 1)
+#define CAP_ALL (CAP_FLOWS | CAP_CAPTURE)
+
+/* hook runs the capabilities of build that are switched on. */
+static __always_inline int hook(struct __sk_buff *skb, __u8 direction, const __u32 build)
 {
+	const int flows = (build & CAP_FLOWS) && cfg_cap_flows;
+	const int capture = (build & CAP_CAPTURE) && cfg_cap_capture;
 	struct flow_key key;
 	struct pkt p;
 
-	if (!cfg_cap_flows)
+	if (!(flows | capture))
 		return TCX_NEXT_ACTION;
 	pkt_parse(skb, direction, &key, &p);
-	if (cfg_cap_flows)
+	if (flows)
 		flows_observe(&p);
+	/* Capture last: it is a function of its own (capture.h), and after a
+	 * call the verifier takes the memory handed to it for clobbered, p
+	 * included. */
+	if (capture)
+		capture_observe(skb, &p, &key);
 	return TCX_NEXT_ACTION;
 }
+
+/* Two builds of the same entry program. The verifier removes a switched-off
+ * capability's code, but the compiler, which cannot know the switches,
+ * shapes the code that stays around the code that goes: with the capture
+ * code present, the shared parse keeps what capture would need across
+ * helper calls on the stack, and flows alone paid for it (docs/
+ * architecture.md). So flows alone, what most hosts run, is a build of its
+ * own; every other combination runs the build with every capability, each
+ * switched at load. userspace attaches one of the two (datapath.Load). */
 
 SEC("tc")
 int loupe_ingress(struct __sk_buff *skb)
 {
-	return hook(skb, DIRECTION_INGRESS);
+	return hook(skb, DIRECTION_INGRESS, CAP_ALL);
 }
 
 SEC("tc")
 int loupe_egress(struct __sk_buff *skb)
 {
-	return hook(skb, DIRECTION_EGRESS);
+	return hook(skb, DIRECTION_EGRESS, CAP_ALL);
+}
+
+SEC("tc")
+int loupe_flows_ingress(struct __sk_buff *skb)
+{
+	return hook(skb, DIRECTION_INGRESS, CAP_FLOWS);
+}
+
+SEC("tc")
+int loupe_flows_egress(struct __sk_buff *skb)
+{
+	return hook(skb, DIRECTION_EGRESS, CAP_FLOWS);
 }

@@ -1,6 +1,10 @@
 package datapath
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/cilium/ebpf"
+)
 
 // Counter is one of the datapath's failure and anomaly counters.
 type Counter struct {
@@ -30,10 +34,16 @@ var counterNames = [loupeCounterCOUNTER_MAX]string{
 
 // Counters reads and sums the per-CPU datapath counters.
 func (d *Datapath) Counters() ([]Counter, error) {
-	out := make([]Counter, len(counterNames))
+	return d.sumCounters(d.objs.Counters, counterNames[:])
+}
+
+// sumCounters reads a per-CPU array of counters named by names, summing
+// each over the CPUs.
+func (d *Datapath) sumCounters(m *ebpf.Map, names []string) ([]Counter, error) {
+	out := make([]Counter, len(names))
 	perCPU := make([]uint64, d.ncpu)
-	for i, name := range counterNames {
-		if err := d.objs.Counters.Lookup(uint32(i), &perCPU); err != nil {
+	for i, name := range names {
+		if err := m.Lookup(uint32(i), &perCPU); err != nil {
 			return nil, fmt.Errorf("read counter %s: %w", name, err)
 		}
 		var sum uint64

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -76,7 +77,10 @@ type Options struct {
 	// Every other one is compiled out at load and costs nothing per
 	// packet; with none, the programs return at once ("hooks only").
 	Capabilities []string
-	Logger       *slog.Logger
+	// Capture sizes the capture capability's maps (zero value: the
+	// defaults), used when "capture" is among Capabilities.
+	Capture CaptureSizes
+	Logger  *slog.Logger
 }
 
 // Datapath is the loaded flow program and its maps.
@@ -104,6 +108,10 @@ type Datapath struct {
 	// the kernel wait for an RCU grace period (maybe_wait_bpf_programs),
 	// which is how a swap waits out the programs still running.
 	grace, graceInner *ebpf.Map
+
+	// captureSel is the capture config slot in force (SetCaptureConfig).
+	captureMu  sync.Mutex
+	captureSel uint32
 
 	// Reused across evictions so that draining does not allocate.
 	keys  []loupeFlowKey
@@ -146,6 +154,18 @@ func Load(opts Options) (*Datapath, error) {
 		return nil, fmt.Errorf("set table kind: %w", err)
 	}
 	if err := switchCapabilities(spec, opts.Capabilities); err != nil {
+		return nil, err
+	}
+	if opts.Capture == (CaptureSizes{}) {
+		opts.Capture = DefaultCaptureSizes()
+	}
+	if slices.Contains(opts.Capabilities, "capture") {
+		if err := sizeCapture(spec, opts.Capture, ncpu); err != nil {
+			return nil, err
+		}
+	} else if err := sizeCapture(spec, CaptureSizes{Connections: 1, KeepSnap: 1}, ncpu); err != nil {
+		// Off: its maps are created all the same (the object names
+		// them), at their smallest.
 		return nil, err
 	}
 	layout, err := layoutName(spec, opts.Tables)
@@ -250,10 +270,27 @@ func boolByte(b bool) uint8 {
 }
 
 // Ingress and Egress are the programs to attach at each interface's hooks.
-func (d *Datapath) Ingress() *ebpf.Program { return d.objs.LoupeIngress }
+// Flows alone runs its own build of the entry programs (bpf/loupe.c: the
+// build with every capability would cost it stack traffic); any other set
+// runs the build with every capability, switched at load.
+func (d *Datapath) Ingress() *ebpf.Program {
+	if d.flowsOnly() {
+		return d.objs.LoupeFlowsIngress
+	}
+	return d.objs.LoupeIngress
+}
 
 // Egress is the program for the egress hook.
-func (d *Datapath) Egress() *ebpf.Program { return d.objs.LoupeEgress }
+func (d *Datapath) Egress() *ebpf.Program {
+	if d.flowsOnly() {
+		return d.objs.LoupeFlowsEgress
+	}
+	return d.objs.LoupeEgress
+}
+
+func (d *Datapath) flowsOnly() bool {
+	return slices.Equal(d.opts.Capabilities, []string{"flows"})
+}
 
 // Options returns the options the datapath was loaded with.
 func (d *Datapath) Options() Options { return d.opts }

@@ -291,11 +291,11 @@ func TestCapabilitySwitchedOffIsCompiledOut(t *testing.T) {
 	on := loadForTest(t, Options{FlowBudget: 16, RingBufSize: 1 << 16, Capabilities: []string{"flows"}})
 	off := loadForTest(t, Options{FlowBudget: 16, RingBufSize: 1 << 16, Capabilities: []string{}})
 	nOn, nOff := xlated(on), xlated(off)
-	// What is left with nothing on: the load of the switch (ld_imm64 of
-	// the constant's address, two slots, and the byte load, which the
-	// verifier keeps though it knows the value), mov -1, exit.
-	if nOff > 5 || nOn < 100 {
-		t.Fatalf("instructions: %d with flows, %d with nothing; want > 100 and <= 5", nOn, nOff)
+	// What is left with nothing on: the loads of the two switches (the
+	// verifier keeps them though it knows their values) and their or, the
+	// context's save, mov -1, exit: 9. No parse, no call.
+	if nOff > 9 || nOn < 100 {
+		t.Fatalf("instructions: %d with flows, %d with nothing; want > 100 and <= 9", nOn, nOff)
 	}
 	t.Logf("ingress program: %d instructions with flows, %d with every capability off", nOn, nOff)
 

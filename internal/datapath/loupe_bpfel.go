@@ -13,6 +13,138 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type loupeCaptureConfig struct {
+	_     structs.HostLayout
+	Codes struct {
+		_    structs.HostLayout
+		Bits [8]uint64
+	}
+	Nrules            uint32
+	MirrorIfindex     uint32
+	MaxTriggersPerSec uint32
+	Snaplen           uint32
+	Output            uint32
+	Rst               uint32
+	IdleNs            uint64
+	MaxAgeNs          uint64
+	Rules             [8]loupeCaptureRule
+}
+
+type loupeCaptureCounter uint32
+
+const (
+	loupeCaptureCounterCAPTURE_SEGMENTS_SCANNED      loupeCaptureCounter = 0
+	loupeCaptureCounterCAPTURE_BYTES_SCANNED         loupeCaptureCounter = 1
+	loupeCaptureCounterCAPTURE_STATUS_LINES          loupeCaptureCounter = 2
+	loupeCaptureCounterCAPTURE_SPLIT_STATUS_LINES    loupeCaptureCounter = 3
+	loupeCaptureCounterCAPTURE_TRIGGERS              loupeCaptureCounter = 4
+	loupeCaptureCounterCAPTURE_TRIGGERS_RATE_LIMITED loupeCaptureCounter = 5
+	loupeCaptureCounterCAPTURE_EVENTS_LOST           loupeCaptureCounter = 6
+	loupeCaptureCounterCAPTURE_NOT_SCANNED_PARSE     loupeCaptureCounter = 7
+	loupeCaptureCounterCAPTURE_NOT_SCANNED_LOAD      loupeCaptureCounter = 8
+	loupeCaptureCounterCAPTURE_NOT_SCANNED_TOO_LONG  loupeCaptureCounter = 9
+	loupeCaptureCounterCAPTURE_CONNS_NEW             loupeCaptureCounter = 10
+	loupeCaptureCounterCAPTURE_CONNS_NOT_ADMITTED    loupeCaptureCounter = 11
+	loupeCaptureCounterCAPTURE_CONNS_TABLE_FULL      loupeCaptureCounter = 12
+	loupeCaptureCounterCAPTURE_CONNS_EXPIRED         loupeCaptureCounter = 13
+	loupeCaptureCounterCAPTURE_KEPT                  loupeCaptureCounter = 14
+	loupeCaptureCounterCAPTURE_KEPT_FAILED           loupeCaptureCounter = 15
+	loupeCaptureCounterCAPTURE_KEPT_SENT             loupeCaptureCounter = 16
+	loupeCaptureCounterCAPTURE_KEPT_OVERWRITTEN      loupeCaptureCounter = 17
+	loupeCaptureCounterCAPTURE_PACKETS               loupeCaptureCounter = 18
+	loupeCaptureCounterCAPTURE_BYTES                 loupeCaptureCounter = 19
+	loupeCaptureCounterCAPTURE_PACKETS_LOST          loupeCaptureCounter = 20
+	loupeCaptureCounterCAPTURE_PACKETS_CUT           loupeCaptureCounter = 21
+	loupeCaptureCounterCAPTURE_MIRRORED              loupeCaptureCounter = 22
+	loupeCaptureCounterCAPTURE_MIRROR_ERRORS         loupeCaptureCounter = 23
+	loupeCaptureCounterCAPTURE_TRACES_LIMITED        loupeCaptureCounter = 24
+	loupeCaptureCounterCAPTURE_COUNTER_MAX           loupeCaptureCounter = 25
+)
+
+type loupeCaptureEvent struct {
+	_       structs.HostLayout
+	Key     loupeFlowKey
+	TraceId uint32
+	Time    uint64
+	Seq     uint32
+	Status  uint16
+	Split   uint8
+	Rule    uint8
+	Kept    uint8
+	Pad     [7]uint8
+}
+
+type loupeCapturePkt struct {
+	_         structs.HostLayout
+	Time      uint64
+	Ifindex   uint32
+	Len       uint32
+	Caplen    uint32
+	TraceId   uint32
+	Status    uint16
+	Direction uint8
+	Kind      uint8
+	Rule      uint8
+	Pad       [3]uint8
+}
+
+type loupeCaptureRate struct {
+	_      structs.HostLayout
+	Second uint64
+	Count  uint64
+}
+
+type loupeCaptureRule struct {
+	_          structs.HostLayout
+	StatusLo   uint16
+	StatusHi   uint16
+	Kind       uint8
+	Pad        [3]uint8
+	Sample     uint32
+	MaxPackets uint32
+	MaxSeconds uint32
+	_          [4]byte
+	MaxBytes   uint64
+}
+
+type loupeConnKey struct {
+	_      structs.HostLayout
+	AddrLo [16]uint8
+	AddrHi [16]uint8
+	PortLo uint16
+	PortHi uint16
+	Proto  uint8
+	Pad    [3]uint8
+}
+
+type loupeConnState struct {
+	_            structs.HostLayout
+	FirstSeen    uint64
+	LastSeen     uint64
+	TracedSince  uint64
+	TraceBytes   uint64
+	TracePackets uint32
+	TraceId      uint32
+	Status       uint16
+	Rule         uint8
+	Admit        uint8
+	Flags        uint8
+	KeepNext     uint8
+	Pad          [2]uint8
+	Tail         [2]struct {
+		_       structs.HostLayout
+		NextSeq uint32
+		Len     uint8
+		Pad     [3]uint8
+		Bytes   [12]uint8
+	}
+	Kept [8]struct {
+		_    structs.HostLayout
+		Slot uint32
+		Gen  uint32
+	}
+}
+
 type loupeCounter uint32
 
 const (
@@ -71,6 +203,19 @@ type loupeFlowStats struct {
 	Pad            uint8
 }
 
+type loupeHttpWindow struct {
+	_ structs.HostLayout
+	W [8]uint64
+}
+
+type loupeKeepSlot struct {
+	_    structs.HostLayout
+	Gen  uint32
+	Pad  uint32
+	Hdr  loupeCapturePkt
+	Data [2048]uint8
+}
+
 type loupeTableState struct {
 	_          structs.HostLayout
 	Active     uint32
@@ -86,17 +231,37 @@ type loupeTableState struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	loupeMapCounters       = "counters"
-	loupeMapEventLayout    = "event_layout"
-	loupeMapFlowEvents     = "flow_events"
-	loupeMapFlowState      = "flow_state"
-	loupeMapFlowsA         = "flows_a"
-	loupeMapFlowsB         = "flows_b"
-	loupeProgLoupeEgress   = "loupe_egress"
-	loupeProgLoupeIngress  = "loupe_ingress"
-	loupeVarCfgCapFlows    = "cfg_cap_flows"
-	loupeVarCfgSharedTable = "cfg_shared_table"
-	loupeVarUnusedCounter  = "unused_counter"
+	loupeMapCaptureConfigSel     = "capture_config_sel"
+	loupeMapCaptureConfigs       = "capture_configs"
+	loupeMapCaptureConns         = "capture_conns"
+	loupeMapCaptureCounters      = "capture_counters"
+	loupeMapCaptureEvents        = "capture_events"
+	loupeMapCaptureKeep          = "capture_keep"
+	loupeMapCaptureKeepCursor    = "capture_keep_cursor"
+	loupeMapCapturePackets       = "capture_packets"
+	loupeMapCaptureRates         = "capture_rates"
+	loupeMapCaptureWindow        = "capture_window"
+	loupeMapCounters             = "counters"
+	loupeMapEventLayout          = "event_layout"
+	loupeMapFlowEvents           = "flow_events"
+	loupeMapFlowState            = "flow_state"
+	loupeMapFlowsA               = "flows_a"
+	loupeMapFlowsB               = "flows_b"
+	loupeProgLoupeEgress         = "loupe_egress"
+	loupeProgLoupeFlowsEgress    = "loupe_flows_egress"
+	loupeProgLoupeFlowsIngress   = "loupe_flows_ingress"
+	loupeProgLoupeIngress        = "loupe_ingress"
+	loupeVarCaptureConnZero      = "capture_conn_zero"
+	loupeVarCfgCapCapture        = "cfg_cap_capture"
+	loupeVarCfgCapFlows          = "cfg_cap_flows"
+	loupeVarCfgSharedTable       = "cfg_shared_table"
+	loupeVarKeepPackets          = "keep_packets"
+	loupeVarKeepSlotsPerCpu      = "keep_slots_per_cpu"
+	loupeVarKeepSnap             = "keep_snap"
+	loupeVarUnusedCaptureCounter = "unused_capture_counter"
+	loupeVarUnusedCaptureEvent   = "unused_capture_event"
+	loupeVarUnusedCapturePkt     = "unused_capture_pkt"
+	loupeVarUnusedCounter        = "unused_counter"
 )
 
 // loadLoupe returns the embedded CollectionSpec for loupe.
@@ -141,29 +306,49 @@ type loupeSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type loupeProgramSpecs struct {
-	LoupeEgress  *ebpf.ProgramSpec `ebpf:"loupe_egress"`
-	LoupeIngress *ebpf.ProgramSpec `ebpf:"loupe_ingress"`
+	LoupeEgress       *ebpf.ProgramSpec `ebpf:"loupe_egress"`
+	LoupeFlowsEgress  *ebpf.ProgramSpec `ebpf:"loupe_flows_egress"`
+	LoupeFlowsIngress *ebpf.ProgramSpec `ebpf:"loupe_flows_ingress"`
+	LoupeIngress      *ebpf.ProgramSpec `ebpf:"loupe_ingress"`
 }
 
 // loupeMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type loupeMapSpecs struct {
-	Counters    *ebpf.MapSpec `ebpf:"counters"`
-	EventLayout *ebpf.MapSpec `ebpf:"event_layout"`
-	FlowEvents  *ebpf.MapSpec `ebpf:"flow_events"`
-	FlowState   *ebpf.MapSpec `ebpf:"flow_state"`
-	FlowsA      *ebpf.MapSpec `ebpf:"flows_a"`
-	FlowsB      *ebpf.MapSpec `ebpf:"flows_b"`
+	CaptureConfigSel  *ebpf.MapSpec `ebpf:"capture_config_sel"`
+	CaptureConfigs    *ebpf.MapSpec `ebpf:"capture_configs"`
+	CaptureConns      *ebpf.MapSpec `ebpf:"capture_conns"`
+	CaptureCounters   *ebpf.MapSpec `ebpf:"capture_counters"`
+	CaptureEvents     *ebpf.MapSpec `ebpf:"capture_events"`
+	CaptureKeep       *ebpf.MapSpec `ebpf:"capture_keep"`
+	CaptureKeepCursor *ebpf.MapSpec `ebpf:"capture_keep_cursor"`
+	CapturePackets    *ebpf.MapSpec `ebpf:"capture_packets"`
+	CaptureRates      *ebpf.MapSpec `ebpf:"capture_rates"`
+	CaptureWindow     *ebpf.MapSpec `ebpf:"capture_window"`
+	Counters          *ebpf.MapSpec `ebpf:"counters"`
+	EventLayout       *ebpf.MapSpec `ebpf:"event_layout"`
+	FlowEvents        *ebpf.MapSpec `ebpf:"flow_events"`
+	FlowState         *ebpf.MapSpec `ebpf:"flow_state"`
+	FlowsA            *ebpf.MapSpec `ebpf:"flows_a"`
+	FlowsB            *ebpf.MapSpec `ebpf:"flows_b"`
 }
 
 // loupeVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type loupeVariableSpecs struct {
-	CfgCapFlows    *ebpf.VariableSpec `ebpf:"cfg_cap_flows"`
-	CfgSharedTable *ebpf.VariableSpec `ebpf:"cfg_shared_table"`
-	UnusedCounter  *ebpf.VariableSpec `ebpf:"unused_counter"`
+	CaptureConnZero      *ebpf.VariableSpec `ebpf:"capture_conn_zero"`
+	CfgCapCapture        *ebpf.VariableSpec `ebpf:"cfg_cap_capture"`
+	CfgCapFlows          *ebpf.VariableSpec `ebpf:"cfg_cap_flows"`
+	CfgSharedTable       *ebpf.VariableSpec `ebpf:"cfg_shared_table"`
+	KeepPackets          *ebpf.VariableSpec `ebpf:"keep_packets"`
+	KeepSlotsPerCpu      *ebpf.VariableSpec `ebpf:"keep_slots_per_cpu"`
+	KeepSnap             *ebpf.VariableSpec `ebpf:"keep_snap"`
+	UnusedCaptureCounter *ebpf.VariableSpec `ebpf:"unused_capture_counter"`
+	UnusedCaptureEvent   *ebpf.VariableSpec `ebpf:"unused_capture_event"`
+	UnusedCapturePkt     *ebpf.VariableSpec `ebpf:"unused_capture_pkt"`
+	UnusedCounter        *ebpf.VariableSpec `ebpf:"unused_counter"`
 }
 
 // loupeObjects contains all objects after they have been loaded into the kernel.
@@ -186,16 +371,36 @@ func (o *loupeObjects) Close() error {
 //
 // It can be passed to loadLoupeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type loupeMaps struct {
-	Counters    *ebpf.Map `ebpf:"counters"`
-	EventLayout *ebpf.Map `ebpf:"event_layout"`
-	FlowEvents  *ebpf.Map `ebpf:"flow_events"`
-	FlowState   *ebpf.Map `ebpf:"flow_state"`
-	FlowsA      *ebpf.Map `ebpf:"flows_a"`
-	FlowsB      *ebpf.Map `ebpf:"flows_b"`
+	CaptureConfigSel  *ebpf.Map `ebpf:"capture_config_sel"`
+	CaptureConfigs    *ebpf.Map `ebpf:"capture_configs"`
+	CaptureConns      *ebpf.Map `ebpf:"capture_conns"`
+	CaptureCounters   *ebpf.Map `ebpf:"capture_counters"`
+	CaptureEvents     *ebpf.Map `ebpf:"capture_events"`
+	CaptureKeep       *ebpf.Map `ebpf:"capture_keep"`
+	CaptureKeepCursor *ebpf.Map `ebpf:"capture_keep_cursor"`
+	CapturePackets    *ebpf.Map `ebpf:"capture_packets"`
+	CaptureRates      *ebpf.Map `ebpf:"capture_rates"`
+	CaptureWindow     *ebpf.Map `ebpf:"capture_window"`
+	Counters          *ebpf.Map `ebpf:"counters"`
+	EventLayout       *ebpf.Map `ebpf:"event_layout"`
+	FlowEvents        *ebpf.Map `ebpf:"flow_events"`
+	FlowState         *ebpf.Map `ebpf:"flow_state"`
+	FlowsA            *ebpf.Map `ebpf:"flows_a"`
+	FlowsB            *ebpf.Map `ebpf:"flows_b"`
 }
 
 func (m *loupeMaps) Close() error {
 	return _LoupeClose(
+		m.CaptureConfigSel,
+		m.CaptureConfigs,
+		m.CaptureConns,
+		m.CaptureCounters,
+		m.CaptureEvents,
+		m.CaptureKeep,
+		m.CaptureKeepCursor,
+		m.CapturePackets,
+		m.CaptureRates,
+		m.CaptureWindow,
 		m.Counters,
 		m.EventLayout,
 		m.FlowEvents,
@@ -209,22 +414,34 @@ func (m *loupeMaps) Close() error {
 //
 // It can be passed to loadLoupeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type loupeVariables struct {
-	CfgCapFlows    *ebpf.Variable `ebpf:"cfg_cap_flows"`
-	CfgSharedTable *ebpf.Variable `ebpf:"cfg_shared_table"`
-	UnusedCounter  *ebpf.Variable `ebpf:"unused_counter"`
+	CaptureConnZero      *ebpf.Variable `ebpf:"capture_conn_zero"`
+	CfgCapCapture        *ebpf.Variable `ebpf:"cfg_cap_capture"`
+	CfgCapFlows          *ebpf.Variable `ebpf:"cfg_cap_flows"`
+	CfgSharedTable       *ebpf.Variable `ebpf:"cfg_shared_table"`
+	KeepPackets          *ebpf.Variable `ebpf:"keep_packets"`
+	KeepSlotsPerCpu      *ebpf.Variable `ebpf:"keep_slots_per_cpu"`
+	KeepSnap             *ebpf.Variable `ebpf:"keep_snap"`
+	UnusedCaptureCounter *ebpf.Variable `ebpf:"unused_capture_counter"`
+	UnusedCaptureEvent   *ebpf.Variable `ebpf:"unused_capture_event"`
+	UnusedCapturePkt     *ebpf.Variable `ebpf:"unused_capture_pkt"`
+	UnusedCounter        *ebpf.Variable `ebpf:"unused_counter"`
 }
 
 // loupePrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to loadLoupeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type loupePrograms struct {
-	LoupeEgress  *ebpf.Program `ebpf:"loupe_egress"`
-	LoupeIngress *ebpf.Program `ebpf:"loupe_ingress"`
+	LoupeEgress       *ebpf.Program `ebpf:"loupe_egress"`
+	LoupeFlowsEgress  *ebpf.Program `ebpf:"loupe_flows_egress"`
+	LoupeFlowsIngress *ebpf.Program `ebpf:"loupe_flows_ingress"`
+	LoupeIngress      *ebpf.Program `ebpf:"loupe_ingress"`
 }
 
 func (p *loupePrograms) Close() error {
 	return _LoupeClose(
 		p.LoupeEgress,
+		p.LoupeFlowsEgress,
+		p.LoupeFlowsIngress,
 		p.LoupeIngress,
 	)
 }

@@ -1,0 +1,129 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Connections the capture capability follows: one entry for both
+ * directions, in an LRU hash so that a flood of connections evicts the
+ * least recently used instead of refusing new ones.
+ *
+ * An entry holds what the trigger needs between packets: each direction's
+ * last bytes (a status line split over two segments), the packets kept
+ * before a trigger (keep.h), and, once the trigger fired, the trace's
+ * progress against its limits.
+ */
+#ifndef LOUPE_CAPTURE_CONN_H
+#define LOUPE_CAPTURE_CONN_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+
+#include "flow.h"
+#include "http.h"
+
+/* Packets kept per connection before a trigger, at most. */
+#define KEEP_MAX 8
+
+/* A connection: the lower (address, port) first, so that both directions
+ * find the same entry. 40 bytes. */
+struct conn_key {
+	__u8 addr_lo[16];
+	__u8 addr_hi[16];
+	__u16 port_lo;
+	__u16 port_hi;
+	__u8 proto;
+	__u8 pad[3];
+} __attribute__((aligned(8)));
+
+/* A kept packet: its slot in the keep ring and the slot's generation when it
+ * was written (a slot overwritten since has another). */
+struct keep_ref {
+	__u32 slot;
+	__u32 gen; /* 0: no packet */
+};
+
+enum conn_flag {
+	CONN_TRACED = 1 << 0, /* the trigger fired: packets are captured and mirrored */
+	CONN_DONE = 1 << 1,   /* the trace reached one of its limits */
+};
+
+struct conn_state {
+	__u64 first_seen;   /* bpf_ktime_get_ns */
+	__u64 last_seen;    /* bpf_ktime_get_coarse_ns */
+	__u64 traced_since; /* when the trigger fired */
+	__u64 trace_bytes;  /* captured since */
+	__u32 trace_packets;
+	__u32 trace_id;     /* random: what userspace groups a trace's packets by */
+	__u16 status;       /* the status that fired (0: a reset) */
+	__u8 rule;          /* the rule that fired */
+	__u8 admit;         /* the rules that admitted this connection, a bit each */
+	__u8 flags;         /* enum conn_flag */
+	__u8 keep_next;     /* next kept[] to write */
+	__u8 pad[2];
+	struct http_tail tail[2]; /* 0: from the lower end, 1: from the higher */
+	struct keep_ref kept[KEEP_MAX];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384); /* resized from Go: capture.connections */
+	__type(key, struct conn_key);
+	__type(value, struct conn_state);
+} capture_conns SEC(".maps");
+
+/* conn_key_of makes k's connection key; *dir is 0 when the packet goes from
+ * the lower end, 1 otherwise. Addresses compare as big-endian numbers. */
+static __always_inline void conn_key_of(const struct flow_key *k, struct conn_key *ck, __u8 *dir)
+{
+	__u64 s0, d0, s1, d1;
+	int lower;
+
+	/* memcpy: the key is only 4-byte aligned, and stack accesses must be
+	 * aligned. */
+	__builtin_memcpy(&s0, &k->src_addr[0], 8);
+	__builtin_memcpy(&s1, &k->src_addr[8], 8);
+	__builtin_memcpy(&d0, &k->dst_addr[0], 8);
+	__builtin_memcpy(&d1, &k->dst_addr[8], 8);
+	s0 = __builtin_bswap64(s0);
+	s1 = __builtin_bswap64(s1);
+	d0 = __builtin_bswap64(d0);
+	d1 = __builtin_bswap64(d1);
+	if (s0 != d0)
+		lower = s0 < d0;
+	else if (s1 != d1)
+		lower = s1 < d1;
+	else
+		lower = k->src_port <= k->dst_port;
+
+	__builtin_memset(ck, 0, sizeof(*ck));
+	ck->proto = k->proto;
+	if (lower) {
+		__builtin_memcpy(ck->addr_lo, k->src_addr, 16);
+		__builtin_memcpy(ck->addr_hi, k->dst_addr, 16);
+		ck->port_lo = k->src_port;
+		ck->port_hi = k->dst_port;
+		*dir = 0;
+	} else {
+		__builtin_memcpy(ck->addr_lo, k->dst_addr, 16);
+		__builtin_memcpy(ck->addr_hi, k->src_addr, 16);
+		ck->port_lo = k->dst_port;
+		ck->port_hi = k->src_port;
+		*dir = 1;
+	}
+}
+
+/* conn_hash is a hash of the connection (both directions alike), for
+ * "1 in N connections": sampling by hash needs no state, so a connection
+ * that is not sampled costs no table entry, and both directions and every
+ * CPU decide alike. A multiply-xorshift mix of the key's words. */
+static __always_inline __u32 conn_hash(const struct conn_key *ck)
+{
+	const __u64 *w = (const __u64 *)ck;
+	__u64 h = 0x9e3779b97f4a7c15ULL;
+
+#pragma unroll
+	for (int i = 0; i < sizeof(*ck) / 8; i++) {
+		h ^= w[i];
+		h *= 0xff51afd7ed558ccdULL;
+		h ^= h >> 33;
+	}
+	return h >> 32;
+}
+
+#endif

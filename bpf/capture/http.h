@@ -1,0 +1,270 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* HTTP/1.x status lines in TCP payload: the capture trigger's scanner.
+ *
+ * A status line ("HTTP/1.1 500 ...") is looked for at every position of the
+ * payload, not only at its start (the thesis's scanner, section 4.1.3): the
+ * second of two pipelined responses, or a response that GRO merged behind
+ * another on a keep-alive connection, starts in the middle. The payload is
+ * read with bpf_skb_load_bytes in windows from a bpf_loop, so bytes beyond
+ * the linear area (GSO/GRO super-packets up to 64 KB) are read too: direct
+ * packet access sees only the linear part.
+ *
+ * Cost: a window is read once and searched eight bytes at a time for 'H';
+ * only a word holding an 'H' is looked at byte by byte. The loops are plain
+ * bounded loops, not unrolled, so that the verifier walks each body once per
+ * iteration instead of every path through a few hundred inlined compares.
+ */
+#ifndef LOUPE_CAPTURE_HTTP_H
+#define LOUPE_CAPTURE_HTTP_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+
+#include "parse.h"
+
+/* "HTTP/1.1 500": the bytes a status line is recognised by. */
+#define HTTP_STATUS_LEN 12
+/* Bytes of a direction's stream kept to find a status line that starts in
+ * one segment and ends in the next. */
+#define HTTP_TAIL_LEN (HTTP_STATUS_LEN - 1)
+/* Windows overlap by a status line but one byte: every position is the start
+ * of a candidate in exactly one window. */
+#define SCAN_WINDOW 64
+#define SCAN_WORDS (SCAN_WINDOW / 8)
+#define SCAN_STRIDE (SCAN_WINDOW - HTTP_STATUS_LEN + 1)
+/* The most one buffer can hold (a GSO/GRO super-packet). */
+#define SCAN_MAX_BYTES 65536
+
+/* "HTTP/1." as the low seven bytes of a little-endian word. */
+#define HTTP1_PREFIX 0x2e312f50545448ULL
+
+/* status_at returns the status code of a status line starting at b[at], or
+ * 0. b must hold at + HTTP_STATUS_LEN bytes. The twelve bytes are put
+ * together into two words and tested with one branch: the verifier walks
+ * every branch of a scan, so fewer branches verify faster, and a byte read
+ * at a variable offset is always aligned where a word read is not. */
+static __always_inline __u16 status_at(const __u8 *b, __u32 at)
+{
+	__u64 w = 0;
+	__u32 t = 0, d, sp, c1, c2, c3;
+
+#pragma unroll
+	for (int k = 0; k < 8; k++)
+		w |= (__u64)b[at + k] << (8 * k);
+#pragma unroll
+	for (int k = 0; k < 4; k++)
+		t |= (__u32)b[at + 8 + k] << (8 * k);
+	d = (w >> 56) - '0';
+	sp = t & 0xff;
+	c1 = ((t >> 8) & 0xff) - '1';
+	c2 = ((t >> 16) & 0xff) - '0';
+	c3 = (t >> 24) - '0';
+	if (((w & 0x00ffffffffffffffULL) != HTTP1_PREFIX) | (d > 9) | (sp != ' ') | (c1 > 4) | (c2 > 9) | (c3 > 9))
+		return 0;
+	return (c1 + 1) * 100 + c2 * 10 + c3;
+}
+
+/* Broadcast a byte to every byte of a word, and the "has a zero byte" test:
+ * a word holding an 'H' has a zero byte once XORed with BYTES('H'). The test
+ * may also flag a byte above a real zero byte (a borrow): harmless, every
+ * flagged position is checked. */
+#define BYTES(b) (0x0101010101010101ULL * (b))
+#define HAS_ZERO(x) (((x) - BYTES(0x01)) & ~(x) & BYTES(0x80))
+
+/* A scan window's bytes: in a per-CPU map rather than on the stack, which
+ * the entry program, the capture function and the window function share
+ * (512 bytes in all). */
+struct http_window {
+	__u64 w[SCAN_WORDS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct http_window);
+} capture_window SEC(".maps");
+
+/* The codes that stop a scan: a bit per code from 100 to 611. */
+struct http_codes {
+	__u64 bits[8];
+};
+
+/* What a scan found: written by http_scan_window, one window at a time. */
+struct http_found {
+	__u32 off;        /* where the payload starts in the frame */
+	__u32 len;        /* payload bytes */
+	__u32 at;         /* payload offset of the status line that stopped the scan */
+	__u16 status;     /* that status line's code; 0: none */
+	__u16 lines;      /* status lines seen */
+	__u32 load_error; /* a read failed: the rest was not scanned */
+};
+
+/* The scan's loop context. The pointers stay out of what the window
+ * function writes: the verifier takes memory handed to a global function
+ * for clobbered, and a pointer in it would come back a number. */
+struct http_scan {
+	struct __sk_buff *skb;
+	const struct http_codes *codes;
+	struct http_found found;
+};
+
+/* http_code_set tells whether status is in codes. */
+static __always_inline int http_code_set(const struct http_codes *codes, __u16 status)
+{
+	__u32 i;
+
+	i = status - 100;
+	/* Hide what the compiler knows of i (status_at's range), or it drops
+	 * the bound below, which the verifier needs. */
+	asm volatile("" : "+r"(i));
+	if (i >= 512)
+		return 0;
+	return (codes->bits[(i >> 6) & 7] >> (i & 63)) & 1;
+}
+
+/* http_scan_window scans window i of the payload: candidates starting at
+ * i * SCAN_STRIDE, up to SCAN_STRIDE of them. Returns 1 to stop the loop.
+ *
+ * A global function, called once per window from the bpf_loop callback:
+ * the verifier checks a bpf_loop callback as a loop whose states it cannot
+ * prune against each other until every iteration is explored, so a callback
+ * with a branch per candidate position has a number of paths exponential in
+ * the positions; a global function is checked once, on its own. */
+__noinline int http_scan_window(struct __sk_buff *skb, const struct http_codes *codes, struct http_found *f,
+				__u32 i)
+{
+	__u32 pos, n, last, zero = 0;
+	struct http_window *win;
+	__u64 *buf;
+
+	if (!skb || !codes || !f || i > SCAN_MAX_BYTES / SCAN_STRIDE)
+		return 1;
+	win = bpf_map_lookup_elem(&capture_window, &zero);
+	if (!win)
+		return 1;
+	buf = win->w;
+	pos = i * SCAN_STRIDE;
+	if (pos >= f->len || f->len - pos < HTTP_STATUS_LEN)
+		return 1;
+	n = f->len - pos;
+	if (n > SCAN_WINDOW)
+		n = SCAN_WINDOW;
+	if (bpf_skb_load_bytes(skb, f->off + pos, buf, n) < 0) {
+		f->load_error = 1;
+		return 1;
+	}
+	/* The last start with a whole status line in this window, and within
+	 * this window's stride. */
+	last = n - HTTP_STATUS_LEN;
+	if (last > SCAN_STRIDE - 1)
+		last = SCAN_STRIDE - 1;
+
+	for (__u32 w = 0; w < SCAN_WORDS; w++) {
+		__u64 hits;
+
+		if (w * 8 > last)
+			break;
+		hits = HAS_ZERO(buf[w] ^ BYTES('H'));
+		/* Each flagged byte, lowest first: the lowest set bit is
+		 * 0x80 << 8k, and (1 << 8k) * 0x0001020304050607 has k in its
+		 * top byte. */
+		for (__u32 c = 0; c < 8 && hits; c++) {
+			__u64 low = hits & -hits;
+			__u32 at = w * 8 + (((low >> 7) * 0x0001020304050607ULL) >> 56);
+			__u16 status;
+
+			hits &= hits - 1;
+			if (at > last)
+				break;
+			status = status_at((const __u8 *)buf, at);
+			if (!status)
+				continue;
+			f->lines++;
+			if (http_code_set(codes, status)) {
+				f->status = status;
+				f->at = pos + at;
+				return 1;
+			}
+		}
+	}
+	return 0;
+}
+
+static long http_scan_cb(__u64 i, void *data)
+{
+	struct http_scan *s = data;
+
+	return http_scan_window(s->skb, s->codes, &s->found, i) ? 1 : 0;
+}
+
+/* http_scan_payload scans s->found.len bytes of payload from
+ * s->found.off. */
+static __always_inline void http_scan_payload(struct http_scan *s)
+{
+	bpf_loop((s->found.len + SCAN_STRIDE - 1) / SCAN_STRIDE, http_scan_cb, s, 0);
+}
+
+/* One direction's end of stream: where its next segment should start and
+ * its last HTTP_TAIL_LEN bytes (len: 0 when none are kept). */
+struct http_tail {
+	__u32 next_seq;
+	__u8 len;
+	__u8 pad[3];
+	__u8 bytes[HTTP_TAIL_LEN + 1];
+};
+
+/* http_split_status looks for a status line that starts in tail (the end of
+ * the direction's previous segment) and ends in this segment's first bytes
+ * (len bytes of payload at off). It returns the status, and in *back how
+ * many of its bytes were in the previous segment. */
+__noinline int http_split_status(struct __sk_buff *skb, __u32 off, __u32 len, const struct http_tail *tail,
+				 __u32 *back)
+{
+	__u8 b[2 * HTTP_TAIL_LEN + 2] = {};
+	__u32 t;
+
+	if (!skb || !tail || !back)
+		return 0;
+	t = tail->len;
+	/* The rest of the line must be in this segment: a constant-size read
+	 * (the verifier needs a size it can bound from below). */
+	if (t == 0 || t > HTTP_TAIL_LEN || len < HTTP_TAIL_LEN)
+		return 0;
+	__builtin_memcpy(b, tail->bytes, HTTP_TAIL_LEN);
+	if (bpf_skb_load_bytes(skb, off, b + HTTP_TAIL_LEN, HTTP_TAIL_LEN) < 0)
+		return 0;
+	/* Starts within the kept bytes (counted from 0: an index that starts
+	 * at 11 - t would be a pointer minus a variable, which the verifier
+	 * refuses on the stack). */
+	for (__u32 s = 0; s < HTTP_TAIL_LEN; s++) {
+		__u16 status;
+
+		if (s + t < HTTP_TAIL_LEN)
+			continue;
+		status = status_at(b, s);
+		if (status) {
+			*back = HTTP_TAIL_LEN - s;
+			return status;
+		}
+	}
+	return 0;
+}
+
+/* http_keep_tail keeps the last bytes of len bytes of payload at off, for
+ * the direction's next segment (which should start at seq + len). */
+static __always_inline void http_keep_tail(struct __sk_buff *skb, __u32 off, __u32 len, __u32 seq,
+					   struct http_tail *tail)
+{
+	tail->len = 0;
+	/* A segment shorter than the tail is not kept: a status line split
+	 * across three segments is not looked for. */
+	if (len < HTTP_TAIL_LEN)
+		return;
+	if (bpf_skb_load_bytes(skb, off + len - HTTP_TAIL_LEN, tail->bytes, HTTP_TAIL_LEN) < 0)
+		return;
+	tail->len = HTTP_TAIL_LEN;
+	tail->next_seq = seq + len;
+}
+
+#endif
