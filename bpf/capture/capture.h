@@ -261,7 +261,7 @@ __noinline int capture_send(struct __sk_buff *skb, const struct flow_key *key, s
 	if (cs->flags & CONN_DONE)
 		return 0;
 	if ((rule->max_packets && cs->trace_packets >= rule->max_packets) ||
-	    (rule->max_bytes && cs->trace_bytes >= rule->max_bytes) ||
+	    (rule->max_bytes && cs->trace_bytes + len > rule->max_bytes) ||
 	    (rule->max_seconds && bpf_ktime_get_coarse_ns() - cs->traced_since >= rule->max_seconds * 1000000000ULL)) {
 		cs->flags |= CONN_DONE;
 		capture_count(CAPTURE_TRACES_LIMITED, 1);
@@ -307,11 +307,16 @@ __noinline int capture_send(struct __sk_buff *skb, const struct flow_key *key, s
 	return 0;
 }
 
-/* capture_send_kept sends the packets the connection kept before its
- * trigger, oldest first. Returns how many were sent. */
-static __always_inline __u8 capture_send_kept(struct __sk_buff *skb, struct conn_state *cs)
+/* capture_send_kept sends the packets one side of the connection kept
+ * before its trigger, oldest first. Returns how many were sent. A global
+ * function, like capture_send. */
+__noinline int capture_send_kept(struct __sk_buff *skb, struct conn_state *cs, __u32 side)
 {
-	__u8 sent = 0;
+	__u8 sent = 0, next;
+
+	if (!skb || !cs)
+		return 0;
+	next = cs->keep_next[side & 1];
 
 	for (__u32 j = 0; j < KEEP_MAX; j++) {
 		struct keep_ref *ref;
@@ -320,7 +325,7 @@ static __always_inline __u8 capture_send_kept(struct __sk_buff *skb, struct conn
 
 		if (j >= keep_packets)
 			break;
-		ref = &cs->kept[(cs->keep_next + j) % keep_packets & (KEEP_MAX - 1)];
+		ref = &cs->kept[side & 1][(next + j) % keep_packets & (KEEP_MAX - 1)];
 		if (ref->gen == 0)
 			continue;
 		slot = ref->slot;
@@ -350,9 +355,11 @@ static __always_inline __u8 capture_send_kept(struct __sk_buff *skb, struct conn
 
 /* What fired a trace, in one word (a global function takes five
  * arguments): the TCP sequence number of the status line, its code, the
- * rule, and whether it was split. */
-#define FIRE(seq, status, rule, split)                                                             \
-	((__u64)(__u32)(seq) | (__u64)(status) << 32 | (__u64)((rule) & 0xff) << 48 | (__u64)(split) << 56)
+ * rule, whether it was split, and the side of the connection the packet
+ * came from. */
+#define FIRE(seq, status, rule, split, side)                                                       \
+	((__u64)(__u32)(seq) | (__u64)(status) << 32 | (__u64)((rule) & 0xff) << 48 |                 \
+	 (__u64)(split) << 56 | (__u64)((side) & 1) << 57)
 
 /* capture_fire starts a trace of the connection at this packet. */
 __noinline int capture_fire(struct __sk_buff *skb, const struct flow_key *key, struct conn_state *cs,
@@ -360,7 +367,7 @@ __noinline int capture_fire(struct __sk_buff *skb, const struct flow_key *key, s
 {
 	__u32 seq = what;
 	__u16 status = what >> 32;
-	__u8 rule = (what >> 48) & (CAPTURE_MAX_RULES - 1), split = what >> 56;
+	__u8 rule = (what >> 48) & (CAPTURE_MAX_RULES - 1), split = (what >> 56) & 1, side = (what >> 57) & 1;
 	__u64 now = bpf_ktime_get_ns();
 	struct capture_event *ev;
 	__u8 kept = 0;
@@ -373,12 +380,17 @@ __noinline int capture_fire(struct __sk_buff *skb, const struct flow_key *key, s
 	}
 	capture_count(CAPTURE_TRIGGERS, 1);
 	cs->flags |= CONN_TRACED;
-	cs->traced_since = now;
+	/* The coarse clock, as capture_send's duration limit reads it (it
+	 * lags the precise one by up to a tick). */
+	cs->traced_since = bpf_ktime_get_coarse_ns();
 	cs->rule = rule;
 	cs->status = status;
 	cs->trace_id = bpf_get_prandom_u32() | 1;
-	if (cfg->output)
-		kept = capture_send_kept(skb, cs);
+	/* The other side first: it sent the request this packet answers. */
+	if (cfg->output) {
+		kept = capture_send_kept(skb, cs, side ^ 1);
+		kept += capture_send_kept(skb, cs, side);
+	}
 
 	ev = bpf_ringbuf_reserve(&capture_events, sizeof(*ev), 0);
 	if (ev) {
@@ -441,6 +453,38 @@ static __always_inline struct conn_state *capture_conn(const struct capture_conf
 	return cs;
 }
 
+/* capture_payload_len returns the bytes of TCP payload: up to the end of the
+ * IP packet, not of the frame. A frame under Ethernet's 60 bytes was padded
+ * by its sender, and at TC ingress the padding is still there (ip_rcv trims
+ * it later): a pure ACK or a reset would have 6 bytes of payload, be
+ * scanned, and be kept in place of the request. An IP length of 0 (BIG
+ * TCP) or past the frame leaves the frame's end. A global function: the
+ * length read lives on its own stack, not on capture_observe's, which the
+ * deepest calls below it add to. */
+__noinline __u32 capture_payload_len(struct __sk_buff *skb, __u32 l3, __u32 payload, __u32 eth_type)
+{
+	__u32 end, ip;
+	__be16 field;
+
+	if (!skb)
+		return 0;
+	end = skb->len;
+	if (eth_type == ETH_P_IP) {
+		if (bpf_skb_load_bytes(skb, l3 + 2, &field, sizeof(field)) == 0) {
+			ip = l3 + bpf_ntohs(field); /* tot_len: the header included */
+			if (field && ip < end)
+				end = ip;
+		}
+	} else if (eth_type == ETH_P_IPV6) {
+		if (bpf_skb_load_bytes(skb, l3 + 4, &field, sizeof(field)) == 0) {
+			ip = l3 + 40 + bpf_ntohs(field); /* payload_len: after the fixed header */
+			if (field && ip < end)
+				end = ip;
+		}
+	}
+	return end > payload ? end - payload : 0;
+}
+
 /* capture_observe runs the trigger and the capture on a packet whose flow
  * key is key.
  *
@@ -483,13 +527,13 @@ __noinline int capture_observe(struct __sk_buff *skb, const struct pkt *p, const
 	if ((p->tcp_flags & TCP_FLAG_RST) && cfg->rst) {
 		rule = capture_rule_for(cfg, cs->admit, RULE_TCP_RST, 0);
 		if (rule >= 0) {
-			capture_fire(skb, key, cs, cfg, FIRE(p->tcp_seq, 0, rule, 0));
+			capture_fire(skb, key, cs, cfg, FIRE(p->tcp_seq, 0, rule, 0, dir));
 			return 0;
 		}
 	}
-	if (skb->len <= p->off.payload)
+	len = capture_payload_len(skb, p->off.l3, p->off.payload, key->eth_type);
+	if (!len)
 		return 0;
-	len = skb->len - p->off.payload;
 
 	/* A status line that started in the previous segment. */
 	if (cs->tail[dir & 1].len && cs->tail[dir & 1].next_seq == p->tcp_seq) {
@@ -499,7 +543,7 @@ __noinline int capture_observe(struct __sk_buff *skb, const struct pkt *p, const
 			capture_count(CAPTURE_SPLIT_STATUS_LINES, 1);
 			rule = capture_rule_for(cfg, cs->admit, RULE_HTTP_STATUS, status);
 			if (rule >= 0) {
-				capture_fire(skb, key, cs, cfg, FIRE(p->tcp_seq - back, status, rule, 1));
+				capture_fire(skb, key, cs, cfg, FIRE(p->tcp_seq - back, status, rule, 1, dir));
 				return 0;
 			}
 		}
@@ -525,13 +569,13 @@ __noinline int capture_observe(struct __sk_buff *skb, const struct pkt *p, const
 		if (s.found.status) {
 			rule = capture_rule_for(cfg, cs->admit, RULE_HTTP_STATUS, s.found.status);
 			if (rule >= 0) {
-				capture_fire(skb, key, cs, cfg, FIRE(p->tcp_seq + s.found.at, s.found.status, rule, 0));
+				capture_fire(skb, key, cs, cfg, FIRE(p->tcp_seq + s.found.at, s.found.status, rule, 0, dir));
 				return 0;
 			}
 		}
 	}
 
-	if (keep_packet(skb, key->direction, cs))
+	if (keep_packet(skb, key->direction, dir, cfg->snaplen, cs))
 		capture_count(CAPTURE_KEPT_FAILED, 1);
 	else if (keep_slots_per_cpu && keep_packets)
 		capture_count(CAPTURE_KEPT, 1);

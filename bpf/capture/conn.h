@@ -17,7 +17,7 @@
 #include "flow.h"
 #include "http.h"
 
-/* Packets kept per connection before a trigger, at most. */
+/* Packets kept per connection and direction before a trigger, at most. */
 #define KEEP_MAX 8
 
 /* A connection: the lower (address, port) first, so that both directions
@@ -54,10 +54,13 @@ struct conn_state {
 	__u8 rule;          /* the rule that fired */
 	__u8 admit;         /* the rules that admitted this connection, a bit each */
 	__u8 flags;         /* enum conn_flag */
-	__u8 keep_next;     /* next kept[] to write */
-	__u8 pad[2];
-	struct http_tail tail[2]; /* 0: from the lower end, 1: from the higher */
-	struct keep_ref kept[KEEP_MAX];
+	__u8 keep_next[2];  /* next kept[side][] to write */
+	__u8 pad;
+	/* [side]: 0 from the lower end, 1 from the higher. Each side keeps its
+	 * own packets, so that a large response cannot push the request that
+	 * caused it out. */
+	struct http_tail tail[2];
+	struct keep_ref kept[2][KEEP_MAX];
 };
 
 struct {

@@ -27,7 +27,7 @@
 /* The most bytes of one kept packet (a full 1500-byte frame fits). */
 #define KEEP_SNAP 2048
 
-/* Kept packets per connection (at most KEEP_MAX), ring slots per CPU (a
+/* Kept packets per connection and direction (at most KEEP_MAX), ring slots per CPU (a
  * power of two; 0: nothing is kept) and bytes kept of each packet (at most
  * KEEP_SNAP). Load-time constants: they size the ring. */
 volatile const __u32 keep_packets = 4;
@@ -76,9 +76,14 @@ struct {
 } capture_keep_cursor SEC(".maps");
 
 /* keep_packet copies the packet into this CPU's next slot and makes it the
- * connection's newest kept packet. Returns 0, or 1 when it could not. */
-static __always_inline int keep_packet(struct __sk_buff *skb, __u8 direction, struct conn_state *cs)
+ * newest kept packet of the connection's side: keep_snap bytes of it, or
+ * snaplen when less (the snap length in force, as for every captured
+ * packet; 0: no limit). Returns 0, or 1 when it could not. */
+static __always_inline int keep_packet(struct __sk_buff *skb, __u8 direction, __u8 side, __u32 snaplen,
+				       struct conn_state *cs)
 {
+	__u8 *next = &cs->keep_next[side & 1];
+
 	__u32 zero = 0, slot, n, *cur, gen;
 	struct keep_slot *ks;
 	struct keep_ref *ref;
@@ -96,6 +101,8 @@ static __always_inline int keep_packet(struct __sk_buff *skb, __u8 direction, st
 	n = skb->len;
 	if (n > keep_snap)
 		n = keep_snap;
+	if (snaplen && n > snaplen)
+		n = snaplen;
 	if (n > KEEP_SNAP)
 		n = KEEP_SNAP;
 	if (n == 0 || bpf_skb_load_bytes(skb, 0, ks->data, n) < 0)
@@ -111,10 +118,10 @@ static __always_inline int keep_packet(struct __sk_buff *skb, __u8 direction, st
 	ks->hdr.direction = direction;
 	ks->hdr.kind = CAPTURE_PKT_KEPT;
 
-	ref = &cs->kept[cs->keep_next & (KEEP_MAX - 1)];
+	ref = &cs->kept[side & 1][*next & (KEEP_MAX - 1)];
 	ref->slot = slot;
 	ref->gen = gen;
-	cs->keep_next = (cs->keep_next + 1) % keep_packets;
+	*next = (*next + 1) % keep_packets;
 	return 0;
 }
 

@@ -119,10 +119,10 @@ const (
 // Rule is one trigger rule in the datapath's terms.
 type Rule struct {
 	Kind               RuleKind
-	StatusLo, StatusHi uint16 // RuleHTTPStatus: the codes that fire
-	Sample             uint32 // 1 in Sample connections are candidates; 0, 1: all
-	MaxPackets         uint32 // per trace; 0: no limit
-	MaxBytes           uint64
+	StatusLo, StatusHi uint16        // RuleHTTPStatus: the codes that fire
+	Sample             uint32        // 1 in Sample connections are candidates; 0, 1: all
+	MaxPackets         uint32        // per trace; 0: no limit
+	MaxBytes           uint64        // per trace, never passed: the packet that would pass it ends the trace
 	MaxDuration        time.Duration // whole seconds; 0: no limit
 }
 
@@ -131,7 +131,7 @@ type CaptureConfig struct {
 	Rules          []Rule
 	MirrorIfindex  uint32 // 0: no mirror
 	MaxTriggersSec uint32 // over every rule; 0: no limit
-	Snaplen        uint32 // bytes captured of each packet; 0: all
+	Snaplen        uint32 // bytes captured of each packet, kept ones too (cut as they are kept); 0: all
 	Output         bool   // send the traces' packets to userspace
 	Idle           time.Duration
 	MaxAge         time.Duration
@@ -276,10 +276,11 @@ func DecodeCapturedPacket(raw []byte, p *CapturedPacket) error {
 func (d *Datapath) CaptureConnections() (int, error) {
 	var (
 		k loupeConnKey
+		v loupeConnState // the iterator reads each value: it needs somewhere to put it
 		n int
 	)
 	it := d.objs.CaptureConns.Iterate()
-	for it.Next(&k, nil) {
+	for it.Next(&k, &v) {
 		n++
 	}
 	if err := it.Err(); err != nil {

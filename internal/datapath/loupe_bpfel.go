@@ -129,8 +129,8 @@ type loupeConnState struct {
 	Rule         uint8
 	Admit        uint8
 	Flags        uint8
-	KeepNext     uint8
-	Pad          [2]uint8
+	KeepNext     [2]uint8
+	Pad          uint8
 	Tail         [2]struct {
 		_       structs.HostLayout
 		NextSeq uint32
@@ -138,7 +138,7 @@ type loupeConnState struct {
 		Pad     [3]uint8
 		Bytes   [12]uint8
 	}
-	Kept [8]struct {
+	Kept [2][8]struct {
 		_    structs.HostLayout
 		Slot uint32
 		Gen  uint32

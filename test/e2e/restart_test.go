@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -565,15 +566,25 @@ func TestRestartFollowsTheNewConfiguration(t *testing.T) {
 }
 
 // ourPrograms counts the agent's programs on an interface, both
-// directions: TCX programs named flows_*, or cls_bpf filters loupe_flows.
+// directions: TCX programs named loupe_* (every entry program of
+// bpf/loupe.c, whichever build the agent attached), or cls_bpf filters
+// named loupe_flows. A filter's line also names its program, and the
+// flows-only build's program name (loupe_flows_ing, cut to the kernel's 15
+// characters) starts with the filter's: only the filter name, a field of
+// its own, is counted.
 func ourPrograms(t *testing.T, ns *testutil.NS, dev, mode string) int {
 	t.Helper()
 	n := 0
 	if mode == "tc" {
 		for _, dir := range []string{"ingress", "egress"} {
 			out, err := ns.Command("tc", "filter", "show", "dev", dev, dir).CombinedOutput()
-			if err == nil {
-				n += strings.Count(string(out), "loupe_flows")
+			if err != nil {
+				continue
+			}
+			for _, line := range strings.Split(string(out), "\n") {
+				if slices.Contains(strings.Fields(line), "loupe_flows") {
+					n++
+				}
 			}
 		}
 		return n
@@ -594,7 +605,7 @@ func ourPrograms(t *testing.T, ns *testutil.NS, dev, mode string) int {
 			t.Fatal(err)
 		}
 		for _, id := range ids {
-			if strings.HasPrefix(programName(t, id), "flows_") {
+			if strings.HasPrefix(programName(t, id), "loupe_") {
 				n++
 			}
 		}
