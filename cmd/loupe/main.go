@@ -14,6 +14,7 @@ import (
 	"os"
 
 	"loupe/internal/api/agentcmd"
+	"loupe/internal/capability/capture"
 	"loupe/internal/capability/flows/query"
 	"loupe/internal/cli"
 )
@@ -25,6 +26,7 @@ func commands() []cli.Command {
 	}
 	cmds = append(cmds, agentcmd.Commands()...)
 	cmds = append(cmds, query.Commands()...)
+	cmds = append(cmds, capture.Commands()...)
 	return append(cmds, cli.Command{Name: "version", Summary: "print the version", Run: versionCmd})
 }
 

@@ -22,6 +22,7 @@ import (
 	"loupe/internal/api"
 	"loupe/internal/attach"
 	"loupe/internal/capability"
+	"loupe/internal/capability/capture"
 	"loupe/internal/capability/flows"
 	"loupe/internal/config"
 	"loupe/internal/datapath"
@@ -61,12 +62,20 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown,
 	}
 	flowUnit := flows.New(cfg, log)
 	units := []capability.Unit{flowUnit}
+	if cfg.Capture.Enabled() {
+		cu, err := capture.New(cfg.Capture, version, log)
+		if err != nil {
+			return err
+		}
+		units = append(units, cu)
+	}
 	dp, err := datapath.Load(datapath.Options{
 		FlowBudget:   cfg.FlowBudget,
 		Tables:       tables,
 		RingBufSize:  int(cfg.RingbufSize),
 		PinDir:       pinDir,
 		Capabilities: unitNames(units),
+		Capture:      cfg.Capture.Sizes(),
 		Logger:       log,
 	})
 	if err != nil {

@@ -57,6 +57,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"loupe/internal/api"
+	"loupe/internal/capability/capture"
 	"loupe/internal/config/check"
 	"loupe/internal/export/promflow"
 	"loupe/internal/export/targets"
@@ -91,6 +92,8 @@ type Config struct {
 	Listen             string        `yaml:"listen" env:"LOUPE_LISTEN" flag:"listen" help:"HTTP listen address host:port, or none to disable"`
 	// Control is the control API's section, owned by the api package.
 	Control api.Config `yaml:"control"`
+	// Capture is the capture capability's section, owned by its package.
+	Capture capture.Config `yaml:"capture"`
 	// Exporters are export, delivery, ipfix, kafka and otlp, owned by the
 	// exporter packages.
 	targets.Exporters `yaml:",inline"`
@@ -123,6 +126,7 @@ func Default() Config {
 		},
 		Listen:     "127.0.0.1:9464",
 		Control:    api.DefaultConfig(),
+		Capture:    capture.DefaultConfig(),
 		Exporters:  targets.Default(),
 		Prometheus: promflow.DefaultConfig(),
 		LogLevel:   "info",

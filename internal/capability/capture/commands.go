@@ -1,0 +1,182 @@
+package capture
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"loupe/internal/api"
+	"loupe/internal/cli"
+)
+
+// Commands are the capture capability's CLI verbs; both talk to the
+// running agent through its control API.
+func Commands() []cli.Command {
+	return []cli.Command{
+		{Name: "triggers", Summary: "list, add or delete the running agent's capture triggers", Run: triggersCmd},
+		{Name: "capture", Summary: "stream the running agent's triggered captures as pcapng (--follow)", Run: captureCmd},
+	}
+}
+
+const triggersSynopsis = "list|add TRIGGER|delete NAME [--json] [--control PATH]"
+
+func triggersCmd(args []string, stdout, stderr io.Writer) error {
+	verb := "list"
+	var rest []string
+	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
+		verb, args = args[0], args[1:]
+	}
+	// The verb's operand comes before or after the flags.
+	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
+		rest, args = args[:1], args[1:]
+	}
+	fs := cli.NewFlagSet("triggers", triggersSynopsis, stdout, stderr)
+	asJSON := fs.Bool("json", false, "print the agent's answer as JSON")
+	socket := api.ControlFlag(fs)
+	if err := cli.Parse(fs, args, stdout); err != nil {
+		return err
+	}
+	c, err := api.NewClient(*socket)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+
+	var list TriggerList
+	switch verb {
+	case "list":
+		if len(rest) > 0 {
+			return usageErr(stderr, "list takes no argument")
+		}
+		if err := c.Get(ctx, TriggersPath, &list); err != nil {
+			return err
+		}
+	case "add":
+		if len(rest) == 0 {
+			return usageErr(stderr, "add needs a TRIGGER, e.g. 'http.status=500-599'")
+		}
+		body, _ := json.Marshal(TriggerRequest{Trigger: rest[0]})
+		resp, err := c.Do(ctx, http.MethodPost, TriggersPath, bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		var t Trigger
+		if err := json.NewDecoder(resp.Body).Decode(&t); err != nil {
+			return fmt.Errorf("decoding the agent's answer: %w", err)
+		}
+		list.Triggers = []Trigger{t}
+	case "delete":
+		if len(rest) == 0 {
+			return usageErr(stderr, "delete needs the NAME of a trigger (loupe triggers list)")
+		}
+		resp, err := c.Do(ctx, http.MethodDelete, TriggersPath+"/"+url.PathEscape(rest[0]), nil)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+			return fmt.Errorf("decoding the agent's answer: %w", err)
+		}
+	default:
+		return usageErr(stderr, fmt.Sprintf("unknown verb %q: want list, add or delete", verb))
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if verb == "add" {
+			return enc.Encode(list.Triggers[0])
+		}
+		return enc.Encode(list)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "NAME\tTRIGGER\n")
+	for _, t := range list.Triggers {
+		fmt.Fprintf(tw, "%s\t%s\n", t.Name, t.Text)
+	}
+	return tw.Flush()
+}
+
+func usageErr(stderr io.Writer, msg string) error {
+	fmt.Fprintf(stderr, "loupe triggers: %s\nsee 'loupe triggers --help'\n", msg)
+	return cli.ErrUsage
+}
+
+const captureSynopsis = "--follow [-w FILE|-] [--duration D] [--control PATH]"
+
+func captureCmd(args []string, stdout, stderr io.Writer) error {
+	fs := cli.NewFlagSet("capture", captureSynopsis, stdout, stderr)
+	follow := fs.Bool("follow", false, "stream the triggered connections' packets as the agent captures them")
+	out := fs.String("w", "-", "write the pcapng stream to `file` (created 0600), or - for standard output")
+	duration := fs.Duration("duration", 0, "stop after this long (0: until interrupted or the agent stops)")
+	filter := fs.String("filter", "", "capture packets matching this pcap filter now (tcpdump syntax)")
+	socket := api.ControlFlag(fs)
+	if err := cli.Parse(fs, args, stdout); err != nil {
+		return err
+	}
+	if *filter != "" {
+		return errors.New("--filter: on-demand filtered capture is not in this build yet; --follow streams the triggered captures")
+	}
+	if !*follow {
+		fmt.Fprintf(stderr, "loupe capture: say --follow (the triggered captures as they happen)\nsee 'loupe capture --help'\n")
+		return cli.ErrUsage
+	}
+	if *out == "-" && isTerminal(stdout) {
+		return errors.New("-w -: standard output is a terminal; pipe it (| tcpdump -r -) or give -w FILE")
+	}
+	c, err := api.NewClient(*socket)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if *duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, *duration)
+		defer cancel()
+	}
+	body, err := c.Stream(ctx, http.MethodGet, FollowPath, nil)
+	if err != nil {
+		return err
+	}
+	defer body.Close()
+	w := stdout
+	if *out != "-" {
+		f, err := os.OpenFile(*out, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		w = f
+	}
+	_, err = io.Copy(w, body)
+	if ctx.Err() != nil {
+		// Interrupted or the duration ran out: a normal end.
+		return nil
+	}
+	return err
+}
+
+// isTerminal reports whether w is a character device (a terminal): pcapng
+// would garble it.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

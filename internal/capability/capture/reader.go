@@ -1,0 +1,163 @@
+package capture
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/cilium/ebpf/perf"
+	"github.com/cilium/ebpf/ringbuf"
+
+	"loupe/internal/datapath"
+	"loupe/internal/flow"
+	"loupe/internal/pcapng"
+)
+
+// traceInfo is what the unit remembers of the last trace, for the status
+// and the log.
+type traceInfo struct {
+	ID      uint32
+	Trigger string
+	Status  uint16
+	Time    time.Time
+}
+
+// readEvents logs every trace the kernel starts.
+func (u *Unit) readEvents(ctx context.Context) {
+	for {
+		u.events.SetDeadline(time.Now().Add(readWake))
+		rec, err := u.events.Read()
+		switch {
+		case isDeadline(err):
+			if ctx.Err() != nil {
+				return
+			}
+			continue
+		case errors.Is(err, ringbuf.ErrClosed):
+			return
+		case err != nil:
+			u.log.Error("reading trace events", "err", err)
+			return
+		}
+		ev, err := datapath.DecodeCaptureEvent(rec.RawSample)
+		if err != nil {
+			u.log.Error("decoding a trace event", "err", err)
+			continue
+		}
+		u.stats.traces.Add(1)
+		name := u.slotName(ev.Rule)
+		u.stats.lastTrace.Store(traceInfo{ID: ev.TraceID, Trigger: name, Status: ev.Status, Time: time.Unix(0, u.monoToWall(ev.Time))})
+		k := ev.Key
+		u.log.Info("trace started", "trace", fmt.Sprintf("%08x", ev.TraceID), "trigger", name, "status", ev.Status,
+			"src", netip.AddrPortFrom(k.SrcIP(), k.SrcPort).String(), "dst", netip.AddrPortFrom(k.DstIP(), k.DstPort).String(),
+			"iface", u.ifaceName(k.IfIndex), "kept_packets", ev.Kept, "split_status_line", ev.Split)
+	}
+}
+
+// readPackets writes every captured packet until ctx is done, then what
+// the perf buffers still hold.
+func (u *Unit) readPackets(ctx context.Context) error {
+	var (
+		rec   perf.Record
+		p     datapath.CapturedPacket
+		out   pcapng.Packet
+		flush = time.Now()
+	)
+	draining := false
+	for {
+		if !draining && ctx.Err() != nil {
+			// The programs are detached: what is left is all there is.
+			draining = true
+			u.packets.SetDeadline(time.Now())
+		} else if !draining {
+			u.packets.SetDeadline(time.Now().Add(readWake))
+		}
+		err := u.packets.ReadInto(&rec)
+		switch {
+		case isDeadline(err) || errors.Is(err, perf.ErrFlushed):
+			u.flush()
+			flush = time.Now()
+			if draining {
+				return nil
+			}
+			continue
+		case errors.Is(err, perf.ErrClosed):
+			return nil
+		case err != nil:
+			return fmt.Errorf("reading captured packets: %w", err)
+		}
+		if rec.LostSamples > 0 {
+			u.stats.readerLost.Add(rec.LostSamples)
+			continue
+		}
+		if err := datapath.DecodeCapturedPacket(rec.RawSample, &p); err != nil {
+			u.log.Error("decoding a captured packet", "err", err)
+			continue
+		}
+		u.toPcapng(&p, &out)
+		u.write(&out, p.Kept)
+		if time.Since(flush) > time.Second {
+			u.flush()
+			flush = time.Now()
+		}
+	}
+}
+
+// toPcapng fills out from p; out.Data points into p's record.
+func (u *Unit) toPcapng(p *datapath.CapturedPacket, out *pcapng.Packet) {
+	dir := pcapng.Inbound
+	if p.Direction == flow.Egress {
+		dir = pcapng.Outbound
+	}
+	var c strings.Builder
+	fmt.Fprintf(&c, "trace=%08x trigger=%s", p.TraceID, u.slotName(p.Rule))
+	if p.Status != 0 {
+		fmt.Fprintf(&c, " status=%d", p.Status)
+	} else {
+		c.WriteString(" tcp.rst")
+	}
+	if p.Kept {
+		c.WriteString(" kept-before-trigger")
+	}
+	if line := requestLine(p.Data); line != "" {
+		c.WriteString(" request=")
+		c.WriteString(line)
+	}
+	*out = pcapng.Packet{
+		TimeNs:    u.monoToWall(p.Time),
+		Ifindex:   p.Ifindex,
+		IfName:    u.ifaceName(p.Ifindex),
+		Direction: dir,
+		OrigLen:   p.Len,
+		Data:      p.Data,
+		Comment:   c.String(),
+	}
+}
+
+// write sends one packet to the files and the followers.
+func (u *Unit) write(p *pcapng.Packet, kept bool) {
+	u.stats.packets.Add(1)
+	u.stats.bytes.Add(uint64(p.OrigLen))
+	if kept {
+		u.stats.kept.Add(1)
+	}
+	if u.series != nil {
+		if err := u.series.WritePacket(p); err != nil {
+			u.stats.writeErrors.Add(1)
+			u.log.Error("writing a captured packet", "err", err)
+		}
+	}
+	u.follow.send(p)
+}
+
+func (u *Unit) flush() {
+	if u.series != nil {
+		if err := u.series.Flush(); err != nil {
+			u.stats.writeErrors.Add(1)
+			u.log.Error("flushing the capture file", "err", err)
+		}
+	}
+}
