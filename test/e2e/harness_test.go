@@ -313,7 +313,7 @@ func (a *agent) metrics() map[string]float64 {
 		i := strings.LastIndexByte(line, ' ')
 		v, err := strconv.ParseFloat(line[i+1:], 64)
 		if err != nil {
-			a.t.Fatalf("metric line %q: %v", line, err)
+			a.t.Fatalf("metric line %q: %v\n%s", line, err, body)
 		}
 		m[line[:i]] = v
 	}
