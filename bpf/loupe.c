@@ -30,6 +30,7 @@
 #include "pkt.h"
 
 #include "capture/capture.h"
+#include "capture/filter.h"
 #include "flows/flows.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
@@ -70,8 +71,11 @@ static __always_inline int hook(struct __sk_buff *skb, __u8 direction, const __u
 	/* Capture last: it is a function of its own (capture.h), and after a
 	 * call the verifier takes the memory handed to it for clobbered, p
 	 * included. */
-	if (capture)
+	if (capture) {
 		capture_observe(skb, &p, &key);
+		/* Last of all: a tail call does not come back. */
+		capture_filter(skb, direction);
+	}
 	return TCX_NEXT_ACTION;
 }
 

@@ -229,6 +229,7 @@ type CapturedPacket struct {
 	Status    uint16
 	Direction flow.Direction
 	Kept      bool // kept before the trigger, sent when it fired
+	Filtered  bool // matched an on-demand filter (OpenFilteredPackets)
 	Rule      uint8
 	Data      []byte // the first bytes of the packet (caplen of them)
 }
@@ -266,6 +267,7 @@ func DecodeCapturedPacket(raw []byte, p *CapturedPacket) error {
 		Status:    ne.Uint16(raw[24:]),
 		Direction: flow.Direction(raw[26]),
 		Kept:      raw[27] == 1,
+		Filtered:  raw[27] == kindFiltered,
 		Rule:      raw[28],
 		Data:      raw[capturePktHeader : capturePktHeader+int(caplen)],
 	}

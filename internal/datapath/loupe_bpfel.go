@@ -236,6 +236,8 @@ const (
 	loupeMapCaptureConns         = "capture_conns"
 	loupeMapCaptureCounters      = "capture_counters"
 	loupeMapCaptureEvents        = "capture_events"
+	loupeMapCaptureFilterProgs   = "capture_filter_progs"
+	loupeMapCaptureFiltered      = "capture_filtered"
 	loupeMapCaptureKeep          = "capture_keep"
 	loupeMapCaptureKeepCursor    = "capture_keep_cursor"
 	loupeMapCapturePackets       = "capture_packets"
@@ -316,22 +318,24 @@ type loupeProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type loupeMapSpecs struct {
-	CaptureConfigSel  *ebpf.MapSpec `ebpf:"capture_config_sel"`
-	CaptureConfigs    *ebpf.MapSpec `ebpf:"capture_configs"`
-	CaptureConns      *ebpf.MapSpec `ebpf:"capture_conns"`
-	CaptureCounters   *ebpf.MapSpec `ebpf:"capture_counters"`
-	CaptureEvents     *ebpf.MapSpec `ebpf:"capture_events"`
-	CaptureKeep       *ebpf.MapSpec `ebpf:"capture_keep"`
-	CaptureKeepCursor *ebpf.MapSpec `ebpf:"capture_keep_cursor"`
-	CapturePackets    *ebpf.MapSpec `ebpf:"capture_packets"`
-	CaptureRates      *ebpf.MapSpec `ebpf:"capture_rates"`
-	CaptureWindow     *ebpf.MapSpec `ebpf:"capture_window"`
-	Counters          *ebpf.MapSpec `ebpf:"counters"`
-	EventLayout       *ebpf.MapSpec `ebpf:"event_layout"`
-	FlowEvents        *ebpf.MapSpec `ebpf:"flow_events"`
-	FlowState         *ebpf.MapSpec `ebpf:"flow_state"`
-	FlowsA            *ebpf.MapSpec `ebpf:"flows_a"`
-	FlowsB            *ebpf.MapSpec `ebpf:"flows_b"`
+	CaptureConfigSel   *ebpf.MapSpec `ebpf:"capture_config_sel"`
+	CaptureConfigs     *ebpf.MapSpec `ebpf:"capture_configs"`
+	CaptureConns       *ebpf.MapSpec `ebpf:"capture_conns"`
+	CaptureCounters    *ebpf.MapSpec `ebpf:"capture_counters"`
+	CaptureEvents      *ebpf.MapSpec `ebpf:"capture_events"`
+	CaptureFilterProgs *ebpf.MapSpec `ebpf:"capture_filter_progs"`
+	CaptureFiltered    *ebpf.MapSpec `ebpf:"capture_filtered"`
+	CaptureKeep        *ebpf.MapSpec `ebpf:"capture_keep"`
+	CaptureKeepCursor  *ebpf.MapSpec `ebpf:"capture_keep_cursor"`
+	CapturePackets     *ebpf.MapSpec `ebpf:"capture_packets"`
+	CaptureRates       *ebpf.MapSpec `ebpf:"capture_rates"`
+	CaptureWindow      *ebpf.MapSpec `ebpf:"capture_window"`
+	Counters           *ebpf.MapSpec `ebpf:"counters"`
+	EventLayout        *ebpf.MapSpec `ebpf:"event_layout"`
+	FlowEvents         *ebpf.MapSpec `ebpf:"flow_events"`
+	FlowState          *ebpf.MapSpec `ebpf:"flow_state"`
+	FlowsA             *ebpf.MapSpec `ebpf:"flows_a"`
+	FlowsB             *ebpf.MapSpec `ebpf:"flows_b"`
 }
 
 // loupeVariableSpecs contains global variables before they are loaded into the kernel.
@@ -371,22 +375,24 @@ func (o *loupeObjects) Close() error {
 //
 // It can be passed to loadLoupeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type loupeMaps struct {
-	CaptureConfigSel  *ebpf.Map `ebpf:"capture_config_sel"`
-	CaptureConfigs    *ebpf.Map `ebpf:"capture_configs"`
-	CaptureConns      *ebpf.Map `ebpf:"capture_conns"`
-	CaptureCounters   *ebpf.Map `ebpf:"capture_counters"`
-	CaptureEvents     *ebpf.Map `ebpf:"capture_events"`
-	CaptureKeep       *ebpf.Map `ebpf:"capture_keep"`
-	CaptureKeepCursor *ebpf.Map `ebpf:"capture_keep_cursor"`
-	CapturePackets    *ebpf.Map `ebpf:"capture_packets"`
-	CaptureRates      *ebpf.Map `ebpf:"capture_rates"`
-	CaptureWindow     *ebpf.Map `ebpf:"capture_window"`
-	Counters          *ebpf.Map `ebpf:"counters"`
-	EventLayout       *ebpf.Map `ebpf:"event_layout"`
-	FlowEvents        *ebpf.Map `ebpf:"flow_events"`
-	FlowState         *ebpf.Map `ebpf:"flow_state"`
-	FlowsA            *ebpf.Map `ebpf:"flows_a"`
-	FlowsB            *ebpf.Map `ebpf:"flows_b"`
+	CaptureConfigSel   *ebpf.Map `ebpf:"capture_config_sel"`
+	CaptureConfigs     *ebpf.Map `ebpf:"capture_configs"`
+	CaptureConns       *ebpf.Map `ebpf:"capture_conns"`
+	CaptureCounters    *ebpf.Map `ebpf:"capture_counters"`
+	CaptureEvents      *ebpf.Map `ebpf:"capture_events"`
+	CaptureFilterProgs *ebpf.Map `ebpf:"capture_filter_progs"`
+	CaptureFiltered    *ebpf.Map `ebpf:"capture_filtered"`
+	CaptureKeep        *ebpf.Map `ebpf:"capture_keep"`
+	CaptureKeepCursor  *ebpf.Map `ebpf:"capture_keep_cursor"`
+	CapturePackets     *ebpf.Map `ebpf:"capture_packets"`
+	CaptureRates       *ebpf.Map `ebpf:"capture_rates"`
+	CaptureWindow      *ebpf.Map `ebpf:"capture_window"`
+	Counters           *ebpf.Map `ebpf:"counters"`
+	EventLayout        *ebpf.Map `ebpf:"event_layout"`
+	FlowEvents         *ebpf.Map `ebpf:"flow_events"`
+	FlowState          *ebpf.Map `ebpf:"flow_state"`
+	FlowsA             *ebpf.Map `ebpf:"flows_a"`
+	FlowsB             *ebpf.Map `ebpf:"flows_b"`
 }
 
 func (m *loupeMaps) Close() error {
@@ -396,6 +402,8 @@ func (m *loupeMaps) Close() error {
 		m.CaptureConns,
 		m.CaptureCounters,
 		m.CaptureEvents,
+		m.CaptureFilterProgs,
+		m.CaptureFiltered,
 		m.CaptureKeep,
 		m.CaptureKeepCursor,
 		m.CapturePackets,

@@ -1,0 +1,135 @@
+package datapath
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf/perf"
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+
+	"loupe/internal/flow"
+	"loupe/internal/pcapfilter"
+	"loupe/internal/testutil"
+)
+
+// filtered reads what the filtered capture sent until its buffer is empty.
+func filtered(t *testing.T, r *perf.Reader) []CapturedPacket {
+	t.Helper()
+	var out []CapturedPacket
+	for {
+		r.SetDeadline(time.Now().Add(50 * time.Millisecond))
+		rec, err := r.Read()
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.LostSamples > 0 {
+			t.Fatalf("%d samples lost", rec.LostSamples)
+		}
+		var p CapturedPacket
+		if err := DecodeCapturedPacket(rec.RawSample, &p); err != nil {
+			t.Fatal(err)
+		}
+		p.Data = append([]byte(nil), p.Data...)
+		out = append(out, p)
+	}
+}
+
+// TestCaptureFilter runs the entry program with a filter in its tail-call
+// slots: the matching frames, and only those, come out whole, with their
+// direction and length; a snap length cuts them; an interface list
+// excludes others; removing the filter stops it; flows counts every frame
+// throughout.
+func TestCaptureFilter(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	dp := loadForTest(t, Options{FlowBudget: 64, RingBufSize: 1 << 16, Capabilities: []string{"flows", "capture"}})
+	r, err := dp.OpenFilteredPackets(1 << 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	web := tcpSeg(t, "", 1, []byte("GET / HTTP/1.1\r\n\r\n")) // port 80 -> 40000
+	ssh := frame(t, eth(layers.EthernetTypeIPv4), ip4(layers.IPProtocolTCP),
+		&layers.TCP{SrcPort: 22, DstPort: 40001, Seq: 1, ACK: true, Window: 512}, gopacket.Payload("x"))
+	dns := udpFrame(t, 53, 100)
+
+	run := func(frames ...[]byte) {
+		for i, f := range frames {
+			dir := flow.Ingress
+			if i%2 == 1 {
+				dir = flow.Egress
+			}
+			runProg(t, dp, dir, f)
+		}
+	}
+	f, err := pcapfilter.Compile("tcp port 80 or udp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dp.InstallCaptureFilter(f, FilterOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	run(web, ssh, dns, web)
+	got := filtered(t, r)
+	want := []struct {
+		frame []byte
+		dir   flow.Direction
+	}{{web, flow.Ingress}, {dns, flow.Ingress}, {web, flow.Egress}}
+	if len(got) != len(want) {
+		t.Fatalf("%d packets, want %d: %+v", len(got), len(want), got)
+	}
+	for i, w := range want {
+		g := got[i]
+		if !bytes.Equal(g.Data, w.frame) || g.Len != uint32(len(w.frame)) || g.Direction != w.dir || !g.Filtered || g.Kept {
+			t.Errorf("packet %d: %+v, want %d bytes %v", i, g, len(w.frame), w.dir)
+		}
+	}
+
+	// A snap length, and an interface the test packets do not cross.
+	if err := dp.InstallCaptureFilter(f, FilterOptions{Snaplen: 20}); err != nil {
+		t.Fatal(err)
+	}
+	run(web)
+	if got := filtered(t, r); len(got) != 1 || len(got[0].Data) != 20 || got[0].Len != uint32(len(web)) {
+		t.Errorf("snaplen 20: %+v", got)
+	}
+	if err := dp.InstallCaptureFilter(f, FilterOptions{Ifindexes: []uint32{12345}}); err != nil {
+		t.Fatal(err)
+	}
+	run(web)
+	if got := filtered(t, r); len(got) != 0 {
+		t.Errorf("another interface's capture got %d packets", len(got))
+	}
+
+	if err := dp.RemoveCaptureFilter(); err != nil {
+		t.Fatal(err)
+	}
+	run(web, dns)
+	if got := filtered(t, r); len(got) != 0 {
+		t.Errorf("after removal: %d packets", len(got))
+	}
+	var pk uint64
+	for _, d := range drainAll(t, dp) {
+		pk += d.stats.Packets
+	}
+	if pk != 4+1+1+2 {
+		t.Errorf("flows counted %d packets, want 8", pk)
+	}
+}
+
+// TestCaptureFilterNeedsCapture: with the capture capability off, a filter
+// has nowhere to run, and says so.
+func TestCaptureFilterNeedsCapture(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	dp := loadForTest(t, Options{FlowBudget: 64, RingBufSize: 1 << 16, Capabilities: []string{"flows"}})
+	f, _ := pcapfilter.Compile("tcp")
+	if err := dp.InstallCaptureFilter(f, FilterOptions{}); err == nil {
+		t.Fatal("a filter installed with the capture capability off")
+	}
+}
