@@ -59,6 +59,9 @@ type Unit struct {
 	files   *pcapng.Rotator
 	series  *pcapng.Series
 	follow  *followers
+	// onDemand is held by the on-demand capture running (one at a time:
+	// the datapath has one filter slot per direction).
+	onDemand sync.Mutex
 
 	state atomic.Value // string
 	stats stats
@@ -69,7 +72,8 @@ type stats struct {
 	traces, packets, kept, bytes atomic.Uint64
 	readerLost                   atomic.Uint64 // perf: records the kernel could not store
 	writeErrors                  atomic.Uint64
-	lastTrace                    atomic.Value // traceInfo
+	onDemandLost                 atomic.Uint64 // on-demand captures: records the kernel could not store
+	lastTrace                    atomic.Value  // traceInfo
 }
 
 var (

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -114,23 +115,29 @@ func usageErr(stderr io.Writer, msg string) error {
 	return cli.ErrUsage
 }
 
-const captureSynopsis = "--follow [-w FILE|-] [--duration D] [--control PATH]"
+const captureSynopsis = "--follow | --filter EXPR [--iface GLOB] [--count N] [--snaplen N]  [-w FILE|-] [--duration D] [--control PATH]"
 
 func captureCmd(args []string, stdout, stderr io.Writer) error {
 	fs := cli.NewFlagSet("capture", captureSynopsis, stdout, stderr)
 	follow := fs.Bool("follow", false, "stream the triggered connections' packets as the agent captures them")
 	out := fs.String("w", "-", "write the pcapng stream to `file` (created 0600), or - for standard output")
 	duration := fs.Duration("duration", 0, "stop after this long (0: until interrupted or the agent stops)")
-	filter := fs.String("filter", "", "capture packets matching this pcap filter now (tcpdump syntax)")
+	filter := fs.String("filter", "", "capture the packets matching this pcap filter now (tcpdump syntax, docs/capture.md); '' for every packet")
+	var ifaces []string
+	fs.Func("iface", "with --filter: only on interfaces matching this `glob` (repeatable)", func(s string) error {
+		ifaces = append(ifaces, s)
+		return nil
+	})
+	count := fs.Uint64("count", 0, "with --filter: stop after this many packets")
+	snaplen := fs.Uint("snaplen", 0, "with --filter: bytes captured of each packet (0: all)")
 	socket := api.ControlFlag(fs)
 	if err := cli.Parse(fs, args, stdout); err != nil {
 		return err
 	}
-	if *filter != "" {
-		return errors.New("--filter: on-demand filtered capture is not in this build yet; --follow streams the triggered captures")
-	}
-	if !*follow {
-		fmt.Fprintf(stderr, "loupe capture: say --follow (the triggered captures as they happen)\nsee 'loupe capture --help'\n")
+	onDemand := len(ifaces) > 0 || *count > 0
+	fs.Visit(func(f *flag.Flag) { onDemand = onDemand || f.Name == "filter" })
+	if onDemand == *follow {
+		fmt.Fprintf(stderr, "loupe capture: say --follow (the triggered captures as they happen) or --filter EXPR (a capture now)\nsee 'loupe capture --help'\n")
 		return cli.ErrUsage
 	}
 	if *out == "-" && isTerminal(stdout) {
@@ -144,11 +151,29 @@ func captureCmd(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if *duration > 0 {
+		// An on-demand capture's end is the agent's (it closes the
+		// stream after its last packet); the margin only guards
+		// against an agent that never answers.
+		wait := *duration
+		if onDemand {
+			wait += 10 * time.Second
+		}
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, *duration)
+		ctx, cancel = context.WithTimeout(ctx, wait)
 		defer cancel()
 	}
-	body, err := c.Stream(ctx, http.MethodGet, FollowPath, nil)
+	var body io.ReadCloser
+	if onDemand {
+		req := CaptureRequest{Filter: *filter, Ifaces: ifaces, Count: *count, Snaplen: uint32(*snaplen)}
+		if *duration > 0 {
+			// The agent stops too, so that the stream ends cleanly.
+			req.Duration = duration.String()
+		}
+		b, _ := json.Marshal(req)
+		body, err = c.Stream(ctx, http.MethodPost, CapturePath, bytes.NewReader(b))
+	} else {
+		body, err = c.Stream(ctx, http.MethodGet, FollowPath, nil)
+	}
 	if err != nil {
 		return err
 	}

@@ -112,6 +112,17 @@ func (u *Unit) toPcapng(p *datapath.CapturedPacket, out *pcapng.Packet) {
 	if p.Direction == flow.Egress {
 		dir = pcapng.Outbound
 	}
+	*out = pcapng.Packet{
+		TimeNs:    u.monoToWall(p.Time),
+		Ifindex:   p.Ifindex,
+		IfName:    u.ifaceName(p.Ifindex),
+		Direction: dir,
+		OrigLen:   p.Len,
+		Data:      p.Data,
+	}
+	if p.Filtered {
+		return
+	}
 	var c strings.Builder
 	fmt.Fprintf(&c, "trace=%08x trigger=%s", p.TraceID, u.slotName(p.Rule))
 	if p.Status != 0 {
@@ -126,15 +137,7 @@ func (u *Unit) toPcapng(p *datapath.CapturedPacket, out *pcapng.Packet) {
 		c.WriteString(" request=")
 		c.WriteString(line)
 	}
-	*out = pcapng.Packet{
-		TimeNs:    u.monoToWall(p.Time),
-		Ifindex:   p.Ifindex,
-		IfName:    u.ifaceName(p.Ifindex),
-		Direction: dir,
-		OrigLen:   p.Len,
-		Data:      p.Data,
-		Comment:   c.String(),
-	}
+	out.Comment = c.String()
 }
 
 // write sends one packet to the files and the followers.

@@ -31,6 +31,7 @@ func (u *Unit) routes() []api.Route {
 		{Method: http.MethodPost, Path: TriggersPath, Access: api.Write, Handler: http.HandlerFunc(u.postTrigger)},
 		{Method: http.MethodDelete, Path: TriggersPath + "/{name}", Access: api.Write, Handler: http.HandlerFunc(u.deleteTrigger)},
 		{Method: http.MethodGet, Path: FollowPath, Access: api.Payload, Stream: true, Handler: http.HandlerFunc(u.serveFollow)},
+		{Method: http.MethodPost, Path: CapturePath, Access: api.Payload, Stream: true, Handler: http.HandlerFunc(u.serveCapture)},
 	}
 }
 
