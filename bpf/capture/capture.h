@@ -27,6 +27,7 @@
 #include "conn.h"
 #include "flow.h"
 #include "http.h"
+#include "httpstats.h"
 #include "keep.h"
 #include "parse.h"
 
@@ -63,6 +64,9 @@ enum capture_counter {
 	CAPTURE_MIRRORED,             /* packets cloned to the mirror interface */
 	CAPTURE_MIRROR_ERRORS,        /* clones that failed */
 	CAPTURE_TRACES_LIMITED,       /* traces ended by a packet, byte or time limit */
+	CAPTURE_HTTP_REQUESTS,        /* HTTP requests counted in the metrics */
+	CAPTURE_HTTP_RESPONSES,       /* HTTP responses counted in the metrics */
+	CAPTURE_HTTP_FOLDED,          /* of both, those folded into "other": the series cap */
 	CAPTURE_COUNTER_MAX,
 };
 
@@ -485,6 +489,69 @@ __noinline __u32 capture_payload_len(struct __sk_buff *skb, __u32 l3, __u32 payl
 	return end > payload ? end - payload : 0;
 }
 
+/* capture_http_add counts one request or response of the server at addr,
+ * port in the HTTP metrics, with its latency (0: none). */
+static __always_inline void capture_http_add(const __u8 *addr, __u16 port, __u8 class, __u64 latency)
+{
+	struct http_stats_key k = {.port = port, .class = class};
+	struct http_stats *st;
+
+	__builtin_memcpy(k.addr, addr, 16);
+	st = bpf_map_lookup_elem(&capture_http, &k);
+	if (!st) {
+		bpf_map_update_elem(&capture_http, &k, &capture_http_zero, BPF_NOEXIST);
+		st = bpf_map_lookup_elem(&capture_http, &k);
+	}
+	if (!st) {
+		/* The series cap: fold into "other". */
+		__builtin_memset(k.addr, 0, sizeof(k.addr));
+		k.port = 0;
+		st = bpf_map_lookup_elem(&capture_http, &k);
+		capture_count(CAPTURE_HTTP_FOLDED, 1);
+		if (!st)
+			return;
+	}
+	st->count++;
+	if (latency) {
+		st->latency_count++;
+		st->latency_ns += latency;
+		st->hist[http_bucket(latency) & (HTTP_LAT_BUCKETS - 1)]++;
+	}
+}
+
+/* capture_http_seen looks at the start of the payload (len bytes at off) for a
+ * request or a response, for the HTTP metrics (httpstats.h). where packs
+ * off (16 bits), len (32) and the side of the sender (bit 48). A global
+ * function, like capture_send. */
+__noinline int capture_http_seen(struct __sk_buff *skb, const struct flow_key *key, struct conn_state *cs, __u64 where)
+{
+	__u32 off = where & 0xffff, len = (where >> 16) & 0xffffffff, side = (where >> 48) & 1;
+	__u8 b[HTTP_STATUS_LEN] = {};
+	__u16 status;
+
+	if (!skb || !key || !cs || len < HTTP_STATUS_LEN)
+		return 0;
+	if (bpf_skb_load_bytes(skb, off, b, HTTP_STATUS_LEN) < 0)
+		return 0;
+	status = status_at(b, 0);
+	if (status) {
+		__u64 latency = 0, sent = cs->req_time[side ^ 1];
+
+		if (sent) {
+			latency = bpf_ktime_get_ns() - sent;
+			cs->req_time[side ^ 1] = 0;
+		}
+		capture_count(CAPTURE_HTTP_RESPONSES, 1);
+		capture_http_add(key->src_addr, key->src_port, status / 100, latency);
+	} else if (http_is_request(b)) {
+		if (!cs->req_time[side])
+			cs->req_time[side] = bpf_ktime_get_ns();
+		capture_count(CAPTURE_HTTP_REQUESTS, 1);
+		capture_http_add(key->dst_addr, key->dst_port, HTTP_CLASS_REQUEST, 0);
+	}
+	return 0;
+}
+
 /* capture_observe runs the trigger and the capture on a packet whose flow
  * key is key.
  *
@@ -519,6 +586,9 @@ __noinline int capture_observe(struct __sk_buff *skb, const struct pkt *p, const
 	cs = capture_conn(cfg, &ck);
 	if (!cs)
 		return 0;
+	len = capture_payload_len(skb, p->off.l3, p->off.payload, key->eth_type);
+	if (len)
+		capture_http_seen(skb, key, cs, (__u64)p->off.payload | (__u64)len << 16 | (__u64)(dir & 1) << 48);
 	if (cs->flags & CONN_TRACED) {
 		capture_send(skb, key, cs, cfg);
 		return 0;
@@ -531,7 +601,6 @@ __noinline int capture_observe(struct __sk_buff *skb, const struct pkt *p, const
 			return 0;
 		}
 	}
-	len = capture_payload_len(skb, p->off.l3, p->off.payload, key->eth_type);
 	if (!len)
 		return 0;
 

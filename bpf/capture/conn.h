@@ -61,6 +61,7 @@ struct conn_state {
 	 * caused it out. */
 	struct http_tail tail[2];
 	struct keep_ref kept[2][KEEP_MAX];
+	__u64 req_time[2]; /* [side]: its oldest request with no response yet (HTTP metrics) */
 };
 
 struct {

@@ -34,6 +34,9 @@ type CaptureSizes struct {
 	// KeepSnap is the number of bytes kept of each packet (at most
 	// MaxKeepSnap).
 	KeepSnap int
+	// HTTPSeries caps the HTTP metrics' entries (server and class), six
+	// of them "other", where servers past the cap are counted.
+	HTTPSeries int
 }
 
 // Limits of the kept packets, as bpf/capture/keep.h and conn.h fix them.
@@ -50,7 +53,7 @@ const (
 // 16 384 connections, 4 packets of up to 2 KB each kept per connection, in
 // a ring of 1 024 slots per CPU.
 func DefaultCaptureSizes() CaptureSizes {
-	return CaptureSizes{Connections: 16384, KeepPackets: 4, KeepSlotsPerCPU: 1024, KeepSnap: MaxKeepSnap}
+	return CaptureSizes{Connections: 16384, KeepPackets: 4, KeepSlotsPerCPU: 1024, KeepSnap: MaxKeepSnap, HTTPSeries: 4096}
 }
 
 func (s CaptureSizes) check() error {
@@ -63,6 +66,8 @@ func (s CaptureSizes) check() error {
 		return fmt.Errorf("capture keep snap %d: must be 1 to %d", s.KeepSnap, MaxKeepSnap)
 	case s.KeepSlotsPerCPU < 0 || s.KeepSlotsPerCPU > 1<<20:
 		return fmt.Errorf("capture keep slots %d: must be 0 to %d", s.KeepSlotsPerCPU, 1<<20)
+	case s.HTTPSeries < 16 || s.HTTPSeries > 1<<20:
+		return fmt.Errorf("capture HTTP series %d: must be 16 to %d", s.HTTPSeries, 1<<20)
 	}
 	return nil
 }
@@ -78,6 +83,9 @@ func roundPow2(n int) int {
 // sizeCapture sizes the capture maps of spec and sets its load-time
 // constants.
 func sizeCapture(spec *ebpf.CollectionSpec, s CaptureSizes, ncpu int) error {
+	if s.HTTPSeries == 0 {
+		s.HTTPSeries = DefaultCaptureSizes().HTTPSeries
+	}
 	if err := s.check(); err != nil {
 		return err
 	}
@@ -86,6 +94,7 @@ func sizeCapture(spec *ebpf.CollectionSpec, s CaptureSizes, ncpu int) error {
 		slots = roundPow2(s.KeepSlotsPerCPU)
 	}
 	spec.Maps[loupeMapCaptureConns].MaxEntries = uint32(s.Connections)
+	spec.Maps[loupeMapCaptureHttp].MaxEntries = uint32(s.HTTPSeries)
 	spec.Maps[loupeMapCaptureKeep].MaxEntries = uint32(max(1, slots*ncpu))
 	for name, v := range map[string]uint32{
 		loupeVarKeepPackets: uint32(s.KeepPackets), loupeVarKeepSlotsPerCpu: uint32(slots), loupeVarKeepSnap: uint32(s.KeepSnap),
@@ -318,6 +327,9 @@ var captureCounterNames = [loupeCaptureCounterCAPTURE_COUNTER_MAX]string{
 	loupeCaptureCounterCAPTURE_MIRRORED:              "mirrored",
 	loupeCaptureCounterCAPTURE_MIRROR_ERRORS:         "mirror_errors",
 	loupeCaptureCounterCAPTURE_TRACES_LIMITED:        "traces_limited",
+	loupeCaptureCounterCAPTURE_HTTP_REQUESTS:         "http_requests",
+	loupeCaptureCounterCAPTURE_HTTP_RESPONSES:        "http_responses",
+	loupeCaptureCounterCAPTURE_HTTP_FOLDED:           "http_folded",
 }
 
 // CaptureCounters reads and sums the capture capability's per-CPU counters.

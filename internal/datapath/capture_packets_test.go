@@ -35,6 +35,7 @@ const tcxNext = ^uint32(0)
 type capConn struct {
 	l3     string // "" (IPv4) or "ipv6"
 	client netip.Addr
+	server netip.Addr // zero: v4A or v6A
 	port   uint16
 }
 
@@ -45,6 +46,9 @@ func (c capConn) ends() (client, server netip.AddrPort) {
 	}
 	if c.client.IsValid() {
 		cl = c.client
+	}
+	if c.server.IsValid() {
+		sv = c.server
 	}
 	return netip.AddrPortFrom(cl, c.port), netip.AddrPortFrom(sv, 80)
 }

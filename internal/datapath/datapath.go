@@ -163,7 +163,7 @@ func Load(opts Options) (*Datapath, error) {
 		if err := sizeCapture(spec, opts.Capture, ncpu); err != nil {
 			return nil, err
 		}
-	} else if err := sizeCapture(spec, CaptureSizes{Connections: 1, KeepSnap: 1}, ncpu); err != nil {
+	} else if err := sizeCapture(spec, CaptureSizes{Connections: 1, KeepSnap: 1, HTTPSeries: 16}, ncpu); err != nil {
 		// Off: its maps are created all the same (the object names
 		// them), at their smallest.
 		return nil, err
@@ -179,6 +179,10 @@ func Load(opts Options) (*Datapath, error) {
 		return nil, err
 	}
 	d.tables = [2]*ebpf.Map{d.objs.FlowsA, d.objs.FlowsB}
+	if err := d.initHTTPOther(); err != nil {
+		d.Close()
+		return nil, err
+	}
 	if err := d.createGrace(); err != nil {
 		d.Close()
 		return nil, err

@@ -58,7 +58,10 @@ const (
 	loupeCaptureCounterCAPTURE_MIRRORED              loupeCaptureCounter = 22
 	loupeCaptureCounterCAPTURE_MIRROR_ERRORS         loupeCaptureCounter = 23
 	loupeCaptureCounterCAPTURE_TRACES_LIMITED        loupeCaptureCounter = 24
-	loupeCaptureCounterCAPTURE_COUNTER_MAX           loupeCaptureCounter = 25
+	loupeCaptureCounterCAPTURE_HTTP_REQUESTS         loupeCaptureCounter = 25
+	loupeCaptureCounterCAPTURE_HTTP_RESPONSES        loupeCaptureCounter = 26
+	loupeCaptureCounterCAPTURE_HTTP_FOLDED           loupeCaptureCounter = 27
+	loupeCaptureCounterCAPTURE_COUNTER_MAX           loupeCaptureCounter = 28
 )
 
 type loupeCaptureEvent struct {
@@ -143,6 +146,7 @@ type loupeConnState struct {
 		Slot uint32
 		Gen  uint32
 	}
+	ReqTime [2]uint64
 }
 
 type loupeCounter uint32
@@ -203,6 +207,22 @@ type loupeFlowStats struct {
 	Pad            uint8
 }
 
+type loupeHttpStats struct {
+	_            structs.HostLayout
+	Count        uint64
+	LatencyCount uint64
+	LatencyNs    uint64
+	Hist         [24]uint64
+}
+
+type loupeHttpStatsKey struct {
+	_     structs.HostLayout
+	Addr  [16]uint8
+	Port  uint16
+	Class uint8
+	Pad   [5]uint8
+}
+
 type loupeHttpWindow struct {
 	_ structs.HostLayout
 	W [8]uint64
@@ -238,6 +258,7 @@ const (
 	loupeMapCaptureEvents        = "capture_events"
 	loupeMapCaptureFilterProgs   = "capture_filter_progs"
 	loupeMapCaptureFiltered      = "capture_filtered"
+	loupeMapCaptureHttp          = "capture_http"
 	loupeMapCaptureKeep          = "capture_keep"
 	loupeMapCaptureKeepCursor    = "capture_keep_cursor"
 	loupeMapCapturePackets       = "capture_packets"
@@ -254,6 +275,7 @@ const (
 	loupeProgLoupeFlowsIngress   = "loupe_flows_ingress"
 	loupeProgLoupeIngress        = "loupe_ingress"
 	loupeVarCaptureConnZero      = "capture_conn_zero"
+	loupeVarCaptureHttpZero      = "capture_http_zero"
 	loupeVarCfgCapCapture        = "cfg_cap_capture"
 	loupeVarCfgCapFlows          = "cfg_cap_flows"
 	loupeVarCfgSharedTable       = "cfg_shared_table"
@@ -325,6 +347,7 @@ type loupeMapSpecs struct {
 	CaptureEvents      *ebpf.MapSpec `ebpf:"capture_events"`
 	CaptureFilterProgs *ebpf.MapSpec `ebpf:"capture_filter_progs"`
 	CaptureFiltered    *ebpf.MapSpec `ebpf:"capture_filtered"`
+	CaptureHttp        *ebpf.MapSpec `ebpf:"capture_http"`
 	CaptureKeep        *ebpf.MapSpec `ebpf:"capture_keep"`
 	CaptureKeepCursor  *ebpf.MapSpec `ebpf:"capture_keep_cursor"`
 	CapturePackets     *ebpf.MapSpec `ebpf:"capture_packets"`
@@ -343,6 +366,7 @@ type loupeMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type loupeVariableSpecs struct {
 	CaptureConnZero      *ebpf.VariableSpec `ebpf:"capture_conn_zero"`
+	CaptureHttpZero      *ebpf.VariableSpec `ebpf:"capture_http_zero"`
 	CfgCapCapture        *ebpf.VariableSpec `ebpf:"cfg_cap_capture"`
 	CfgCapFlows          *ebpf.VariableSpec `ebpf:"cfg_cap_flows"`
 	CfgSharedTable       *ebpf.VariableSpec `ebpf:"cfg_shared_table"`
@@ -382,6 +406,7 @@ type loupeMaps struct {
 	CaptureEvents      *ebpf.Map `ebpf:"capture_events"`
 	CaptureFilterProgs *ebpf.Map `ebpf:"capture_filter_progs"`
 	CaptureFiltered    *ebpf.Map `ebpf:"capture_filtered"`
+	CaptureHttp        *ebpf.Map `ebpf:"capture_http"`
 	CaptureKeep        *ebpf.Map `ebpf:"capture_keep"`
 	CaptureKeepCursor  *ebpf.Map `ebpf:"capture_keep_cursor"`
 	CapturePackets     *ebpf.Map `ebpf:"capture_packets"`
@@ -404,6 +429,7 @@ func (m *loupeMaps) Close() error {
 		m.CaptureEvents,
 		m.CaptureFilterProgs,
 		m.CaptureFiltered,
+		m.CaptureHttp,
 		m.CaptureKeep,
 		m.CaptureKeepCursor,
 		m.CapturePackets,
@@ -423,6 +449,7 @@ func (m *loupeMaps) Close() error {
 // It can be passed to loadLoupeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type loupeVariables struct {
 	CaptureConnZero      *ebpf.Variable `ebpf:"capture_conn_zero"`
+	CaptureHttpZero      *ebpf.Variable `ebpf:"capture_http_zero"`
 	CfgCapCapture        *ebpf.Variable `ebpf:"cfg_cap_capture"`
 	CfgCapFlows          *ebpf.Variable `ebpf:"cfg_cap_flows"`
 	CfgSharedTable       *ebpf.Variable `ebpf:"cfg_shared_table"`
