@@ -104,7 +104,7 @@ func (u *Unit) Name() string { return Name }
 // Sizes are the datapath sizes the configuration asks for.
 func (c Config) Sizes() datapath.CaptureSizes {
 	return datapath.CaptureSizes{Connections: c.Connections, KeepPackets: c.KeepPackets,
-		KeepSlotsPerCPU: c.KeepSlots, KeepSnap: c.KeepBytes}
+		KeepSlotsPerCPU: c.KeepSlots, KeepSnap: c.KeepBytes, HTTPSeries: c.HTTPMaxSeries}
 }
 
 // Open resolves the mirror interface, opens the capture directory and the

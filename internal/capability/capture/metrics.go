@@ -1,7 +1,12 @@
 package capture
 
 import (
+	"fmt"
+	"strconv"
+
 	"github.com/prometheus/client_golang/prometheus"
+
+	"loupe/internal/datapath"
 )
 
 // collector reads the datapath's capture counters and the unit's own at
@@ -12,6 +17,7 @@ type collector struct {
 	traces, packets, kept, bytes, lost *prometheus.Desc
 	writeErrs, followers, followDrops  *prometheus.Desc
 	files                              *prometheus.Desc
+	httpReqs, httpResps, httpLatency   *prometheus.Desc
 }
 
 func newCollector(u *Unit) *collector {
@@ -34,12 +40,19 @@ func newCollector(u *Unit) *collector {
 		followers:   d("followers", "Clients following the capture (loupe capture --follow)."),
 		followDrops: d("follower_dropped_packets_total", "Packets not sent to a follower that fell behind."),
 		files:       d("files_started_total", "Capture files started."),
+		httpReqs: prometheus.NewDesc("loupe_http_requests_total", "HTTP/1.x requests to each server, among the connections the capture follows "+
+			"(a segment starting with a method; pipelined requests behind another are not counted). server=\"other\" holds servers past capture.http_max_series.",
+			[]string{"server", "port"}, nil),
+		httpResps: prometheus.NewDesc("loupe_http_responses_total", "HTTP/1.x responses from each server, by status class (1xx..5xx).",
+			[]string{"server", "port", "class"}, nil),
+		httpLatency: prometheus.NewDesc("loupe_http_response_latency_seconds", "From a request to the server's next response on the same connection, "+
+			"measured at the hook (network and server time).", []string{"server", "port"}, nil),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.kernel, c.conns, c.connCap, c.traces, c.packets, c.kept, c.bytes, c.lost,
-		c.writeErrs, c.followers, c.followDrops, c.files} {
+		c.writeErrs, c.followers, c.followDrops, c.files, c.httpReqs, c.httpResps, c.httpLatency} {
 		ch <- d
 	}
 }
@@ -64,6 +77,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			gauge(c.conns, float64(n))
 		}
 		gauge(c.connCap, float64(u.cfg.Connections))
+		c.collectHTTP(ch)
 	}
 	counter(c.traces, u.stats.traces.Load())
 	counter(c.packets, u.stats.packets.Load())
@@ -78,4 +92,61 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		files = u.files.Stats().Files
 	}
 	counter(c.files, files)
+}
+
+// httpBounds are the latency histogram's upper bounds in seconds: 1 us,
+// then powers of two, as the kernel's buckets (bpf/capture/httpstats.h).
+var httpBounds = func() []float64 {
+	b := make([]float64, datapath.HTTPLatencyBuckets-1)
+	for i := range b {
+		b[i] = float64(uint64(1)<<i) / 1e6
+	}
+	return b
+}()
+
+func (c *collector) collectHTTP(ch chan<- prometheus.Metric) {
+	stats, err := c.u.dp.HTTPStats()
+	if err != nil {
+		c.u.log.Warn("reading HTTP metrics", "err", err)
+		return
+	}
+	type hist struct {
+		count, sum uint64
+		b          [datapath.HTTPLatencyBuckets]uint64
+	}
+	lat := map[datapath.HTTPServer]*hist{}
+	for _, s := range stats {
+		server, port := "other", "0"
+		if s.Server.Addr.IsValid() {
+			server, port = s.Server.Addr.String(), strconv.Itoa(int(s.Server.Port))
+		}
+		if s.Class == 0 {
+			ch <- prometheus.MustNewConstMetric(c.httpReqs, prometheus.CounterValue, float64(s.Count), server, port)
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(c.httpResps, prometheus.CounterValue, float64(s.Count), server, port, fmt.Sprintf("%dxx", s.Class))
+		h := lat[s.Server]
+		if h == nil {
+			h = &hist{}
+			lat[s.Server] = h
+		}
+		h.count += s.LatencyCount
+		h.sum += s.LatencySum
+		for i, n := range s.Hist {
+			h.b[i] += n
+		}
+	}
+	for srv, h := range lat {
+		server, port := "other", "0"
+		if srv.Addr.IsValid() {
+			server, port = srv.Addr.String(), strconv.Itoa(int(srv.Port))
+		}
+		buckets := make(map[float64]uint64, len(httpBounds))
+		var cum uint64
+		for i, le := range httpBounds {
+			cum += h.b[i]
+			buckets[le] = cum
+		}
+		ch <- prometheus.MustNewConstHistogram(c.httpLatency, h.count, float64(h.sum)/1e9, buckets, server, port)
+	}
 }
