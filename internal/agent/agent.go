@@ -26,6 +26,7 @@ import (
 	"loupe/internal/capability/flows"
 	"loupe/internal/config"
 	"loupe/internal/datapath"
+	"loupe/internal/ifnames"
 )
 
 // Run runs the agent until ctx is done, then shuts down gracefully: detach,
@@ -100,9 +101,12 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown,
 			"table_memory_bytes", tbl, "total_memory_bytes", total)
 	}
 
-	// The attach manager names interfaces for the units' records; it is
-	// created now and run once every unit is open.
+	// The attach manager's watcher tells names the interfaces it sees,
+	// which name the units' records; it is created now and run once every
+	// unit is open.
+	names := ifnames.New(nil)
 	mgr, err := attach.NewManager(attach.Config{
+		Names:    names,
 		Programs: attach.Programs{Ingress: dp.Ingress(), Egress: dp.Egress()},
 		Mode:     mode,
 		Position: pos,
@@ -115,7 +119,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown,
 		return err
 	}
 
-	host := &capability.Host{Datapath: dp, IfaceName: mgr.Name, Logger: log}
+	host := &capability.Host{Datapath: dp, IfaceName: names.Name, Logger: log}
 	var opened []capability.Unit
 	defer func() {
 		// In reverse: a unit opened later may use what an earlier one

@@ -12,11 +12,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"loupe/internal/ifnames"
 )
 
 // Config configures a Manager.
@@ -34,6 +35,9 @@ type Config struct {
 	// first resynchronisation also removes what an earlier agent left on
 	// interfaces this one does not monitor.
 	PinDir string
+	// Names is told every interface's name as the watcher sees it, and
+	// when it goes (nil: a table of the manager's own).
+	Names  *ifnames.Table
 	Logger *slog.Logger
 }
 
@@ -54,7 +58,7 @@ type attachment struct {
 
 // Manager attaches the programs to every matching interface of the current
 // network namespace, follows interfaces as they appear and disappear
-// (netlink), and names interface indexes for the records.
+// (netlink), and tells its names table (internal/ifnames) what it sees.
 type Manager struct {
 	cfg Config
 	log *slog.Logger
@@ -62,7 +66,6 @@ type Manager struct {
 	mu       sync.Mutex
 	att      attacher
 	links    map[int]*attachment // by ifindex: every interface seen
-	gone     map[uint32]goneName // names of removed interfaces, for late records
 	attached int
 	// adopted are pinned links an earlier agent left, by ifindex, until
 	// they are updated (monitored) or detached; firstSync is set until
@@ -73,15 +76,6 @@ type Manager struct {
 	attaches, detaches, errs, resyncs atomic.Uint64
 	ready                             chan struct{}
 }
-
-type goneName struct {
-	name string
-	at   time.Time
-}
-
-// goneNameTTL is how long a removed interface's name is remembered, so that
-// the last records of a deleted container veth still carry its name.
-const goneNameTTL = time.Minute
 
 // NewManager validates the configuration. Nothing is attached before Run.
 func NewManager(cfg Config) (*Manager, error) {
@@ -96,11 +90,13 @@ func NewManager(cfg Config) (*Manager, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Names == nil {
+		cfg.Names = ifnames.New(nil)
+	}
 	m := &Manager{
 		cfg:   cfg,
 		log:   cfg.Logger.With("component", "attach"),
 		links: make(map[int]*attachment),
-		gone:  make(map[uint32]goneName),
 		ready: make(chan struct{}),
 	}
 	switch cfg.Mode {
@@ -295,6 +291,7 @@ func (m *Manager) seen(idx int, name string) {
 		m.links[idx] = a
 	}
 	a.name = name
+	m.cfg.Names.Set(uint32(idx), name)
 	want := m.Matches(name)
 	switch {
 	case want && a.closer == nil:
@@ -396,13 +393,7 @@ func (m *Manager) removed(idx int) {
 		m.detachLocked(idx, a)
 	}
 	delete(m.links, idx)
-	now := time.Now()
-	m.gone[uint32(idx)] = goneName{name: a.name, at: now}
-	for k, g := range m.gone {
-		if now.Sub(g.at) > goneNameTTL {
-			delete(m.gone, k)
-		}
-	}
+	m.cfg.Names.Remove(uint32(idx))
 }
 
 func (m *Manager) detachLocked(idx int, a *attachment) {
@@ -428,17 +419,6 @@ func (m *Manager) detachAll() {
 	for idx, a := range m.adopted {
 		m.dropAdopted(idx, a, "stopping")
 	}
-}
-
-// Name returns the name of an interface index, including interfaces removed
-// in the last minute, or "" if unknown.
-func (m *Manager) Name(ifindex uint32) string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if a := m.links[int(ifindex)]; a != nil {
-		return a.name
-	}
-	return m.gone[ifindex].name
 }
 
 // Stats returns a snapshot of the manager's counters.
