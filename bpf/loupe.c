@@ -72,9 +72,10 @@ static __always_inline int hook(struct __sk_buff *skb, __u8 direction, const __u
 	 * call the verifier takes the memory handed to it for clobbered, p
 	 * included. */
 	if (capture) {
-		capture_observe(skb, &p, &key);
+		int admit = capture_observe(skb, &p, &key) == CAPTURE_ADMIT;
+
 		/* Last of all: a tail call does not come back. */
-		capture_filter(skb, direction);
+		capture_filter(skb, direction, admit);
 	}
 	return TCX_NEXT_ACTION;
 }

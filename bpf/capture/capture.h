@@ -25,11 +25,15 @@
 #include <bpf/bpf_helpers.h>
 
 #include "conn.h"
+#include "filter.h"
 #include "flow.h"
 #include "http.h"
 #include "httpstats.h"
 #include "keep.h"
 #include "parse.h"
+
+/* What capture_observe returns: run the admission program (filter.h). */
+#define CAPTURE_ADMIT 1
 
 #define CAPTURE_MAX_RULES 8
 #define TCP_FLAG_RST 0x04
@@ -112,6 +116,8 @@ struct capture_config {
 	__u32 snaplen;        /* bytes captured of each packet; 0: all */
 	__u32 output;         /* 1: packets go to userspace (files or a follower) */
 	__u32 rst;            /* 1: a rule fires on resets */
+	__u32 filters;        /* the rules with a pcap filter, a bit each (filter.h) */
+	__u32 pad;
 	__u64 idle_ns;        /* a connection idle this long starts afresh */
 	__u64 max_age_ns;     /* and one followed this long */
 	struct capture_rule rules[CAPTURE_MAX_RULES];
@@ -416,7 +422,8 @@ __noinline int capture_fire(struct __sk_buff *skb, const struct flow_key *key, s
 
 /* capture_conn finds or enters the connection of p; NULL when no rule
  * admits it or the table refused it. */
-static __always_inline struct conn_state *capture_conn(const struct capture_config *cfg, const struct conn_key *ck)
+static __always_inline struct conn_state *capture_conn(const struct capture_config *cfg, const struct conn_key *ck,
+						       int *admission)
 {
 	__u64 now = bpf_ktime_get_coarse_ns();
 	struct conn_state *cs = bpf_map_lookup_elem(&capture_conns, ck);
@@ -449,9 +456,24 @@ static __always_inline struct conn_state *capture_conn(const struct capture_conf
 		return 0;
 	}
 	if (!cs->first_seen) {
+		__u32 zero = 0;
+		struct capture_admission *ad;
+
 		cs->first_seen = now;
 		cs->admit = admit;
 		capture_count(CAPTURE_CONNS_NEW, 1);
+		/* Rules with a filter admit the connection once the admission
+		 * program, which runs right after this packet, says so. */
+		if (admit & cfg->filters) {
+			ad = bpf_map_lookup_elem(&capture_admissions, &zero);
+			if (ad) {
+				ad->ck = *ck;
+				ad->pending = admit & cfg->filters;
+				cs->admit = admit & ~cfg->filters;
+				cs->flags |= CONN_FILTER_PENDING;
+				*admission = 1;
+			}
+		}
 	}
 	cs->last_seen = now;
 	return cs;
@@ -566,9 +588,9 @@ __noinline int capture_observe(struct __sk_buff *skb, const struct pkt *p, const
 	struct conn_state *cs;
 	struct conn_key ck;
 	__u32 len, back = 0;
+	int rule, admission = 0, ret;
 	__u16 status;
 	__u8 dir;
-	int rule;
 
 	if (!p || !key || key->proto != IPPROTO_TCP)
 		return 0;
@@ -583,26 +605,27 @@ __noinline int capture_observe(struct __sk_buff *skb, const struct pkt *p, const
 	if (cfg->mirror_ifindex && skb->ifindex == cfg->mirror_ifindex)
 		return 0;
 	conn_key_of(key, &ck, &dir);
-	cs = capture_conn(cfg, &ck);
+	cs = capture_conn(cfg, &ck, &admission);
 	if (!cs)
 		return 0;
+	ret = admission ? CAPTURE_ADMIT : 0;
 	len = capture_payload_len(skb, p->off.l3, p->off.payload, key->eth_type);
 	if (len)
 		capture_http_seen(skb, key, cs, (__u64)p->off.payload | (__u64)len << 16 | (__u64)(dir & 1) << 48);
 	if (cs->flags & CONN_TRACED) {
 		capture_send(skb, key, cs, cfg);
-		return 0;
+		return ret;
 	}
 
 	if ((p->tcp_flags & TCP_FLAG_RST) && cfg->rst) {
 		rule = capture_rule_for(cfg, cs->admit, RULE_TCP_RST, 0);
 		if (rule >= 0) {
 			capture_fire(skb, key, cs, cfg, FIRE(p->tcp_seq, 0, rule, 0, dir));
-			return 0;
+			return ret;
 		}
 	}
 	if (!len)
-		return 0;
+		return ret;
 
 	/* A status line that started in the previous segment. */
 	if (cs->tail[dir & 1].len && cs->tail[dir & 1].next_seq == p->tcp_seq) {
@@ -613,7 +636,7 @@ __noinline int capture_observe(struct __sk_buff *skb, const struct pkt *p, const
 			rule = capture_rule_for(cfg, cs->admit, RULE_HTTP_STATUS, status);
 			if (rule >= 0) {
 				capture_fire(skb, key, cs, cfg, FIRE(p->tcp_seq - back, status, rule, 1, dir));
-				return 0;
+				return ret;
 			}
 		}
 	}
@@ -639,7 +662,7 @@ __noinline int capture_observe(struct __sk_buff *skb, const struct pkt *p, const
 			rule = capture_rule_for(cfg, cs->admit, RULE_HTTP_STATUS, s.found.status);
 			if (rule >= 0) {
 				capture_fire(skb, key, cs, cfg, FIRE(p->tcp_seq + s.found.at, s.found.status, rule, 0, dir));
-				return 0;
+				return ret;
 			}
 		}
 	}
@@ -649,7 +672,7 @@ __noinline int capture_observe(struct __sk_buff *skb, const struct pkt *p, const
 	else if (keep_slots_per_cpu && keep_packets)
 		capture_count(CAPTURE_KEPT, 1);
 	http_keep_tail(skb, p->off.payload, len, p->tcp_seq, &cs->tail[dir & 1]);
-	return 0;
+	return ret;
 }
 
 #endif

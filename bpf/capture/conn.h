@@ -41,6 +41,9 @@ struct keep_ref {
 enum conn_flag {
 	CONN_TRACED = 1 << 0, /* the trigger fired: packets are captured and mirrored */
 	CONN_DONE = 1 << 1,   /* the trace reached one of its limits */
+	/* Rules with a pcap filter wait for the admission program (filter.h)
+	 * to run their filters on the connection's first packet. */
+	CONN_FILTER_PENDING = 1 << 2,
 };
 
 struct conn_state {

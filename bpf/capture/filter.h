@@ -18,11 +18,17 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 
-/* The filter programs: key 0 for ingress, 1 for egress (enum direction).
- * userspace puts them in and takes them out; they return TCX_NEXT. */
+#include "conn.h"
+
+/* The programs: keys 0 and 1, the on-demand filter for ingress and egress
+ * (enum direction); keys 2 and 3, the admission program of each direction,
+ * which runs the trigger rules' pcap filters on a connection's first packet
+ * (CAPTURE_ADMIT) and then tail-calls the on-demand filter. userspace puts
+ * them in and takes them out; they return TCX_NEXT. */
+#define CAPTURE_ADMIT_SLOT 2
 struct {
 	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
-	__uint(max_entries, 2);
+	__uint(max_entries, 4);
 	__type(key, __u32);
 	__type(value, __u32);
 } capture_filter_progs SEC(".maps");
@@ -36,10 +42,30 @@ struct {
 	__uint(value_size, sizeof(__u32));
 } capture_filtered SEC(".maps");
 
-/* capture_filter hands the packet to the filter of its direction, if a
- * filtered capture runs; it returns when none does. */
-static __always_inline void capture_filter(struct __sk_buff *skb, const __u32 direction)
+/* A connection waiting for its rules' filters: what the admission program
+ * needs, written by capture_observe just before the tail call, on the same
+ * CPU. */
+struct capture_admission {
+	struct conn_key ck;
+	__u8 pending; /* the rules whose filters decide */
+	__u8 pad[7];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct capture_admission);
+} capture_admissions SEC(".maps");
+
+/* capture_filter hands the packet to the admission program when admit is
+ * set (it then goes on to the on-demand filter itself), else to the
+ * on-demand filter of its direction, if a filtered capture runs; it returns
+ * when the slot is empty. */
+static __always_inline void capture_filter(struct __sk_buff *skb, const __u32 direction, int admit)
 {
+	if (admit)
+		bpf_tail_call(skb, &capture_filter_progs, CAPTURE_ADMIT_SLOT + direction);
 	bpf_tail_call(skb, &capture_filter_progs, direction);
 }
 

@@ -144,6 +144,10 @@ type CaptureConfig struct {
 	Output         bool   // send the traces' packets to userspace
 	Idle           time.Duration
 	MaxAge         time.Duration
+	// Filters are the rules (a bit each, by index) whose candidates a pcap
+	// filter decides: the admission programs (InstallAdmission) must be
+	// in place before they are set.
+	Filters uint8
 }
 
 // SetCaptureConfig puts c in force from the next packet on: it writes the
@@ -162,6 +166,7 @@ func (d *Datapath) SetCaptureConfig(c CaptureConfig) error {
 	b.Output = uint32(boolByte(c.Output))
 	b.IdleNs = uint64(c.Idle)
 	b.MaxAgeNs = uint64(c.MaxAge)
+	b.Filters = uint32(c.Filters)
 	for i, r := range c.Rules {
 		if r.Kind == RuleHTTPStatus {
 			if r.StatusLo < 100 || r.StatusHi > 599 || r.StatusLo > r.StatusHi {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -45,6 +46,8 @@ const kindFiltered = 2
 const (
 	skbLen     = 0
 	skbIfindex = 40
+	skbData    = 76
+	skbDataEnd = 80
 )
 
 // InstallCaptureFilter compiles f into the programs of both directions and
@@ -164,3 +167,132 @@ func (d *Datapath) filterOutput(dir flow.Direction, ifindexes []uint32, snap uin
 }
 
 func (d *Datapath) captureOn() bool { return slices.Contains(d.opts.Capabilities, "capture") }
+
+// admitSlot is the first of the admission programs' tail-call slots
+// (CAPTURE_ADMIT_SLOT in bpf/capture/filter.h).
+const admitSlot = 2
+
+// InstallAdmission builds the admission programs of both directions from
+// the trigger rules' pcap filters (filters[i] for rule slot i; nil: the rule
+// has none) and puts them in their tail-call slots. The capture function
+// asks for them on a connection's first packet when a rule with a filter
+// samples it (CaptureConfig.Filters); they run every filter on the packet,
+// admit the connection to the rules whose filter matched, and go on to the
+// on-demand filter.
+func (d *Datapath) InstallAdmission(filters [MaxRules]*pcapfilter.Filter) error {
+	if d.objs.CaptureFilterProgs == nil || !d.captureOn() {
+		return errors.New("the capture capability is off in this agent")
+	}
+	var progs [2]*ebpf.Program
+	defer func() {
+		for _, p := range progs {
+			if p != nil {
+				p.Close()
+			}
+		}
+	}()
+	for dir := range progs {
+		insns, err := d.admissionInsns(filters, uint32(dir))
+		if err != nil {
+			return err
+		}
+		p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "loupe_admit", Type: ebpf.SchedCLS, Instructions: insns, License: "Dual BSD/GPL"})
+		if err != nil {
+			return fmt.Errorf("load the trigger filters' program: %w", err)
+		}
+		progs[dir] = p
+	}
+	for dir, p := range progs {
+		if err := d.objs.CaptureFilterProgs.Put(uint32(admitSlot+dir), p); err != nil {
+			return fmt.Errorf("install the trigger filters: %w", err)
+		}
+	}
+	return nil
+}
+
+// RemoveAdmission empties the admission slots.
+func (d *Datapath) RemoveAdmission() error {
+	if d.objs.CaptureFilterProgs == nil {
+		return nil
+	}
+	var errs []error
+	for dir := uint32(0); dir < 2; dir++ {
+		if err := d.objs.CaptureFilterProgs.Delete(admitSlot + dir); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// admissionInsns is the admission program: R9 collects the rules whose
+// filter matched; the connection waiting in capture_admissions gets them
+// in its admit mask, and its pending flag cleared; then the on-demand
+// filter's slot of the direction.
+func (d *Datapath) admissionInsns(filters [MaxRules]*pcapfilter.Filter, dir uint32) (asm.Instructions, error) {
+	const (
+		key = -pcapfilter.StackBytes - 8 // below the filters' stack
+		out = "admit_out"
+	)
+	insns := asm.Instructions{
+		asm.Mov.Reg(asm.R6, asm.R1),
+		asm.Mov.Imm(asm.R9, 0),
+	}
+	for i, f := range filters {
+		if f == nil {
+			continue
+		}
+		verdict, next := fmt.Sprintf("admit_v%d", i), fmt.Sprintf("admit_n%d", i)
+		fi, err := f.Instructions(pcapfilter.Options{
+			Ctx: asm.R6, PacketStart: asm.R7, PacketEnd: asm.R8, Result: asm.R0, ResultLabel: verdict,
+			Working: [4]asm.Register{asm.R2, asm.R3, asm.R4, asm.R5}, LabelPrefix: fmt.Sprintf("admit%d", i),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("rule %d: %w", i, err)
+		}
+		// The filter may have moved the packet pointers' registers'
+		// contents: load them afresh for each.
+		insns = append(insns,
+			asm.LoadMem(asm.R7, asm.R6, skbData, asm.Word),
+			asm.LoadMem(asm.R8, asm.R6, skbDataEnd, asm.Word),
+		)
+		insns = append(insns, fi...)
+		insns = append(insns,
+			asm.JEq.Imm(asm.R0, 0, next).WithSymbol(verdict),
+			asm.Or.Imm(asm.R9, 1<<i),
+			asm.Mov.Imm(asm.R0, 0).WithSymbol(next),
+		)
+	}
+	var cs loupeConnState
+	insns = append(insns,
+		asm.StoreImm(asm.RFP, key, 0, asm.Word),
+		asm.LoadMapPtr(asm.R1, d.objs.CaptureAdmissions.FD()),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, key),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, out),
+		asm.Mov.Reg(asm.R7, asm.R0),
+		asm.LoadMem(asm.R8, asm.R7, int16(unsafe.Offsetof(loupeCaptureAdmission{}.Pending)), asm.Byte),
+		asm.And.Reg(asm.R9, asm.R8),
+		asm.LoadMapPtr(asm.R1, d.objs.CaptureConns.FD()),
+		asm.Mov.Reg(asm.R2, asm.R7), // the connection key, first in the value
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, out),
+		asm.LoadMem(asm.R1, asm.R0, int16(unsafe.Offsetof(cs.Admit)), asm.Byte),
+		asm.Or.Reg(asm.R1, asm.R9),
+		asm.StoreMem(asm.R0, int16(unsafe.Offsetof(cs.Admit)), asm.R1, asm.Byte),
+		asm.LoadMem(asm.R1, asm.R0, int16(unsafe.Offsetof(cs.Flags)), asm.Byte),
+		asm.And.Imm(asm.R1, ^int32(connFilterPending)),
+		asm.StoreMem(asm.R0, int16(unsafe.Offsetof(cs.Flags)), asm.R1, asm.Byte),
+		// On to the on-demand filter, if one runs.
+		asm.Mov.Reg(asm.R1, asm.R6).WithSymbol(out),
+		asm.LoadMapPtr(asm.R2, d.objs.CaptureFilterProgs.FD()),
+		asm.Mov.Imm(asm.R3, int32(dir)),
+		asm.FnTailCall.Call(),
+		asm.Mov.Imm(asm.R0, -1),
+		asm.Return(),
+	)
+	return insns, nil
+}
+
+// connFilterPending is CONN_FILTER_PENDING (bpf/capture/conn.h).
+const connFilterPending = 1 << 2

@@ -133,3 +133,57 @@ func TestCaptureFilterNeedsCapture(t *testing.T) {
 		t.Fatal("a filter installed with the capture capability off")
 	}
 }
+
+// TestCaptureAdmission: a rule whose candidates a pcap filter decides fires
+// only on the connections whose first packet the filter matched; another
+// rule without a filter is not held back; an on-demand capture still runs
+// behind the admission program.
+func TestCaptureAdmission(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	onOneCPU(t)
+	dp, events, _ := openCapture(t, CaptureSizes{Connections: 64, KeepPackets: 4, KeepSlotsPerCPU: 16, KeepSnap: MaxKeepSnap},
+		CaptureConfig{})
+	f, err := pcapfilter.Compile("tcp port 41234")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var filters [MaxRules]*pcapfilter.Filter
+	filters[0] = f
+	if err := dp.InstallAdmission(filters); err != nil {
+		t.Fatal(err)
+	}
+	rules := []Rule{
+		{Kind: RuleHTTPStatus, StatusLo: 500, StatusHi: 599, Sample: 1},
+		{Kind: RuleHTTPStatus, StatusLo: 404, StatusHi: 404, Sample: 1},
+	}
+	if err := dp.SetCaptureConfig(CaptureConfig{Rules: rules, Filters: 1}); err != nil {
+		t.Fatal(err)
+	}
+	od, _ := pcapfilter.Compile("tcp port 41235")
+	if err := dp.InstallCaptureFilter(od, FilterOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := dp.OpenFilteredPackets(1 << 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	exchange := func(port uint16, answer string) {
+		c := capConn{port: port}
+		runProg(t, dp, flow.Egress, c.frame(t, true, 1, false, []byte(request)))
+		runProg(t, dp, flow.Ingress, c.frame(t, false, 1, false, []byte(answer)))
+	}
+	exchange(41234, failure)                          // the filter admits it: fires
+	exchange(41235, failure)                          // not admitted to rule 0
+	exchange(41236, "HTTP/1.1 404 Not Found\r\n\r\n") // rule 1 has no filter: fires
+	got := events()
+	if len(got) != 2 || got[0].Key.DstPort != 41234 || got[0].Status != 500 || got[1].Key.DstPort != 41236 || got[1].Rule != 1 {
+		t.Fatalf("events %+v: want a 500 on port 41234 and a 404 on 41236", got)
+	}
+	if n := len(filtered(t, r)); n != 2 {
+		t.Errorf("the on-demand capture behind the admission program got %d packets, want 2", n)
+	}
+	if err := dp.RemoveAdmission(); err != nil {
+		t.Fatal(err)
+	}
+}

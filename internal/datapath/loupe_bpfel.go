@@ -13,6 +13,13 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type loupeCaptureAdmission struct {
+	_       structs.HostLayout
+	Ck      loupeConnKey
+	Pending uint8
+	Pad     [7]uint8
+}
+
 type loupeCaptureConfig struct {
 	_     structs.HostLayout
 	Codes struct {
@@ -25,6 +32,8 @@ type loupeCaptureConfig struct {
 	Snaplen           uint32
 	Output            uint32
 	Rst               uint32
+	Filters           uint32
+	Pad               uint32
 	IdleNs            uint64
 	MaxAgeNs          uint64
 	Rules             [8]loupeCaptureRule
@@ -251,6 +260,7 @@ type loupeTableState struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	loupeMapCaptureAdmissions    = "capture_admissions"
 	loupeMapCaptureConfigSel     = "capture_config_sel"
 	loupeMapCaptureConfigs       = "capture_configs"
 	loupeMapCaptureConns         = "capture_conns"
@@ -340,6 +350,7 @@ type loupeProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type loupeMapSpecs struct {
+	CaptureAdmissions  *ebpf.MapSpec `ebpf:"capture_admissions"`
 	CaptureConfigSel   *ebpf.MapSpec `ebpf:"capture_config_sel"`
 	CaptureConfigs     *ebpf.MapSpec `ebpf:"capture_configs"`
 	CaptureConns       *ebpf.MapSpec `ebpf:"capture_conns"`
@@ -399,6 +410,7 @@ func (o *loupeObjects) Close() error {
 //
 // It can be passed to loadLoupeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type loupeMaps struct {
+	CaptureAdmissions  *ebpf.Map `ebpf:"capture_admissions"`
 	CaptureConfigSel   *ebpf.Map `ebpf:"capture_config_sel"`
 	CaptureConfigs     *ebpf.Map `ebpf:"capture_configs"`
 	CaptureConns       *ebpf.Map `ebpf:"capture_conns"`
@@ -422,6 +434,7 @@ type loupeMaps struct {
 
 func (m *loupeMaps) Close() error {
 	return _LoupeClose(
+		m.CaptureAdmissions,
 		m.CaptureConfigSel,
 		m.CaptureConfigs,
 		m.CaptureConns,
