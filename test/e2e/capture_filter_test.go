@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"net/netip"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -116,4 +117,44 @@ func TestCaptureOnDemandFilter(t *testing.T) {
 		t.Errorf("--filter 'vlan 7': %v: %s", err, out)
 	}
 	a.stop()
+}
+
+// TestCaptureTriggerFilter: a trigger with filter= captures only the
+// failing connections its filter admits (here IPv6), while the same
+// failures over IPv4 are left alone.
+func TestCaptureTriggerFilter(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	p := newPair(t)
+	p.up(t)
+	startNginx(t, p.b, p.b4, p.b6)
+	capDir := filepath.Join(t.TempDir(), "capture")
+	a := startAgent(t, p.b, agentOpts{args: []string{"--iface", p.vethB, "--capture-dir", capDir,
+		"--trigger", "http.status=500-599 filter=ip6 and tcp port 80"}})
+	var v6 []uint16
+	for i := 0; i < 3; i++ {
+		for _, addr := range []netip.Addr{p.b4, p.b6} {
+			h := dialHTTP(t, p.a, addr)
+			h.send("/bar")
+			h.close()
+			if addr.Is6() {
+				v6 = append(v6, h.port)
+			}
+		}
+	}
+	a.stop()
+	files, _ := filepath.Glob(filepath.Join(capDir, "*.pcapng"))
+	ports := map[uint16]bool{}
+	for _, f := range files {
+		for _, c := range readPackets(t, f) {
+			ports[c.clientPort()] = true
+		}
+	}
+	if len(ports) != len(v6) {
+		t.Errorf("captured connections %v, want the IPv6 ones %v", ports, v6)
+	}
+	for _, port := range v6 {
+		if !ports[port] {
+			t.Errorf("IPv6 connection %d failed but was not captured", port)
+		}
+	}
 }

@@ -33,6 +33,7 @@ import (
 	"loupe/internal/capability"
 	"loupe/internal/datapath"
 	"loupe/internal/flow"
+	"loupe/internal/pcapfilter"
 	"loupe/internal/pcapng"
 )
 
@@ -163,6 +164,7 @@ func (u *Unit) applyLocked() error {
 		}
 	}
 	c.Rules = make([]datapath.Rule, last+1)
+	var filters [datapath.MaxRules]*pcapfilter.Filter
 	for _, t := range u.triggers {
 		rs := t.rules()
 		k := 0
@@ -170,13 +172,28 @@ func (u *Unit) applyLocked() error {
 			if name == t.Name {
 				c.Rules[i] = rs[k]
 				k++
+				if t.compiled != nil {
+					filters[i] = t.compiled
+					c.Filters |= 1 << i
+				}
 			}
 		}
 	}
 	if u.dp == nil {
 		return nil
 	}
-	return u.dp.SetCaptureConfig(c)
+	// The admission programs before the rules that need them; the rules
+	// that no longer do before their programs go.
+	if c.Filters != 0 {
+		if err := u.dp.InstallAdmission(filters); err != nil {
+			return err
+		}
+		return u.dp.SetCaptureConfig(c)
+	}
+	if err := u.dp.SetCaptureConfig(c); err != nil {
+		return err
+	}
+	return u.dp.RemoveAdmission()
 }
 
 // addLocked takes slots for t's rules.

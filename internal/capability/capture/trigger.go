@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"loupe/internal/datapath"
+	"loupe/internal/pcapfilter"
 )
 
 // A trigger says which connections to capture: those that get an HTTP
@@ -21,6 +22,7 @@ import (
 //	CODES    = CODE [ "-" CODE ] { "|" CODE [ "-" CODE ] }    100..599
 //	OPTION   = "name=" NAME | "sample=" [ "1/" ] N | "packets=" N
 //	         | "bytes=" SIZE | "duration=" DURATION
+//	         | "filter=" PCAP-FILTER       (last: it takes the rest of the line)
 //
 // http.status=500-599 is the default trigger. N is a positive integer, SIZE
 // a number of bytes with an optional k, M or G suffix (powers of 1024),
@@ -37,6 +39,11 @@ type Trigger struct {
 	Codes  []CodeRange   `json:"codes,omitempty"`
 	Sample uint32        `json:"sample"` // 1 in Sample connections; 1: all
 	Limits TriggerLimits `json:"limits"`
+	// Filter limits the candidates to the connections whose first packet
+	// the agent sees (usually the SYN) matches it; "": every connection.
+	Filter string `json:"filter,omitempty"`
+
+	compiled *pcapfilter.Filter
 }
 
 // CodeRange is a range of HTTP status codes, Lo to Hi inclusive.
@@ -67,6 +74,12 @@ var defaultLimits = TriggerLimits{Packets: 10000, Bytes: 64 << 20, Duration: 5 *
 
 // ParseTrigger parses one trigger. Errors name the part at fault.
 func ParseTrigger(s string) (Trigger, error) {
+	var filter string
+	hasFilter := false
+	if i := strings.Index(s, "filter="); i >= 0 && (i == 0 || s[i-1] == ' ' || s[i-1] == '\t') {
+		filter, hasFilter = strings.TrimSpace(s[i+len("filter="):]), true
+		s = s[:i]
+	}
 	fields := strings.Fields(s)
 	if len(fields) == 0 {
 		return Trigger{}, errors.New("empty trigger: want e.g. http.status=500-599")
@@ -90,7 +103,7 @@ func ParseTrigger(s string) (Trigger, error) {
 	for _, f := range fields[1:] {
 		key, val, ok := strings.Cut(f, "=")
 		if !ok || val == "" {
-			return Trigger{}, fmt.Errorf("trigger %q: option %q: want KEY=VALUE (name, sample, packets, bytes, duration)", s, f)
+			return Trigger{}, fmt.Errorf("trigger %q: option %q: want KEY=VALUE (name, sample, packets, bytes, duration, filter)", s, f)
 		}
 		if seen[key] {
 			return Trigger{}, fmt.Errorf("trigger %q: option %s given twice", s, key)
@@ -99,6 +112,16 @@ func ParseTrigger(s string) (Trigger, error) {
 		if err := t.setOption(key, val); err != nil {
 			return Trigger{}, fmt.Errorf("trigger %q: %s=%s: %w", s, key, val, err)
 		}
+	}
+	if hasFilter {
+		if filter == "" {
+			return Trigger{}, fmt.Errorf("trigger %q: filter= needs a pcap filter, e.g. filter=tcp port 80", s)
+		}
+		f, err := pcapfilter.Compile(filter)
+		if err != nil {
+			return Trigger{}, fmt.Errorf("trigger: %w", err)
+		}
+		t.Filter, t.compiled = f.String(), f
 	}
 	t.Text = t.canonical()
 	if t.Name == "" {
@@ -145,7 +168,7 @@ func (t *Trigger) setOption(key, val string) error {
 		}
 		t.Limits.Duration = d
 	default:
-		return fmt.Errorf("unknown option %s: want name, sample, packets, bytes or duration", key)
+		return fmt.Errorf("unknown option %s: want name, sample, packets, bytes, duration or filter", key)
 	}
 	return nil
 }
@@ -225,6 +248,10 @@ func (t Trigger) canonical() string {
 		fmt.Fprintf(&b, " sample=1/%d", t.Sample)
 	}
 	fmt.Fprintf(&b, " packets=%d bytes=%d duration=%s", t.Limits.Packets, t.Limits.Bytes, durationText(t.Limits.Duration))
+	if t.Filter != "" {
+		b.WriteString(" filter=")
+		b.WriteString(t.Filter)
+	}
 	return b.String()
 }
 

@@ -28,6 +28,9 @@ func TestParseTrigger(t *testing.T) {
 				{Kind: datapath.RuleHTTPStatus, StatusLo: 500, StatusHi: 500, Sample: 10, MaxPackets: 10000, MaxBytes: 64 << 20, MaxDuration: 5 * time.Minute},
 				{Kind: datapath.RuleHTTPStatus, StatusLo: 502, StatusHi: 504, Sample: 10, MaxPackets: 10000, MaxBytes: 64 << 20, MaxDuration: 5 * time.Minute},
 			}},
+		{in: "http.status=500-599 packets=5 filter=tcp port 8080 and host 10.0.0.2", name: "http.status=500-599",
+			text:  "http.status=500-599 packets=5 bytes=67108864 duration=5m0s filter=tcp port 8080 and host 10.0.0.2",
+			rules: []datapath.Rule{{Kind: datapath.RuleHTTPStatus, StatusLo: 500, StatusHi: 599, Sample: 1, MaxPackets: 5, MaxBytes: 64 << 20, MaxDuration: 5 * time.Minute}}},
 		{in: "tcp.rst sample=4 duration=0 bytes=2k", name: "tcp.rst",
 			text:  "tcp.rst sample=1/4 packets=10000 bytes=2048 duration=0",
 			rules: []datapath.Rule{{Kind: datapath.RuleTCPReset, Sample: 4, MaxPackets: 10000, MaxBytes: 2048}}},
@@ -76,6 +79,9 @@ func TestParseTriggerErrors(t *testing.T) {
 		{"tcp.rst color=red", "unknown option color"},
 		{"tcp.rst packets=1 packets=2", "given twice"},
 		{"http.status=100|200|300|400|500|501|502|503|504", "at most 8"},
+		{"http.status=500 filter=", "needs a pcap filter"},
+		{"http.status=500 filter=vlan 7", `"vlan" is not supported`},
+		{"http.status=500 filter=tcp port", "pcap filter"},
 	} {
 		_, err := ParseTrigger(tc.in)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
