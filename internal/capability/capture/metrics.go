@@ -13,7 +13,7 @@ import (
 // scrape time. Every label set is bounded: the datapath's counter names.
 type collector struct {
 	u                                  *Unit
-	kernel, conns, connCap             *prometheus.Desc
+	kernel, conns, connCap, evicted    *prometheus.Desc
 	traces, packets, kept, bytes, lost *prometheus.Desc
 	writeErrs, followers, followDrops  *prometheus.Desc
 	files                              *prometheus.Desc
@@ -31,6 +31,7 @@ func newCollector(u *Unit) *collector {
 			"conns_table_full, kept_overwritten, mirror_errors). docs/capture.md lists them.", "event"),
 		conns:       d("connections", "Connections in the capture's connection table."),
 		connCap:     d("connections_capacity", "Connections the table holds (capture.connections); past it the least recently seen is forgotten."),
+		evicted:     d("connections_evicted_total", "Connections the full table forgot to make room (entered minus still there: the agent never deletes one)."),
 		traces:      d("traces_total", "Traces started (a trigger fired), as read by the agent."),
 		packets:     d("packets_written_total", "Captured packets the agent received and wrote to the files and followers."),
 		kept:        d("kept_packets_written_total", "Of those, packets kept before their trigger."),
@@ -51,7 +52,7 @@ func newCollector(u *Unit) *collector {
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.kernel, c.conns, c.connCap, c.traces, c.packets, c.kept, c.bytes, c.lost,
+	for _, d := range []*prometheus.Desc{c.kernel, c.conns, c.connCap, c.evicted, c.traces, c.packets, c.kept, c.bytes, c.lost,
 		c.writeErrs, c.followers, c.followDrops, c.files, c.httpReqs, c.httpResps, c.httpLatency} {
 		ch <- d
 	}
@@ -66,15 +67,22 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v)
 	}
 	if u.dp != nil {
+		var entered uint64
 		if cs, err := u.dp.CaptureCounters(); err == nil {
 			for _, k := range cs {
 				counter(c.kernel, k.Value, k.Name)
+				if k.Name == "conns_new" {
+					entered = k.Value
+				}
 			}
 		} else {
 			u.log.Warn("reading capture counters", "err", err)
 		}
 		if n, err := u.dp.CaptureConnections(); err == nil {
 			gauge(c.conns, float64(n))
+			if entered >= uint64(n) {
+				counter(c.evicted, entered-uint64(n))
+			}
 		}
 		gauge(c.connCap, float64(u.cfg.Connections))
 		c.collectHTTP(ch)
