@@ -479,7 +479,12 @@ func TestKillLossMeasured(t *testing.T) {
 func TestRestartsWithAFullTable(t *testing.T) {
 	p := newPair(t)
 	pins := filepath.Join(testutil.Bpffs(t), "loupe")
-	args := []string{"--flow-budget", "16", "--cache-active-timeout", "100ms", "--log-level", "info"}
+	// The ring buffer holds what the full table diverts while no agent
+	// drains it: from a kill to the next agent's first drain, a load of a
+	// second or more on a busy 2-CPU machine, at over 2 000 diverted
+	// datagrams a second. 1 MiB (12 000 records) ran out in some runs;
+	// 8 MiB leaves room for five times that gap.
+	args := []string{"--flow-budget", "16", "--cache-active-timeout", "100ms", "--log-level", "info", "--ringbuf-size", "8MiB"}
 	r := &restartRun{p: p, pins: pins, opts: agentOpts{pinDir: pins, args: args}}
 	r.a = startAgent(t, p.a, r.opts)
 	r.a.waitLog(5*time.Second, "msg=attached", "iface="+p.vethA+" ")
