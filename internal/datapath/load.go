@@ -36,7 +36,7 @@ func (d *Datapath) load(spec *ebpf.CollectionSpec) error {
 			return nil
 		}
 	}
-	if err := spec.LoadAndAssign(&d.objs, nil); err != nil {
+	if err := d.assign(spec, nil); err != nil {
 		if d.pins != nil && !d.adopted && len(d.retired) == 0 {
 			d.pins.close(true) // created for nothing: removed if empty
 			d.pins = nil
@@ -110,7 +110,7 @@ func (d *Datapath) adoptSet(spec *ebpf.CollectionSpec, name string) error {
 	}
 	// The programs are new (this agent's build); the maps are the pinned
 	// ones, checked by cilium/ebpf against the spec (type, sizes, flags).
-	err = spec.LoadAndAssign(&d.objs, &ebpf.CollectionOptions{MapReplacements: maps})
+	err = d.assign(spec, &ebpf.CollectionOptions{MapReplacements: maps})
 	closeMaps(maps) // the collection holds its own references
 	if err != nil {
 		var verr *ebpf.VerifierError
@@ -186,4 +186,38 @@ func (d *Datapath) Unpin() error {
 	d.pins.close(err == nil)
 	d.pins = nil
 	return err
+}
+
+// assign loads the maps and the one build of the entry programs this
+// datapath attaches (Ingress, Egress): flows alone has a build of its own,
+// every other set of capabilities the build with all of them. The other
+// build is not loaded: the verifier's work, about a tenth of a second per
+// program, is a start's (and a restart's) delay.
+func (d *Datapath) assign(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions) error {
+	if d.flowsOnly() {
+		var t struct {
+			loupeMaps
+			loupeVariables
+			Ingress *ebpf.Program `ebpf:"loupe_flows_ingress"`
+			Egress  *ebpf.Program `ebpf:"loupe_flows_egress"`
+		}
+		if err := spec.LoadAndAssign(&t, opts); err != nil {
+			return err
+		}
+		d.objs.loupeMaps, d.objs.loupeVariables = t.loupeMaps, t.loupeVariables
+		d.objs.LoupeFlowsIngress, d.objs.LoupeFlowsEgress = t.Ingress, t.Egress
+		return nil
+	}
+	var t struct {
+		loupeMaps
+		loupeVariables
+		Ingress *ebpf.Program `ebpf:"loupe_ingress"`
+		Egress  *ebpf.Program `ebpf:"loupe_egress"`
+	}
+	if err := spec.LoadAndAssign(&t, opts); err != nil {
+		return err
+	}
+	d.objs.loupeMaps, d.objs.loupeVariables = t.loupeMaps, t.loupeVariables
+	d.objs.LoupeIngress, d.objs.LoupeEgress = t.Ingress, t.Egress
+	return nil
 }
