@@ -270,6 +270,13 @@ __noinline int capture_send(struct __sk_buff *skb, const struct flow_key *key, s
 	len = skb->len;
 	if (cs->flags & CONN_DONE)
 		return 0;
+	/* The rule that started the trace was deleted: its limits are gone,
+	 * and so is the trace. */
+	if (cs->rule >= cfg->nrules || rule->kind == 0) {
+		cs->flags |= CONN_DONE;
+		capture_count(CAPTURE_TRACES_LIMITED, 1);
+		return 0;
+	}
 	if ((rule->max_packets && cs->trace_packets >= rule->max_packets) ||
 	    (rule->max_bytes && cs->trace_bytes + len > rule->max_bytes) ||
 	    (rule->max_seconds && bpf_ktime_get_coarse_ns() - cs->traced_since >= rule->max_seconds * 1000000000ULL)) {

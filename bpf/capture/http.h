@@ -227,13 +227,23 @@ __noinline int http_split_status(struct __sk_buff *skb, __u32 off, __u32 len, co
 	if (!skb || !tail || !back)
 		return 0;
 	t = tail->len;
-	/* The rest of the line must be in this segment: a constant-size read
-	 * (the verifier needs a size it can bound from below). */
-	if (t == 0 || t > HTTP_TAIL_LEN || len < HTTP_TAIL_LEN)
+	if (t == 0 || t > HTTP_TAIL_LEN || len == 0)
 		return 0;
 	__builtin_memcpy(b, tail->bytes, HTTP_TAIL_LEN);
-	if (bpf_skb_load_bytes(skb, off, b + HTTP_TAIL_LEN, HTTP_TAIL_LEN) < 0)
-		return 0;
+	if (len >= HTTP_TAIL_LEN) {
+		if (bpf_skb_load_bytes(skb, off, b + HTTP_TAIL_LEN, HTTP_TAIL_LEN) < 0)
+			return 0;
+	} else {
+		/* A short segment, a byte at a time (the verifier needs a read
+		 * size it can bound from below); the zeroes after it fail
+		 * status_at, so a line it does not complete is not taken. */
+		for (__u32 k = 0; k < HTTP_TAIL_LEN - 1; k++) {
+			if (k >= len)
+				break;
+			if (bpf_skb_load_bytes(skb, off + k, b + HTTP_TAIL_LEN + k, 1) < 0)
+				return 0;
+		}
+	}
 	/* Starts within the kept bytes (counted from 0: an index that starts
 	 * at 11 - t would be a pointer minus a variable, which the verifier
 	 * refuses on the stack). */
@@ -251,20 +261,61 @@ __noinline int http_split_status(struct __sk_buff *skb, __u32 off, __u32 len, co
 	return 0;
 }
 
-/* http_keep_tail keeps the last bytes of len bytes of payload at off, for
- * the direction's next segment (which should start at seq + len). */
-static __always_inline void http_keep_tail(struct __sk_buff *skb, __u32 off, __u32 len, __u32 seq,
-					   struct http_tail *tail)
+/* http_keep_tail keeps the last HTTP_TAIL_LEN bytes of the direction's
+ * stream for its next segment (which should start at seq + len): the end of
+ * these len bytes of payload at off, after the bytes kept before them when
+ * the segment is shorter and follows them, so that a status line split over
+ * several short segments is found too. A global function, like
+ * http_split_status. */
+__noinline int http_keep_tail(struct __sk_buff *skb, __u32 off, __u32 len, __u32 seq, struct http_tail *tail)
 {
-	tail->len = 0;
-	/* A segment shorter than the tail is not kept: a status line split
-	 * across three segments is not looked for. */
-	if (len < HTTP_TAIL_LEN)
-		return;
-	if (bpf_skb_load_bytes(skb, off + len - HTTP_TAIL_LEN, tail->bytes, HTTP_TAIL_LEN) < 0)
-		return;
-	tail->len = HTTP_TAIL_LEN;
+	__u8 old[HTTP_TAIL_LEN + 1] = {};
+	__u32 t;
+
+	if (!skb || !tail || len == 0)
+		return 0;
+	if (len >= HTTP_TAIL_LEN) {
+		tail->len = 0;
+		if (bpf_skb_load_bytes(skb, off + len - HTTP_TAIL_LEN, tail->bytes, HTTP_TAIL_LEN) < 0)
+			return 0;
+		tail->len = HTTP_TAIL_LEN;
+		tail->next_seq = seq + len;
+		return 0;
+	}
+	t = tail->len && tail->next_seq == seq ? tail->len : 0;
+	if (t > HTTP_TAIL_LEN)
+		t = HTTP_TAIL_LEN;
+	__builtin_memcpy(old, tail->bytes, HTTP_TAIL_LEN);
+	__builtin_memset(tail->bytes, 0, sizeof(tail->bytes));
+	/* The kept bytes move left by len... */
+	for (__u32 k = 0; k < HTTP_TAIL_LEN; k++) {
+		__u32 from = k + len;
+
+		/* Hide what the compiler knows of from, or it drops the
+		 * bound the verifier needs (as in http_code_set). */
+		asm volatile("" : "+r"(from));
+		if (from >= HTTP_TAIL_LEN)
+			break;
+		tail->bytes[k] = old[from];
+	}
+	/* ...and this segment's bytes end the tail. */
+	for (__u32 k = 0; k < HTTP_TAIL_LEN - 1; k++) {
+		__u32 to = HTTP_TAIL_LEN - len + k;
+
+		if (k >= len)
+			break;
+		asm volatile("" : "+r"(to));
+		if (to >= HTTP_TAIL_LEN)
+			break;
+		if (bpf_skb_load_bytes(skb, off + k, &tail->bytes[to], 1) < 0) {
+			tail->len = 0;
+			return 0;
+		}
+	}
+	t += len;
+	tail->len = t < HTTP_TAIL_LEN ? t : HTTP_TAIL_LEN;
 	tail->next_seq = seq + len;
+	return 0;
 }
 
 #endif

@@ -126,6 +126,8 @@ func TestTriggerFindsStatusLines(t *testing.T) {
 			want: []hit{{502, 5000 + 40, false}}, lines: 2},
 		{name: "split", segs: []seg{{7000, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\nHTTP/1.1 5"}, {7000 + 48, "02 Bad Gateway\r\n\r\n"}},
 			want: []hit{{502, 7000 + 38, true}}, lines: 2, unscanned: 1},
+		{name: "split over three short segments", segs: []seg{{7000, "HTTP/"}, {7005, "1.1 5"}, {7010, "03 Service Unavailable\r\n\r\n"}},
+			want: []hit{{503, 7000, true}}, lines: 1, unscanned: 1},
 		{name: "split not in sequence", segs: []seg{{7000, "HTTP/1.1 5"}, {9000, "02 Bad Gateway\r\n\r\n"}}},
 		{name: "deep", segs: []seg{{1, string(deep)}}, want: []hit{{504, 1 + 2977, false}}, lines: 1},
 		{name: "ok", segs: []seg{{1, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"}}, lines: 1},
