@@ -323,3 +323,60 @@ func parsePort(t *testing.T, s string) uint16 {
 	}
 	return uint16(n)
 }
+
+// get makes one request on a connection of its own and closes it; the
+// connection keeps its port and status.
+func get(t *testing.T, ns *testutil.NS, to netip.Addr, path string) *httpConn {
+	t.Helper()
+	h := dialHTTP(t, ns, to)
+	h.send(path)
+	h.close()
+	return h
+}
+
+// serveTCP accepts connections in ns on addr and runs handle on each, one
+// at a time (the connection is closed when it returns), until the test
+// ends.
+func serveTCP(t *testing.T, ns *testutil.NS, addr netip.AddrPort, handle func(c *net.TCPConn)) {
+	t.Helper()
+	var ln net.Listener
+	if err := ns.Do(func() (err error) {
+		ln, err = net.Listen("tcp", addr.String())
+		return err
+	}); err != nil {
+		t.Fatalf("listen %s: %v", addr, err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() { ln.Close(); <-done })
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.SetDeadline(time.Now().Add(20 * time.Second))
+			handle(c.(*net.TCPConn))
+			c.Close()
+		}
+	}()
+}
+
+// readCaptureDir reads the packets of every pcapng file in dir.
+func readCaptureDir(t *testing.T, dir string) []pkt {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.pcapng"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no pcapng file in %s (%v)", dir, err)
+	}
+	var out []pkt
+	for _, f := range files {
+		out = append(out, readPackets(t, f)...)
+	}
+	return out
+}
+
+// captureEvent is one of the capture datapath's counters in a scrape.
+func captureEvent(m map[string]float64, event string) float64 {
+	return m[`loupe_capture_datapath_events_total{event="`+event+`"}`]
+}

@@ -54,6 +54,10 @@ type Unit struct {
 	mu       sync.Mutex // guards triggers, slots and followers' effect on the datapath
 	triggers []Trigger
 	slots    [datapath.MaxRules]string // rule slot -> trigger name ("" free)
+	// named is, per rule slot, the triggers that held it, oldest first:
+	// the name a packet's comment gives is that of the trigger that held
+	// its slot when the packet crossed the hook (slotName).
+	named [datapath.MaxRules][]slotHolder
 
 	events  *ringbuf.Reader
 	packets *perf.Reader
@@ -213,8 +217,14 @@ func (u *Unit) addLocked(t Trigger) error {
 	if len(free) < need {
 		return fmt.Errorf("%w: trigger %q needs %d rules, %d of %d are free", errTooManyRules, t.Name, need, len(free), datapath.MaxRules)
 	}
+	// Before the datapath switches: no packet of t's rules comes earlier.
+	since := u.clock.Mono()
 	for _, i := range free[:need] {
 		u.slots[i] = t.Name
+		u.named[i] = append(u.named[i], slotHolder{since: since, name: t.Name})
+		if n := len(u.named[i]); n > slotHistory {
+			u.named[i] = append(u.named[i][:0], u.named[i][n-slotHistory:]...)
+		}
 	}
 	u.triggers = append(u.triggers, t)
 	return nil
@@ -267,13 +277,35 @@ func (u *Unit) Triggers() []Trigger {
 	return append([]Trigger(nil), u.triggers...)
 }
 
-func (u *Unit) slotName(rule uint8) string {
+// slotHolder is a trigger that took a rule slot at since (CLOCK_MONOTONIC).
+type slotHolder struct {
+	since uint64
+	name  string
+}
+
+// slotHistory is how many holders of a slot are remembered: a packet read
+// after its slot changed hands that many times names the oldest.
+const slotHistory = 4
+
+// slotName names the trigger of a packet (or trace event) the datapath
+// stamped with rule at mono: the trigger that held the slot then. The
+// reader runs behind the datapath, so the slot may have been freed or
+// taken by another trigger since; and a trace outlives its trigger's
+// deletion until its next packet. A freed slot keeps naming its last
+// holder until another trigger takes it.
+func (u *Unit) slotName(rule uint8, mono uint64) string {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if int(rule) < len(u.slots) {
-		return u.slots[rule]
+	if int(rule) >= len(u.named) || len(u.named[rule]) == 0 {
+		return ""
 	}
-	return ""
+	held := u.named[rule]
+	for i := len(held) - 1; i > 0; i-- {
+		if mono >= held[i].since {
+			return held[i].name
+		}
+	}
+	return held[0].name
 }
 
 // Run reads traces and packets until ctx is done (the programs are

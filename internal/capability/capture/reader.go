@@ -48,7 +48,7 @@ func (u *Unit) readEvents(ctx context.Context) {
 			continue
 		}
 		u.stats.traces.Add(1)
-		name := u.slotName(ev.Rule)
+		name := u.slotName(ev.Rule, ev.Time)
 		u.stats.lastTrace.Store(traceInfo{ID: ev.TraceID, Trigger: name, Status: ev.Status, Time: time.Unix(0, u.monoToWall(ev.Time))})
 		k := ev.Key
 		u.log.Info("trace started", "trace", fmt.Sprintf("%08x", ev.TraceID), "trigger", name, "status", ev.Status,
@@ -123,8 +123,16 @@ func (u *Unit) toPcapng(p *datapath.CapturedPacket, out *pcapng.Packet) {
 	if p.Filtered {
 		return
 	}
+	// The trigger that held the rule's slot when the packet crossed the
+	// hook; a kept packet crossed it before its trace began, perhaps
+	// before its trigger was added: the holder now, just after the trace
+	// began, is its trigger.
+	at := p.Time
+	if p.Kept {
+		at = u.clock.Mono()
+	}
 	var c strings.Builder
-	fmt.Fprintf(&c, "trace=%08x trigger=%s", p.TraceID, u.slotName(p.Rule))
+	fmt.Fprintf(&c, "trace=%08x trigger=%s", p.TraceID, u.slotName(p.Rule, at))
 	if p.Status != 0 {
 		fmt.Fprintf(&c, " status=%d", p.Status)
 	} else {
