@@ -298,6 +298,7 @@ __noinline int capture_send(struct __sk_buff *skb, const struct flow_key *key, s
 			.kind = CAPTURE_PKT_LIVE,
 			.rule = cs->rule,
 		};
+		VLAN_OF(&h, skb);
 		__u64 caplen = len;
 
 		if (cfg->snaplen && caplen > cfg->snaplen)

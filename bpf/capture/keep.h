@@ -20,6 +20,7 @@
 #define LOUPE_CAPTURE_KEEP_H
 
 #include "vmlinux.h"
+#include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 
 #include "conn.h"
@@ -51,8 +52,20 @@ struct capture_pkt {
 	__u8 direction;  /* enum direction */
 	__u8 kind;       /* enum capture_pkt_kind */
 	__u8 rule;
-	__u8 pad[3];
+	/* The tag the kernel holds in the skb's metadata (it left the frame
+	 * before TC ingress, or a device inserts it on transmit): 0 none,
+	 * 1 802.1Q, 2 802.1ad. userspace puts it back into the frame, as
+	 * libpcap does for tcpdump. */
+	__u8 vlan;
+	__u16 vlan_tci;
 };
+
+/* VLAN_OF fills h's tag from the skb's metadata. */
+#define VLAN_OF(h, skb)                                                                            \
+	do {                                                                                       \
+		(h)->vlan = (skb)->vlan_present ? ((skb)->vlan_proto == bpf_htons(0x88a8) ? 2 : 1) : 0; \
+		(h)->vlan_tci = (skb)->vlan_tci;                                                   \
+	} while (0)
 
 struct keep_slot {
 	__u32 gen; /* bumped at every write; 0: never written */
@@ -117,6 +130,7 @@ static __always_inline int keep_packet(struct __sk_buff *skb, __u8 direction, __
 	ks->hdr.caplen = n;
 	ks->hdr.direction = direction;
 	ks->hdr.kind = CAPTURE_PKT_KEPT;
+	VLAN_OF(&ks->hdr, skb);
 
 	ref = &cs->kept[side & 1][*next & (KEEP_MAX - 1)];
 	ref->slot = slot;

@@ -245,7 +245,11 @@ type CapturedPacket struct {
 	Kept      bool // kept before the trigger, sent when it fired
 	Filtered  bool // matched an on-demand filter (OpenFilteredPackets)
 	Rule      uint8
-	Data      []byte // the first bytes of the packet (caplen of them)
+	// VLAN is the tag the kernel held in the skb's metadata, not in Data:
+	// 0 none, 0x8100 or 0x88a8, with VLANTCI.
+	VLAN    uint16
+	VLANTCI uint16
+	Data    []byte // the first bytes of the packet (caplen of them)
 }
 
 const capturePktHeader = 32
@@ -283,7 +287,14 @@ func DecodeCapturedPacket(raw []byte, p *CapturedPacket) error {
 		Kept:      raw[27] == 1,
 		Filtered:  raw[27] == kindFiltered,
 		Rule:      raw[28],
+		VLANTCI:   ne.Uint16(raw[30:]),
 		Data:      raw[capturePktHeader : capturePktHeader+int(caplen)],
+	}
+	switch raw[29] {
+	case 1:
+		p.VLAN = 0x8100
+	case 2:
+		p.VLAN = 0x88a8
 	}
 	return nil
 }

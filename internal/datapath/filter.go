@@ -48,6 +48,11 @@ const (
 	skbIfindex = 40
 	skbData    = 76
 	skbDataEnd = 80
+
+	skbVlanPresent = 20
+	skbVlanTCI     = 24
+	skbVlanProto   = 28 // network order, as a 16-bit load: 0x88a8 reads 0xa888 here
+	qinqProto      = 0xa888
 )
 
 // InstallCaptureFilter compiles f into the programs of both directions and
@@ -151,9 +156,19 @@ func (d *Datapath) filterOutput(dir flow.Direction, ifindexes []uint32, snap uin
 		asm.StoreImm(asm.RFP, hdr+24, 0, asm.Half), // status
 		asm.StoreImm(asm.RFP, hdr+26, int64(dir), asm.Byte),
 		asm.StoreImm(asm.RFP, hdr+27, kindFiltered, asm.Byte),
-		asm.StoreImm(asm.RFP, hdr+28, 0, asm.Word), // rule, pad
+		asm.StoreImm(asm.RFP, hdr+28, 0, asm.Word), // rule, vlan, vlan_tci
+		// The tag in the skb's metadata (VLAN_OF in bpf/capture/keep.h).
+		asm.LoadMem(asm.R1, asm.R6, skbVlanPresent, asm.Word),
+		asm.JEq.Imm(asm.R1, 0, "filter_flags"),
+		asm.LoadMem(asm.R1, asm.R6, skbVlanTCI, asm.Word),
+		asm.StoreMem(asm.RFP, hdr+30, asm.R1, asm.Half),
+		asm.LoadMem(asm.R1, asm.R6, skbVlanProto, asm.Word),
+		asm.Mov.Imm(asm.R2, 1),
+		asm.JNE.Imm(asm.R1, int32(qinqProto), "filter_vlan"),
+		asm.Mov.Imm(asm.R2, 2),
+		asm.StoreMem(asm.RFP, hdr+29, asm.R2, asm.Byte).WithSymbol("filter_vlan"),
 		// flags = BPF_F_CURRENT_CPU | caplen << 32
-		asm.LSh.Imm(asm.R3, 32),
+		asm.LSh.Imm(asm.R3, 32).WithSymbol("filter_flags"),
 		asm.LoadImm(asm.R4, 0xffffffff, asm.DWord),
 		asm.Or.Reg(asm.R3, asm.R4),
 		asm.Mov.Reg(asm.R1, asm.R6),

@@ -97,7 +97,8 @@ type loupeCapturePkt struct {
 	Direction uint8
 	Kind      uint8
 	Rule      uint8
-	Pad       [3]uint8
+	Vlan      uint8
+	VlanTci   uint16
 }
 
 type loupeCaptureRate struct {

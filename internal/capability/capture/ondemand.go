@@ -113,9 +113,10 @@ func (u *Unit) serveCapture(w http.ResponseWriter, r *http.Request) {
 func (u *Unit) streamFiltered(r *http.Request, rd *perf.Reader, pw *pcapng.Writer, rc *http.ResponseController,
 	count uint64, deadline time.Time) (n, lost uint64, err error) {
 	var (
-		rec perf.Record
-		p   datapath.CapturedPacket
-		out pcapng.Packet
+		rec     perf.Record
+		p       datapath.CapturedPacket
+		out     pcapng.Packet
+		vlanBuf []byte
 	)
 	for count == 0 || n < count {
 		if r.Context().Err() != nil {
@@ -153,7 +154,7 @@ func (u *Unit) streamFiltered(r *http.Request, rd *perf.Reader, pw *pcapng.Write
 		if err := datapath.DecodeCapturedPacket(rec.RawSample, &p); err != nil {
 			return n, lost, err
 		}
-		u.toPcapng(&p, &out)
+		u.toPcapng(&p, &out, &vlanBuf)
 		if err := pw.WritePacket(&out); err != nil {
 			return n, lost, err
 		}

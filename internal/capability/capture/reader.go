@@ -61,10 +61,11 @@ func (u *Unit) readEvents(ctx context.Context) {
 // the perf buffers still hold.
 func (u *Unit) readPackets(ctx context.Context) error {
 	var (
-		rec   perf.Record
-		p     datapath.CapturedPacket
-		out   pcapng.Packet
-		flush = time.Now()
+		rec     perf.Record
+		p       datapath.CapturedPacket
+		out     pcapng.Packet
+		vlanBuf []byte
+		flush   = time.Now()
 	)
 	draining := false
 	for {
@@ -97,7 +98,7 @@ func (u *Unit) readPackets(ctx context.Context) error {
 			u.log.Error("decoding a captured packet", "err", err)
 			continue
 		}
-		u.toPcapng(&p, &out)
+		u.toPcapng(&p, &out, &vlanBuf)
 		u.write(&out, p.Kept)
 		if time.Since(flush) > time.Second {
 			u.flush()
@@ -106,8 +107,9 @@ func (u *Unit) readPackets(ctx context.Context) error {
 	}
 }
 
-// toPcapng fills out from p; out.Data points into p's record.
-func (u *Unit) toPcapng(p *datapath.CapturedPacket, out *pcapng.Packet) {
+// toPcapng fills out from p; out.Data points into p's record, or into buf
+// when the packet's VLAN tag goes back into the frame.
+func (u *Unit) toPcapng(p *datapath.CapturedPacket, out *pcapng.Packet, buf *[]byte) {
 	dir := pcapng.Inbound
 	if p.Direction == flow.Egress {
 		dir = pcapng.Outbound
@@ -119,6 +121,15 @@ func (u *Unit) toPcapng(p *datapath.CapturedPacket, out *pcapng.Packet) {
 		Direction: dir,
 		OrigLen:   p.Len,
 		Data:      p.Data,
+	}
+	if p.VLAN != 0 && len(p.Data) >= 12 {
+		// The tag the kernel held apart, back after the MAC addresses,
+		// where the wire (and tcpdump, through libpcap) has it.
+		b := append((*buf)[:0], p.Data[:12]...)
+		b = append(b, byte(p.VLAN>>8), byte(p.VLAN), byte(p.VLANTCI>>8), byte(p.VLANTCI))
+		b = append(b, p.Data[12:]...)
+		*buf = b
+		out.Data, out.OrigLen = b, p.Len+4
 	}
 	if p.Filtered {
 		return
