@@ -60,9 +60,6 @@ const (
 // on, matching packets go to the filtered-packets buffer. The capture
 // capability must be on. Call RemoveCaptureFilter to end it.
 func (d *Datapath) InstallCaptureFilter(f *pcapfilter.Filter, o FilterOptions) error {
-	if d.objs.CaptureFilterProgs == nil || !d.captureOn() {
-		return errors.New("the capture capability is off in this agent")
-	}
 	if len(o.Ifindexes) > maxFilterIfaces {
 		return fmt.Errorf("%d interfaces: a filtered capture takes at most %d", len(o.Ifindexes), maxFilterIfaces)
 	}
@@ -70,8 +67,25 @@ func (d *Datapath) InstallCaptureFilter(f *pcapfilter.Filter, o FilterOptions) e
 	if snap == 0 || snap > CaptureMaxCaplen {
 		snap = CaptureMaxCaplen
 	}
+	return d.installSlots(0, "the filter", func(dir uint32) (*ebpf.ProgramSpec, error) {
+		spec, err := pcapfilter.Program(f, d.filterOutput(flow.Direction(dir), o.Ifindexes, snap))
+		if err != nil {
+			return nil, err
+		}
+		spec.Name = "loupe_filter"
+		return spec, nil
+	})
+}
+
+// installSlots loads the program build makes for each direction and puts
+// them in the tail-call slots from first; what is named says what failed.
+func (d *Datapath) installSlots(first uint32, what string, build func(dir uint32) (*ebpf.ProgramSpec, error)) error {
+	if d.objs.CaptureFilterProgs == nil || !d.captureOn() {
+		return errors.New("the capture capability is off in this agent")
+	}
 	var progs [2]*ebpf.Program
 	defer func() {
+		// The slots hold their own references.
 		for _, p := range progs {
 			if p != nil {
 				p.Close()
@@ -79,21 +93,18 @@ func (d *Datapath) InstallCaptureFilter(f *pcapfilter.Filter, o FilterOptions) e
 		}
 	}()
 	for dir := range progs {
-		spec, err := pcapfilter.Program(f, d.filterOutput(flow.Direction(dir), o.Ifindexes, snap))
+		spec, err := build(uint32(dir))
 		if err != nil {
 			return err
 		}
-		spec.Name = "loupe_filter"
-		p, err := ebpf.NewProgram(spec)
-		if err != nil {
-			return fmt.Errorf("load the filter's program: %w", err)
+		if progs[dir], err = ebpf.NewProgram(spec); err != nil {
+			return fmt.Errorf("load %s's program: %w", what, err)
 		}
-		progs[dir] = p
 	}
 	for dir, p := range progs {
-		if err := d.objs.CaptureFilterProgs.Put(uint32(dir), p); err != nil {
-			d.RemoveCaptureFilter()
-			return fmt.Errorf("install the filter: %w", err)
+		if err := d.objs.CaptureFilterProgs.Put(first+uint32(dir), p); err != nil {
+			d.emptySlots(first)
+			return fmt.Errorf("install %s: %w", what, err)
 		}
 	}
 	return nil
@@ -101,13 +112,17 @@ func (d *Datapath) InstallCaptureFilter(f *pcapfilter.Filter, o FilterOptions) e
 
 // RemoveCaptureFilter empties the tail-call slots: the filtered capture
 // stops at the next packet.
-func (d *Datapath) RemoveCaptureFilter() error {
+func (d *Datapath) RemoveCaptureFilter() error { return d.emptySlots(0) }
+
+// emptySlots empties the two tail-call slots from first (one per
+// direction).
+func (d *Datapath) emptySlots(first uint32) error {
 	if d.objs.CaptureFilterProgs == nil {
 		return nil
 	}
 	var errs []error
 	for dir := uint32(0); dir < 2; dir++ {
-		if err := d.objs.CaptureFilterProgs.Delete(dir); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		if err := d.objs.CaptureFilterProgs.Delete(first + dir); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			errs = append(errs, err)
 		}
 	}
@@ -195,49 +210,17 @@ const admitSlot = 2
 // admit the connection to the rules whose filter matched, and go on to the
 // on-demand filter.
 func (d *Datapath) InstallAdmission(filters [MaxRules]*pcapfilter.Filter) error {
-	if d.objs.CaptureFilterProgs == nil || !d.captureOn() {
-		return errors.New("the capture capability is off in this agent")
-	}
-	var progs [2]*ebpf.Program
-	defer func() {
-		for _, p := range progs {
-			if p != nil {
-				p.Close()
-			}
-		}
-	}()
-	for dir := range progs {
-		insns, err := d.admissionInsns(filters, uint32(dir))
+	return d.installSlots(admitSlot, "the trigger filters", func(dir uint32) (*ebpf.ProgramSpec, error) {
+		insns, err := d.admissionInsns(filters, dir)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "loupe_admit", Type: ebpf.SchedCLS, Instructions: insns, License: "Dual BSD/GPL"})
-		if err != nil {
-			return fmt.Errorf("load the trigger filters' program: %w", err)
-		}
-		progs[dir] = p
-	}
-	for dir, p := range progs {
-		if err := d.objs.CaptureFilterProgs.Put(uint32(admitSlot+dir), p); err != nil {
-			return fmt.Errorf("install the trigger filters: %w", err)
-		}
-	}
-	return nil
+		return &ebpf.ProgramSpec{Name: "loupe_admit", Type: ebpf.SchedCLS, Instructions: insns, License: "Dual BSD/GPL"}, nil
+	})
 }
 
 // RemoveAdmission empties the admission slots.
-func (d *Datapath) RemoveAdmission() error {
-	if d.objs.CaptureFilterProgs == nil {
-		return nil
-	}
-	var errs []error
-	for dir := uint32(0); dir < 2; dir++ {
-		if err := d.objs.CaptureFilterProgs.Delete(admitSlot + dir); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
+func (d *Datapath) RemoveAdmission() error { return d.emptySlots(admitSlot) }
 
 // admissionInsns is the admission program: R9 collects the rules whose
 // filter matched; the connection waiting in capture_admissions gets them

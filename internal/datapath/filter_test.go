@@ -2,12 +2,8 @@ package datapath
 
 import (
 	"bytes"
-	"errors"
-	"os"
 	"testing"
-	"time"
 
-	"github.com/cilium/ebpf/perf"
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 
@@ -15,31 +11,6 @@ import (
 	"loupe/internal/pcapfilter"
 	"loupe/internal/testutil"
 )
-
-// filtered reads what the filtered capture sent until its buffer is empty.
-func filtered(t *testing.T, r *perf.Reader) []CapturedPacket {
-	t.Helper()
-	var out []CapturedPacket
-	for {
-		r.SetDeadline(time.Now().Add(50 * time.Millisecond))
-		rec, err := r.Read()
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return out
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if rec.LostSamples > 0 {
-			t.Fatalf("%d samples lost", rec.LostSamples)
-		}
-		var p CapturedPacket
-		if err := DecodeCapturedPacket(rec.RawSample, &p); err != nil {
-			t.Fatal(err)
-		}
-		p.Data = append([]byte(nil), p.Data...)
-		out = append(out, p)
-	}
-}
 
 // TestCaptureFilter runs the entry program with a filter in its tail-call
 // slots: the matching frames, and only those, come out whole, with their
@@ -76,7 +47,7 @@ func TestCaptureFilter(t *testing.T) {
 		t.Fatal(err)
 	}
 	run(web, ssh, dns, web)
-	got := filtered(t, r)
+	got := capturedPackets(t, r)
 	want := []struct {
 		frame []byte
 		dir   flow.Direction
@@ -96,14 +67,14 @@ func TestCaptureFilter(t *testing.T) {
 		t.Fatal(err)
 	}
 	run(web)
-	if got := filtered(t, r); len(got) != 1 || len(got[0].Data) != 20 || got[0].Len != uint32(len(web)) {
+	if got := capturedPackets(t, r); len(got) != 1 || len(got[0].Data) != 20 || got[0].Len != uint32(len(web)) {
 		t.Errorf("snaplen 20: %+v", got)
 	}
 	if err := dp.InstallCaptureFilter(f, FilterOptions{Ifindexes: []uint32{12345}}); err != nil {
 		t.Fatal(err)
 	}
 	run(web)
-	if got := filtered(t, r); len(got) != 0 {
+	if got := capturedPackets(t, r); len(got) != 0 {
 		t.Errorf("another interface's capture got %d packets", len(got))
 	}
 
@@ -111,7 +82,7 @@ func TestCaptureFilter(t *testing.T) {
 		t.Fatal(err)
 	}
 	run(web, dns)
-	if got := filtered(t, r); len(got) != 0 {
+	if got := capturedPackets(t, r); len(got) != 0 {
 		t.Errorf("after removal: %d packets", len(got))
 	}
 	var pk uint64
@@ -180,7 +151,7 @@ func TestCaptureAdmission(t *testing.T) {
 	if len(got) != 2 || got[0].Key.DstPort != 41234 || got[0].Status != 500 || got[1].Key.DstPort != 41236 || got[1].Rule != 1 {
 		t.Fatalf("events %+v: want a 500 on port 41234 and a 404 on 41236", got)
 	}
-	if n := len(filtered(t, r)); n != 2 {
+	if n := len(capturedPackets(t, r)); n != 2 {
 		t.Errorf("the on-demand capture behind the admission program got %d packets, want 2", n)
 	}
 	if err := dp.RemoveAdmission(); err != nil {
