@@ -8,18 +8,22 @@
 
 declare -A STOPSIG=() # pid of a background process we started -> stop signal
 NETNS=()              # namespaces we created
+CLEANUP_DIRS=()       # directories we created outside $WORK (e.g. on /dev/shm)
 BPF_STATS_PREV=""     # kernel.bpf_stats_enabled before we changed it
 PAIR_SEQ=0
 STOP_RC=0
 
 bench_cleanup() {
-	local pid ns
+	local pid ns d
 	set +e
 	for pid in "${!STOPSIG[@]}"; do
 		stop_bg "$pid" 5
 	done
 	for ns in "${NETNS[@]}"; do
 		ip netns del "$ns" 2>/dev/null
+	done
+	for d in "${CLEANUP_DIRS[@]}"; do
+		rm -rf "$d"
 	done
 	bpf_stats_restore
 }

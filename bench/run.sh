@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs Loupe's benchmarks and writes their results to bench/RESULTS.md.
 # Benchmarks, not tests: run as root on a machine prepared with
-# `./scripts/deps.sh bench`. The whole suite takes about 12 minutes here.
+# `./scripts/deps.sh bench`. The whole suite takes about 20 minutes here.
 #
 #   bench/run.sh             every benchmark, in this order:
 #   bench/run.sh NAME...     only these:
@@ -12,12 +12,16 @@
 #     rss       agent RSS with 100 000 active flows
 #     store     the store query benchmark (go run ./bench/store)
 #     export    records/s each exporter sustains on one core, CPU per 10 000/s
+#     capture   the thesis's tables 5.1-5.3 with triggered capture: iperf3,
+#               nginx + h2load at 0 % and 100 % errors, BPF ns/packet, and
+#               packets/s written to pcapng against tcpdump
 #
 # Knobs (environment): BENCH_IPERF_ROUNDS (5), BENCH_IPERF_SECONDS (10),
 # BENCH_ROUNDS (3, bpfstats and tables), BENCH_RSS_SECONDS (30),
-# BENCH_EXPORT_RECORDS (2000000), BENCH_BASE (the commit bpfstats compares
-# with, built from a temporary git worktree; default 0bf4c56, the last one
-# before the capability seam; empty: not compared).
+# BENCH_EXPORT_RECORDS (2000000), BENCH_CAPTURE_* (see bench/capture.sh),
+# BENCH_BASE (the commit bpfstats compares with, built from a temporary git
+# worktree; default 0bf4c56, the last one before the capability seam; empty:
+# not compared).
 #
 # Each benchmark runs as its own process with its own namespaces (unique
 # names) and an EXIT trap that stops what it started and deletes them; a
@@ -28,7 +32,7 @@ ROOT=$(dirname "$BENCH_DIR")
 cd "$ROOT"
 . scripts/env.sh
 
-ALL=(iperf bpfstats monitor tables rss store export)
+ALL=(iperf bpfstats monitor tables rss store export capture)
 
 usage() {
 	echo "usage: bench/run.sh [${ALL[*]}]..." >&2
@@ -68,8 +72,9 @@ if [[ -z ${BENCH_BIN_DIR:-} ]]; then
 	./scripts/build.sh "$BENCH_BIN_DIR/loupe"
 	# The agent as it was before the change being judged (bpfstats runs
 	# it beside this one): BENCH_BASE, by default the last commit before
-	# the capability seam; empty to skip.
+	# the capability seam; empty to skip. Built only when bpfstats runs.
 	BENCH_BASE=${BENCH_BASE-0bf4c56}
+	[[ " ${names[*]} " == *" bpfstats "* ]] || BENCH_BASE=""
 	if [[ -n $BENCH_BASE ]]; then
 		base_tree=$(mktemp -d /tmp/loupe-bench-base.XXXXXX)
 		git worktree add -q --detach "$base_tree" "$BENCH_BASE"

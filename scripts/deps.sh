@@ -8,6 +8,7 @@
 #   deps.sh generate   + clang-19, llvm-19, bpftool, protoc: regenerate BPF
 #                      objects and the protobuf schema's Go code
 #   deps.sh bench      + iperf3, tcpreplay, tcpdump, pmacct, perf, python3,
+#                      nginx, h2load (nghttp2-client),
 #                      a JDK and the Kafka jars
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +19,7 @@ case "$purpose" in
 run) ;;
 test) packages+=(iproute2 iputils-ping libcap2-bin procps tshark tcpdump nginx-light nfdump pmacct prometheus openjdk-17-jre-headless maven) ;;
 generate) packages+=(clang-19 llvm-19 bpftool protobuf-compiler) ;;
-bench) packages+=(iproute2 iputils-ping iperf3 tcpreplay tcpdump pmacct linux-perf python3 procps openjdk-17-jre-headless maven) ;;
+bench) packages+=(iproute2 iputils-ping iperf3 tcpreplay tcpdump pmacct linux-perf python3 procps nginx-light nghttp2-client openjdk-17-jre-headless maven) ;;
 *)
 	echo "usage: $0 run|test|generate|bench" >&2
 	exit 2

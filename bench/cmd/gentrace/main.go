@@ -13,6 +13,12 @@
 //	    interleaved at random; every flow gets at least one packet.
 //	gentrace -kind distinct -flows 100000 -out f.pcap
 //	    one 64..128-byte packet per flow, every flow distinct.
+//	gentrace -kind http500 -packets 10000 -min 128 -out f.pcap
+//	    one TCP connection, server to client: an HTTP/1.1 500 response
+//	    header in the first packet, then -packets - 1 data segments of
+//	    -min bytes each (the body it streams), in sequence. Replayed, the
+//	    capture capability's default trigger fires on the first packet
+//	    and every later one belongs to the trace.
 package main
 
 import (
@@ -45,7 +51,7 @@ type flowSpec struct {
 }
 
 func main() {
-	kind := flag.String("kind", "mixed", "trace kind: udp64, mixed or distinct")
+	kind := flag.String("kind", "mixed", "trace kind: udp64, mixed, distinct or http500")
 	flows := flag.Int("flows", 5000, "number of distinct flows")
 	packets := flag.Int("packets", 100000, "number of packets (distinct: ignored, one per flow)")
 	minLen := flag.Int("min", 64, "smallest frame, bytes (mixed, distinct)")
@@ -54,6 +60,17 @@ func main() {
 	out := flag.String("out", "", "pcap file to write")
 	flag.Parse()
 	log.SetFlags(0)
+	if *kind == "http500" {
+		// -min alone sets the data frames' length.
+		if *out == "" || *minLen < 64 || *minLen > 1514 {
+			log.Fatal("gentrace: http500 needs -out and 64 <= -min <= 1514")
+		}
+		if err := writeHTTP500(*out, *packets, *minLen); err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("%s: %d packets, 1 connection, http500, %d-byte data frames\n", *out, *packets, *minLen)
+		return
+	}
 	if *out == "" || *flows < 1 || *flows > 1<<22 || *minLen < 64 || *maxLen < *minLen || *maxLen > 1514 {
 		log.Fatal("gentrace: need -out, 1 <= -flows <= 4194304 and 64 <= -min <= -max <= 1514")
 	}
@@ -185,6 +202,61 @@ func build(buf gopacket.SerializeBuffer, s *flowSpec, length int) ([]byte, error
 		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// http500Header is the first packet's payload: a status line the capture
+// capability's default trigger (http.status=500-599) fires on, and a body
+// long enough for every data segment after it.
+const http500Header = "HTTP/1.1 500 Internal Server Error\r\n" +
+	"Content-Type: application/octet-stream\r\n" +
+	"Content-Length: 1000000000\r\n\r\n"
+
+// writeHTTP500 writes the http500 trace: one connection from
+// 198.18.1.1:80 to 198.19.1.1:40000, its response header, then packets - 1
+// data segments of frames of length bytes.
+func writeHTTP500(out string, packets, length int) error {
+	if packets < 2 {
+		return fmt.Errorf("http500 needs -packets >= 2")
+	}
+	f, err := os.Create(out)
+	if err != nil {
+		return err
+	}
+	bw := bufio.NewWriterSize(f, 1<<20)
+	writeFileHeader(bw)
+	ts := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
+	buf := gopacket.NewSerializeBuffer()
+	seq := uint32(1000)
+	for i := range packets {
+		eth := &layers.Ethernet{SrcMAC: srcMAC, DstMAC: dstMAC, EthernetType: layers.EthernetTypeIPv4}
+		ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolTCP, Id: uint16(i),
+			SrcIP: net.IPv4(198, 18, 1, 1), DstIP: net.IPv4(198, 19, 1, 1)}
+		t := &layers.TCP{SrcPort: 80, DstPort: 40000, Seq: seq, Ack: 1, ACK: true, PSH: true, Window: 65535}
+		if err := t.SetNetworkLayerForChecksum(ip); err != nil {
+			return err
+		}
+		var payload []byte
+		if i == 0 {
+			payload = []byte(http500Header)
+		} else {
+			// Lower-case letters: no byte of the body starts a status line.
+			payload = make([]byte, length-14-20-20)
+			for j := range payload {
+				payload[j] = 'a' + byte((i+j)%26)
+			}
+		}
+		seq += uint32(len(payload))
+		opts := gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}
+		if err := gopacket.SerializeLayers(buf, opts, eth, ip, t, gopacket.Payload(payload)); err != nil {
+			return err
+		}
+		writePacket(bw, ts, buf.Bytes())
+		ts = ts.Add(10 * time.Microsecond)
+	}
+	if err := bw.Flush(); err != nil {
+		return err
+	}
+	return f.Close()
 }
 
 // The classic pcap format, written by hand (gopacket's pcapgo would pull
