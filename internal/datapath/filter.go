@@ -132,7 +132,7 @@ func (d *Datapath) emptySlots(first uint32) error {
 // OpenFilteredPackets opens a reader of the filtered capture's packets,
 // decoded with DecodeCapturedPacket.
 func (d *Datapath) OpenFilteredPackets(perCPUBytes int) (*perf.Reader, error) {
-	r, err := perf.NewReader(d.objs.CaptureFiltered, perCPUBytes)
+	r, err := newPacketReader(d.objs.CaptureFiltered, perCPUBytes)
 	if err != nil {
 		return nil, fmt.Errorf("open filtered packets: %w", err)
 	}
