@@ -93,10 +93,12 @@ func TestCaptureOnDemandFilter(t *testing.T) {
 	deadline := time.Now().Add(20 * time.Second)
 	for n := 0; ; n++ {
 		tcpExchange(t, p.a, hostPort(p.b4, 80), 10, 3000)
+		// The agent hands packets over at least every 200 ms (its
+		// reader's wake-up): wait for the stream, not for the count.
 		select {
 		case err = <-cliDone:
-		default:
-			if time.Now().After(deadline) || n > 200 {
+		case <-time.After(20 * time.Millisecond):
+			if time.Now().After(deadline) || n > 1000 {
 				cli.Process.Kill()
 				t.Fatal("loupe capture --count 7 did not end")
 			}
