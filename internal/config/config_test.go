@@ -16,6 +16,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"loupe/internal/api"
+	"loupe/internal/capability/capture"
 	"loupe/internal/config/check"
 	"loupe/internal/export/delivery"
 	"loupe/internal/export/ipfix"
@@ -94,6 +95,9 @@ func TestDefault(t *testing.T) {
 		Store:              Store{Path: "/var/lib/loupe/flows", Retention: 24 * time.Hour},
 		Listen:             "127.0.0.1:9464",
 		Control:            api.Config{Socket: "/run/loupe/loupe.sock", Listen: "none"},
+		Capture: capture.Config{MaxTriggersPerSec: 100, Connections: 16384, KeepPackets: 4, KeepBytes: 2048,
+			KeepSlots: 1024, IdleTimeout: 30 * time.Second, MaxAge: time.Hour, HTTPMaxSeries: 4096, BufferSize: 4 << 20,
+			FileMaxSize: 100 << 20, FileMaxAge: time.Hour, MaxFiles: 100, MaxSize: 1 << 30},
 		Exporters: targets.Exporters{
 			Delivery: delivery.Config{QueueSize: 65536, BatchSize: 4096, MaxLinger: time.Second,
 				RetryMax: 30 * time.Second, ShutdownTimeout: 5 * time.Second},
@@ -166,6 +170,24 @@ func keyCases() []keyCase {
 		{"control.socket", "/run/loupe-b/api.sock", func(c *Config) { c.Control.Socket = "/run/loupe-b/api.sock" }},
 		{"control.listen", "127.0.0.1:9465", func(c *Config) { c.Control.Listen = "127.0.0.1:9465" }},
 		{"control.token_file", "/etc/loupe/token", func(c *Config) { c.Control.TokenFile = "/etc/loupe/token" }},
+		{"capture.dir", "/var/lib/loupe/capture", func(c *Config) { c.Capture.Dir = "/var/lib/loupe/capture" }},
+		{"capture.triggers", "http.status=503 sample=1/10,tcp.rst", func(c *Config) { c.Capture.Triggers = []string{"http.status=503 sample=1/10", "tcp.rst"} }},
+		{"capture.mirror", "dbg0", func(c *Config) { c.Capture.Mirror = "dbg0" }},
+		{"capture.follow", "true", func(c *Config) { c.Capture.Follow = true }},
+		{"capture.snaplen", "128", func(c *Config) { c.Capture.Snaplen = 128 }},
+		{"capture.max_triggers_per_second", "5", func(c *Config) { c.Capture.MaxTriggersPerSec = 5 }},
+		{"capture.connections", "1024", func(c *Config) { c.Capture.Connections = 1024 }},
+		{"capture.keep_packets", "2", func(c *Config) { c.Capture.KeepPackets = 2 }},
+		{"capture.keep_bytes", "512", func(c *Config) { c.Capture.KeepBytes = 512 }},
+		{"capture.keep_slots_per_cpu", "64", func(c *Config) { c.Capture.KeepSlots = 64 }},
+		{"capture.idle_timeout", "10s", func(c *Config) { c.Capture.IdleTimeout = 10 * time.Second }},
+		{"capture.max_connection_age", "2h", func(c *Config) { c.Capture.MaxAge = 2 * time.Hour }},
+		{"capture.http_max_series", "100", func(c *Config) { c.Capture.HTTPMaxSeries = 100 }},
+		{"capture.buffer_size", "8MiB", func(c *Config) { c.Capture.BufferSize = 8 << 20 }},
+		{"capture.file_max_size", "10MiB", func(c *Config) { c.Capture.FileMaxSize = 10 << 20 }},
+		{"capture.file_max_age", "10m", func(c *Config) { c.Capture.FileMaxAge = 10 * time.Minute }},
+		{"capture.max_files", "7", func(c *Config) { c.Capture.MaxFiles = 7 }},
+		{"capture.max_size", "2GiB", func(c *Config) { c.Capture.MaxSize = 2 << 30 }},
 		{"export", "json:/var/log/flows.json,json:-", func(c *Config) { c.Export = []string{"json:/var/log/flows.json", "json:-"} }},
 		{"delivery.queue_size", "1000", func(c *Config) { c.Delivery.QueueSize = 1000 }},
 		{"delivery.batch_size", "100", func(c *Config) { c.Delivery.BatchSize = 100 }},

@@ -31,12 +31,12 @@ type Config struct {
 	IdleTimeout       time.Duration `yaml:"idle_timeout" env:"LOUPE_CAPTURE_IDLE_TIMEOUT" flag:"capture-idle-timeout" help:"a connection idle this long is followed afresh"`
 	MaxAge            time.Duration `yaml:"max_connection_age" env:"LOUPE_CAPTURE_MAX_CONNECTION_AGE" flag:"capture-max-connection-age" help:"a connection followed this long is followed afresh"`
 	HTTPMaxSeries     int           `yaml:"http_max_series" env:"LOUPE_CAPTURE_HTTP_MAX_SERIES" flag:"capture-http-max-series" help:"HTTP metrics: entries (server and request or status class) kept, 16..1048576; past it, new servers count under server=\"other\""`
-	BufferSize        uint64        `yaml:"buffer_size" env:"LOUPE_CAPTURE_BUFFER_SIZE" flag:"capture-buffer-size" arg:"size" help:"kernel buffer of captured packets per CPU; a reader too slow for it loses packets, counted"`
+	BufferSize        uint64        `yaml:"buffer_size" env:"LOUPE_CAPTURE_BUFFER_SIZE" flag:"capture-buffer-size" arg:"size" help:"kernel buffer size of captured packets per CPU; a reader too slow for it loses packets, counted"`
 
 	FileMaxSize uint64        `yaml:"file_max_size" env:"LOUPE_CAPTURE_FILE_MAX_SIZE" flag:"capture-file-max-size" arg:"size" help:"start a new pcapng file past this size; 0: no limit"`
 	FileMaxAge  time.Duration `yaml:"file_max_age" env:"LOUPE_CAPTURE_FILE_MAX_AGE" flag:"capture-file-max-age" help:"start a new pcapng file after this long; 0: no limit"`
 	MaxFiles    int           `yaml:"max_files" env:"LOUPE_CAPTURE_MAX_FILES" flag:"capture-max-files" help:"pcapng files kept, the oldest removed first; 0: no limit"`
-	MaxSize     uint64        `yaml:"max_size" env:"LOUPE_CAPTURE_MAX_SIZE" flag:"capture-max-size" arg:"size" help:"bytes of pcapng files kept, the oldest removed first; 0: no limit"`
+	MaxSize     uint64        `yaml:"max_size" env:"LOUPE_CAPTURE_MAX_SIZE" flag:"capture-max-size" arg:"size" help:"total size of the pcapng files kept, the oldest removed first; 0: no limit"`
 }
 
 // DefaultConfig is the section's defaults: capture off.
