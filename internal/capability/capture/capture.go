@@ -78,6 +78,7 @@ type stats struct {
 	readerLost                   atomic.Uint64 // perf: records the kernel could not store
 	writeErrors                  atomic.Uint64
 	onDemandLost                 atomic.Uint64 // on-demand captures: records the kernel could not store
+	late                         atomic.Uint64 // live packets written behind a later one (reorder)
 	lastTrace                    atomic.Value  // traceInfo
 }
 

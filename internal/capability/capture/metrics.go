@@ -16,7 +16,7 @@ type collector struct {
 	kernel, conns, connCap, evicted    *prometheus.Desc
 	traces, packets, kept, bytes, lost *prometheus.Desc
 	writeErrs, followers, followDrops  *prometheus.Desc
-	files                              *prometheus.Desc
+	files, onDemandLost, late          *prometheus.Desc
 	httpReqs, httpResps, httpLatency   *prometheus.Desc
 }
 
@@ -29,18 +29,21 @@ func newCollector(u *Unit) *collector {
 		kernel: d("datapath_events_total", "What the capture datapath did, by event: segments and bytes scanned, status lines, "+
 			"triggers, traces limited, packets kept, sent, lost, mirrored; and what it could not do (not_scanned_*, *_lost, "+
 			"conns_table_full, kept_overwritten, mirror_errors). docs/capture.md lists them.", "event"),
-		conns:       d("connections", "Connections in the capture's connection table."),
-		connCap:     d("connections_capacity", "Connections the table holds (capture.connections); past it the least recently seen is forgotten."),
-		evicted:     d("connections_evicted_total", "Connections the full table forgot to make room (entered minus still there: the agent never deletes one)."),
-		traces:      d("traces_total", "Traces started (a trigger fired), as read by the agent."),
-		packets:     d("packets_written_total", "Captured packets the agent received and wrote to the files and followers."),
-		kept:        d("kept_packets_written_total", "Of those, packets kept before their trigger."),
-		bytes:       d("packet_bytes_total", "Original bytes of the captured packets."),
-		lost:        d("reader_lost_total", "Packets the kernel's per-CPU capture buffer could not hold (the agent read too slowly)."),
-		writeErrs:   d("write_errors_total", "Failed writes of capture files."),
-		followers:   d("followers", "Clients following the capture (loupe capture --follow)."),
-		followDrops: d("follower_dropped_packets_total", "Packets not sent to a follower that fell behind."),
-		files:       d("files_started_total", "Capture files started."),
+		conns:        d("connections", "Connections in the capture's connection table."),
+		connCap:      d("connections_capacity", "Connections the table holds (capture.connections); past it the least recently seen is forgotten."),
+		evicted:      d("connections_evicted_total", "Connections the full table forgot to make room (entered minus still there: the agent never deletes one)."),
+		traces:       d("traces_total", "Traces started (a trigger fired), as read by the agent."),
+		packets:      d("packets_written_total", "Captured packets the agent received and wrote to the files and followers."),
+		kept:         d("kept_packets_written_total", "Of those, packets kept before their trigger."),
+		bytes:        d("packet_bytes_total", "Original bytes of the captured packets."),
+		lost:         d("reader_lost_total", "Packets the kernel's per-CPU capture buffer could not hold (the agent read too slowly)."),
+		writeErrs:    d("write_errors_total", "Failed writes of capture files."),
+		followers:    d("followers", "Clients following the capture (loupe capture --follow)."),
+		followDrops:  d("follower_dropped_packets_total", "Packets not sent to a follower that fell behind."),
+		files:        d("files_started_total", "Capture files started."),
+		onDemandLost: d("on_demand_lost_total", "Packets of on-demand captures (loupe capture --filter) that the kernel's per-CPU buffer could not hold."),
+		late: d("packets_out_of_order_total", "Captured packets written behind a later one: the reader fell more than its reorder buffer "+
+			"(capture.buffer_size per CPU) behind. Packets kept before a trigger are written at their own time and not counted."),
 		httpReqs: prometheus.NewDesc("loupe_http_requests_total", "HTTP/1.x requests to each server, among the connections the capture follows "+
 			"(a segment starting with a method; pipelined requests behind another are not counted). server=\"other\" holds servers past capture.http_max_series.",
 			[]string{"server", "port"}, nil),
@@ -53,7 +56,7 @@ func newCollector(u *Unit) *collector {
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.kernel, c.conns, c.connCap, c.evicted, c.traces, c.packets, c.kept, c.bytes, c.lost,
-		c.writeErrs, c.followers, c.followDrops, c.files, c.httpReqs, c.httpResps, c.httpLatency} {
+		c.writeErrs, c.followers, c.followDrops, c.files, c.onDemandLost, c.late, c.httpReqs, c.httpResps, c.httpLatency} {
 		ch <- d
 	}
 }
@@ -93,6 +96,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.bytes, u.stats.bytes.Load())
 	counter(c.lost, u.stats.readerLost.Load())
 	counter(c.writeErrs, u.stats.writeErrors.Load())
+	counter(c.onDemandLost, u.stats.onDemandLost.Load())
+	counter(c.late, u.stats.late.Load())
 	gauge(c.followers, float64(u.follow.count()))
 	counter(c.followDrops, u.follow.dropped.Load())
 	var files uint64

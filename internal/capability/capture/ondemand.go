@@ -2,12 +2,12 @@ package capture
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"path/filepath"
+	"runtime"
 	"time"
 
 	"github.com/cilium/ebpf/perf"
@@ -108,62 +108,43 @@ func (u *Unit) serveCapture(w http.ResponseWriter, r *http.Request) {
 	u.log.Info("on-demand capture ended", "filter", f.String(), "packets", n, "lost", lost, "err", err)
 }
 
-// streamFiltered writes the filtered packets to pw until count packets,
-// the deadline, the client or the agent ends it.
+// streamFiltered writes the filtered packets to pw, in time order, until
+// count packets, the deadline, the client or the agent ends it.
 func (u *Unit) streamFiltered(r *http.Request, rd *perf.Reader, pw *pcapng.Writer, rc *http.ResponseController,
 	count uint64, deadline time.Time) (n, lost uint64, err error) {
 	var (
-		rec     perf.Record
-		p       datapath.CapturedPacket
 		out     pcapng.Packet
 		vlanBuf []byte
 	)
-	for count == 0 || n < count {
-		if r.Context().Err() != nil {
-			return n, lost, nil
-		}
-		wake := time.Now().Add(readWake)
-		if !deadline.IsZero() {
-			if !time.Now().Before(deadline) {
-				break
+	o := &orderedRead{
+		rd: rd, clock: u.clock, log: u.log, end: deadline,
+		maxBytes: onDemandBuffer * runtime.NumCPU(),
+		done: func() bool {
+			return r.Context().Err() != nil || (count > 0 && n >= count) || (!deadline.IsZero() && !time.Now().Before(deadline))
+		},
+		emit: func(p *datapath.CapturedPacket) error {
+			if count > 0 && n >= count {
+				return errEnough
 			}
-			if deadline.Before(wake) {
-				wake = deadline
+			u.toPcapng(p, &out, &vlanBuf)
+			if err := pw.WritePacket(&out); err != nil {
+				return err
 			}
-		}
-		rd.SetDeadline(wake)
-		err := rd.ReadInto(&rec)
-		switch {
-		case isDeadline(err):
+			n++
+			return nil
+		},
+		tick: func() error {
 			if err := pw.Flush(); err != nil {
-				return n, lost, err
+				return err
 			}
-			if err := rc.Flush(); err != nil {
-				return n, lost, err
-			}
-			continue
-		case errors.Is(err, perf.ErrClosed):
-			return n, lost, nil
-		case err != nil:
-			return n, lost, err
-		}
-		if rec.LostSamples > 0 {
-			lost += rec.LostSamples
-			continue
-		}
-		if err := datapath.DecodeCapturedPacket(rec.RawSample, &p); err != nil {
-			return n, lost, err
-		}
-		u.toPcapng(&p, &out, &vlanBuf)
-		if err := pw.WritePacket(&out); err != nil {
-			return n, lost, err
-		}
-		n++
+			return rc.Flush()
+		},
 	}
-	if err := pw.Flush(); err != nil {
-		return n, lost, err
+	err = o.run()
+	if r.Context().Err() != nil {
+		err = nil // the client left: what it did not read is not an error
 	}
-	return n, lost, rc.Flush()
+	return n, o.lost, err
 }
 
 // matchIfaces returns the indexes of the interfaces whose names match one

@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"strings"
 	"time"
 
-	"github.com/cilium/ebpf/perf"
 	"github.com/cilium/ebpf/ringbuf"
 
 	"loupe/internal/datapath"
@@ -57,54 +57,35 @@ func (u *Unit) readEvents(ctx context.Context) {
 	}
 }
 
-// readPackets writes every captured packet until ctx is done, then what
-// the perf buffers still hold.
+// readPackets writes every captured packet, in time order, until ctx is
+// done, then what the perf buffers still hold.
 func (u *Unit) readPackets(ctx context.Context) error {
 	var (
-		rec     perf.Record
-		p       datapath.CapturedPacket
 		out     pcapng.Packet
 		vlanBuf []byte
-		flush   = time.Now()
 	)
-	draining := false
-	for {
-		if !draining && ctx.Err() != nil {
-			// The programs are detached: what is left is all there is.
-			draining = true
-			u.packets.SetDeadline(time.Now())
-		} else if !draining {
-			u.packets.SetDeadline(time.Now().Add(readWake))
-		}
-		err := u.packets.ReadInto(&rec)
-		switch {
-		case isDeadline(err) || errors.Is(err, perf.ErrFlushed):
-			u.flush()
-			flush = time.Now()
-			if draining {
-				return nil
-			}
-			continue
-		case errors.Is(err, perf.ErrClosed):
+	var o *orderedRead
+	o = &orderedRead{
+		rd: u.packets, clock: u.clock, log: u.log,
+		maxBytes: int(u.cfg.BufferSize) * runtime.NumCPU(),
+		done:     func() bool { return ctx.Err() != nil },
+		emit: func(p *datapath.CapturedPacket) error {
+			u.toPcapng(p, &out, &vlanBuf)
+			u.write(&out, p.Kept)
 			return nil
-		case err != nil:
-			return fmt.Errorf("reading captured packets: %w", err)
-		}
-		if rec.LostSamples > 0 {
-			u.stats.readerLost.Add(rec.LostSamples)
-			continue
-		}
-		if err := datapath.DecodeCapturedPacket(rec.RawSample, &p); err != nil {
-			u.log.Error("decoding a captured packet", "err", err)
-			continue
-		}
-		u.toPcapng(&p, &out, &vlanBuf)
-		u.write(&out, p.Kept)
-		if time.Since(flush) > time.Second {
+		},
+		tick: func() error {
+			u.stats.readerLost.Store(o.lost)
+			u.stats.late.Store(o.late)
 			u.flush()
-			flush = time.Now()
-		}
+			return nil
+		},
 	}
+	err := o.run()
+	u.stats.readerLost.Store(o.lost)
+	u.stats.late.Store(o.late)
+	u.flush()
+	return err
 }
 
 // toPcapng fills out from p; out.Data points into p's record, or into buf
