@@ -56,7 +56,7 @@ func (c capConn) ends() (client, server netip.AddrPort) {
 // frame is one segment of the connection, the client's or the server's.
 // Ethernet pads frames to 60 bytes, as a sender on a wire does: a segment
 // without payload is then 6 bytes longer than its headers.
-func (c capConn) frame(t *testing.T, toServer bool, seq uint32, rst bool, payload []byte) []byte {
+func (c capConn) frame(t testing.TB, toServer bool, seq uint32, rst bool, payload []byte) []byte {
 	t.Helper()
 	src, dst := c.ends()
 	smac, dmac := macA, macB

@@ -24,7 +24,7 @@ var (
 
 // frame serialises layers with lengths and checksums computed. Ethernet
 // pads frames to 60 bytes: tests of truncated headers slice the result.
-func frame(t *testing.T, ls ...gopacket.SerializableLayer) []byte {
+func frame(t testing.TB, ls ...gopacket.SerializableLayer) []byte {
 	t.Helper()
 	for _, l := range ls {
 		if nl, ok := l.(interface {
