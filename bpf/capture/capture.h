@@ -53,6 +53,8 @@ enum capture_counter {
 	CAPTURE_NOT_SCANNED_PARSE,    /* TCP payload not located: headers cut short */
 	CAPTURE_NOT_SCANNED_LOAD,     /* bpf_skb_load_bytes failed mid-payload */
 	CAPTURE_NOT_SCANNED_TOO_LONG, /* payload beyond SCAN_MAX_BYTES */
+	CAPTURE_NOT_SCANNED_OPAQUE,   /* segments of a side that sent neither requests nor status lines: only their start checked */
+	CAPTURE_NOT_SCANNED_CLIENT,   /* segments of a client (it sent requests): status lines come from servers */
 	CAPTURE_CONNS_NEW,            /* connections entered in the table */
 	CAPTURE_CONNS_NOT_ADMITTED,   /* packets of connections no rule samples */
 	CAPTURE_CONNS_TABLE_FULL,     /* a connection could not be entered */
@@ -492,31 +494,18 @@ static __always_inline struct conn_state *capture_conn(const struct capture_conf
  * by its sender, and at TC ingress the padding is still there (ip_rcv trims
  * it later): a pure ACK or a reset would have 6 bytes of payload, be
  * scanned, and be kept in place of the request. An IP length of 0 (BIG
- * TCP) or past the frame leaves the frame's end. A global function: the
- * length read lives on its own stack, not on capture_observe's, which the
- * deepest calls below it add to. */
-__noinline __u32 capture_payload_len(struct __sk_buff *skb, __u32 l3, __u32 payload, __u32 eth_type)
+ * TCP) or past the frame leaves the frame's end. */
+static __always_inline __u32 capture_payload_len(const struct __sk_buff *skb, const struct pkt *p, __u16 eth_type)
 {
-	__u32 end, ip;
-	__be16 field;
+	__u32 end = skb->len, ip = 0;
 
-	if (!skb)
-		return 0;
-	end = skb->len;
-	if (eth_type == ETH_P_IP) {
-		if (bpf_skb_load_bytes(skb, l3 + 2, &field, sizeof(field)) == 0) {
-			ip = l3 + bpf_ntohs(field); /* tot_len: the header included */
-			if (field && ip < end)
-				end = ip;
-		}
-	} else if (eth_type == ETH_P_IPV6) {
-		if (bpf_skb_load_bytes(skb, l3 + 4, &field, sizeof(field)) == 0) {
-			ip = l3 + 40 + bpf_ntohs(field); /* payload_len: after the fixed header */
-			if (field && ip < end)
-				end = ip;
-		}
-	}
-	return end > payload ? end - payload : 0;
+	if (eth_type == ETH_P_IP)
+		ip = p->off.l3 + (__u32)p->off.ip_len; /* tot_len: the header included */
+	else if (eth_type == ETH_P_IPV6)
+		ip = p->off.l3 + 40 + (__u32)p->off.ip_len; /* payload_len: after the fixed header */
+	if (p->off.ip_len && ip < end)
+		end = ip;
+	return end > p->off.payload ? end - p->off.payload : 0;
 }
 
 /* capture_http_add counts one request or response of the server at addr,
@@ -549,37 +538,71 @@ static __always_inline void capture_http_add(const __u8 *addr, __u16 port, __u8 
 	}
 }
 
-/* capture_http_seen looks at the start of the payload (len bytes at off) for a
- * request or a response, for the HTTP metrics (httpstats.h). where packs
- * off (16 bits), len (32) and the side of the sender (bit 48). A global
- * function, like capture_send. */
-__noinline int capture_http_seen(struct __sk_buff *skb, const struct flow_key *key, struct conn_state *cs, __u64 where)
+/* What capture_http_head returns: the side's role after this segment,
+ * whether to scan the segment whole, and the bytes of the payload it read
+ * into capture_window (0: the read failed, or no payload). */
+#define HEAD_ROLE(h) ((h) & 3)
+#define HEAD_SCAN(h) (((h) >> 2) & 1)
+#define HEAD_READ(h) ((__u32)(h) >> 3)
+
+/* capture_http_head reads the first bytes of the payload (len bytes at off)
+ * into capture_window, once for everything after it (the split status
+ * line, the scan's first window), and looks there for a request or a status
+ * line: for the HTTP metrics (httpstats.h) and for the role of the sender's
+ * side (conn.h). where packs off (16 bits), len (32) and the sender's side
+ * (bit 48). A global function, like capture_send. */
+__noinline int capture_http_head(struct __sk_buff *skb, const struct flow_key *key, struct conn_state *cs, __u64 where)
 {
 	__u32 off = where & 0xffff, len = (where >> 16) & 0xffffffff, side = (where >> 48) & 1;
-	__u8 b[HTTP_STATUS_LEN] = {};
+	__u32 zero = 0, n = len, scan;
+	struct http_window *win;
+	const __u8 *b;
 	__u16 status;
+	__u8 role, scans;
 
-	if (!skb || !key || !cs || len < HTTP_STATUS_LEN)
+	if (!skb || !key || !cs)
 		return 0;
-	if (bpf_skb_load_bytes(skb, off, b, HTTP_STATUS_LEN) < 0)
-		return 0;
-	status = status_at(b, 0);
+	role = conn_role(cs, side);
+	scans = (cs->roles >> (4 + 2 * side)) & 3;
+	win = bpf_map_lookup_elem(&capture_window, &zero);
+	if (!win)
+		return role;
+	if (n > SCAN_WINDOW)
+		n = SCAN_WINDOW;
+	/* Hide what the compiler knows of n, or it drops the test below,
+	 * which the verifier needs for the read's size. */
+	asm volatile("" : "+r"(n));
+	if (n == 0 || n > SCAN_WINDOW)
+		return role;
+	if (bpf_skb_load_bytes(skb, off, win->w, n) < 0)
+		return role;
+	b = (const __u8 *)win->w;
+	status = n >= HTTP_STATUS_LEN ? status_at(b, 0) : 0;
 	if (status) {
 		__u64 latency = 0, sent = cs->req_time[side ^ 1];
 
+		role = ROLE_SERVER;
 		if (sent) {
 			latency = bpf_ktime_get_ns() - sent;
 			cs->req_time[side ^ 1] = 0;
 		}
 		capture_count(CAPTURE_HTTP_RESPONSES, 1);
 		capture_http_add(key->src_addr, key->src_port, status / 100, latency);
-	} else if (http_is_request(b)) {
+	} else if (n >= HTTP_STATUS_LEN && http_is_request(b)) {
+		if (role != ROLE_SERVER)
+			role = ROLE_CLIENT;
 		if (!cs->req_time[side])
 			cs->req_time[side] = bpf_ktime_get_ns();
 		capture_count(CAPTURE_HTTP_REQUESTS, 1);
 		capture_http_add(key->dst_addr, key->dst_port, HTTP_CLASS_REQUEST, 0);
+	} else if (role == ROLE_UNKNOWN) {
+		role = ROLE_OPAQUE;
 	}
-	return 0;
+	scan = role == ROLE_SERVER || (role == ROLE_OPAQUE && scans < OPAQUE_SCANS);
+	if (role == ROLE_OPAQUE && scans < OPAQUE_SCANS)
+		scans++;
+	cs->roles = (cs->roles & ~(3 << (2 * side) | 3 << (4 + 2 * side))) | role << (2 * side) | scans << (4 + 2 * side);
+	return role | scan << 2 | n << 3;
 }
 
 /* capture_observe runs the trigger and the capture on a packet whose flow
@@ -595,7 +618,8 @@ __noinline int capture_observe(struct __sk_buff *skb, const struct pkt *p, const
 	const struct capture_config *cfg;
 	struct conn_state *cs;
 	struct conn_key ck;
-	__u32 len, back = 0;
+	__u32 len, back = 0, head = 0, zero = 0;
+	struct http_window *win;
 	int rule, admission = 0, ret;
 	__u16 status;
 	__u8 dir;
@@ -617,9 +641,9 @@ __noinline int capture_observe(struct __sk_buff *skb, const struct pkt *p, const
 	if (!cs)
 		return 0;
 	ret = admission ? CAPTURE_ADMIT : 0;
-	len = capture_payload_len(skb, p->off.l3, p->off.payload, key->eth_type);
+	len = capture_payload_len(skb, p, key->eth_type);
 	if (len)
-		capture_http_seen(skb, key, cs, (__u64)p->off.payload | (__u64)len << 16 | (__u64)(dir & 1) << 48);
+		head = capture_http_head(skb, key, cs, (__u64)p->off.payload | (__u64)len << 16 | (__u64)(dir & 1) << 48);
 	if (cs->flags & CONN_TRACED) {
 		capture_send(skb, key, cs, cfg);
 		return ret;
@@ -634,10 +658,20 @@ __noinline int capture_observe(struct __sk_buff *skb, const struct pkt *p, const
 	}
 	if (!len)
 		return ret;
+	if (HEAD_READ(head) == 0) {
+		capture_count(CAPTURE_NOT_SCANNED_LOAD, 1);
+		return ret;
+	}
+	/* A client's segment: kept for the trace its request may start, never
+	 * scanned (status lines come from servers). */
+	if (HEAD_ROLE(head) == ROLE_CLIENT) {
+		capture_count(CAPTURE_NOT_SCANNED_CLIENT, 1);
+		goto keep;
+	}
 
 	/* A status line that started in the previous segment. */
 	if (cs->tail[dir & 1].len && cs->tail[dir & 1].next_seq == p->tcp_seq) {
-		status = http_split_status(skb, p->off.payload, len, &cs->tail[dir & 1], &back);
+		status = http_split_status(len, &cs->tail[dir & 1], &back);
 		if (status) {
 			capture_count(CAPTURE_STATUS_LINES, 1);
 			capture_count(CAPTURE_SPLIT_STATUS_LINES, 1);
@@ -649,37 +683,43 @@ __noinline int capture_observe(struct __sk_buff *skb, const struct pkt *p, const
 		}
 	}
 
-	capture_count(CAPTURE_SEGMENTS_SCANNED, 1);
-	if (len > SCAN_MAX_BYTES) {
+	if (!HEAD_SCAN(head)) {
+		/* A side that sent neither requests nor status lines, past its
+		 * first segments: the segment's start was checked
+		 * (capture_http_head), the rest is not scanned. */
+		capture_count(CAPTURE_NOT_SCANNED_OPAQUE, 1);
+	} else if (len > SCAN_MAX_BYTES) {
+		capture_count(CAPTURE_SEGMENTS_SCANNED, 1);
 		capture_count(CAPTURE_NOT_SCANNED_TOO_LONG, 1);
-	} else {
-		struct http_scan s = {
-			.skb = skb,
-			.codes = &cfg->codes,
-			.found = {.off = p->off.payload, .len = len},
-		};
-
+	} else if ((win = bpf_map_lookup_elem(&capture_window, &zero))) {
+		win->found = (struct http_found){.off = p->off.payload, .len = len, .head = HEAD_READ(head)};
+		capture_count(CAPTURE_SEGMENTS_SCANNED, 1);
 		capture_count(CAPTURE_BYTES_SCANNED, len);
-		http_scan_payload(&s);
-		if (s.found.load_error)
+		http_scan_payload(skb, &cfg->codes, len);
+		if (win->found.load_error)
 			capture_count(CAPTURE_NOT_SCANNED_LOAD, 1);
 		/* No test of lines: a branch on it would make the verifier
 		 * tell apart every count the scan loop can reach. */
-		capture_count(CAPTURE_STATUS_LINES, s.found.lines);
-		if (s.found.status) {
-			rule = capture_rule_for(cfg, cs->admit, RULE_HTTP_STATUS, s.found.status);
+		capture_count(CAPTURE_STATUS_LINES, win->found.lines);
+		status = win->found.status;
+		if (status) {
+			rule = capture_rule_for(cfg, cs->admit, RULE_HTTP_STATUS, status);
 			if (rule >= 0) {
-				capture_fire(skb, key, cs, cfg, FIRE(p->tcp_seq + s.found.at, s.found.status, rule, 0, dir));
+				capture_fire(skb, key, cs, cfg, FIRE(p->tcp_seq + win->found.at, status, rule, 0, dir));
 				return ret;
 			}
 		}
 	}
 
+	/* Another side's segment is kept only when its end may start a status
+	 * line that the next segment ends: the trace starts with it. */
+	if (!http_keep_tail(skb, p->off.payload, len, p->tcp_seq, &cs->tail[dir & 1]))
+		return ret;
+keep:
 	if (keep_packet(skb, key->direction, dir, cfg->snaplen, cs))
 		capture_count(CAPTURE_KEPT_FAILED, 1);
 	else if (keep_slots_per_cpu && keep_packets)
 		capture_count(CAPTURE_KEPT, 1);
-	http_keep_tail(skb, p->off.payload, len, p->tcp_seq, &cs->tail[dir & 1]);
 	return ret;
 }
 

@@ -46,6 +46,28 @@ enum conn_flag {
 	CONN_FILTER_PENDING = 1 << 2,
 };
 
+/* What a side of the connection sends, learnt from the first bytes of its
+ * segments with payload (capture_http_head). It decides what the trigger
+ * spends on the side's segments: a client's requests are kept and never
+ * scanned for status lines (a client sends none); a server's segments are
+ * scanned whole and not kept (the request is what a trace should start
+ * with); a side that sends neither (TLS, a bulk transfer, a stream joined in
+ * the middle of a body) has its first OPAQUE_SCANS segments scanned whole,
+ * then only the start of each, which makes it a server as soon as one
+ * starts with a status line. */
+enum conn_role {
+	ROLE_UNKNOWN = 0,
+	ROLE_CLIENT = 1,
+	ROLE_SERVER = 2,
+	ROLE_OPAQUE = 3,
+};
+
+/* Segments of an opaque side scanned whole before only their starts are:
+ * a keep-alive connection the agent met in the middle of a response still
+ * has the next status lines found, when they come soon. At most 3 (two
+ * bits). */
+#define OPAQUE_SCANS 3
+
 struct conn_state {
 	__u64 first_seen;   /* bpf_ktime_get_ns */
 	__u64 last_seen;    /* bpf_ktime_get_coarse_ns */
@@ -58,7 +80,9 @@ struct conn_state {
 	__u8 admit;         /* the rules that admitted this connection, a bit each */
 	__u8 flags;         /* enum conn_flag */
 	__u8 keep_next[2];  /* next kept[side][] to write */
-	__u8 pad;
+	/* enum conn_role of each side (bits 0-1: side 0, 2-3: side 1), and
+	 * segments of an opaque side scanned whole (4-5, 6-7). */
+	__u8 roles;
 	/* [side]: 0 from the lower end, 1 from the higher. Each side keeps its
 	 * own packets, so that a large response cannot push the request that
 	 * caused it out. */
@@ -66,6 +90,11 @@ struct conn_state {
 	struct keep_ref kept[2][KEEP_MAX];
 	__u64 req_time[2]; /* [side]: its oldest request with no response yet (HTTP metrics) */
 };
+
+static __always_inline __u8 conn_role(const struct conn_state *cs, __u32 side)
+{
+	return (cs->roles >> (2 * (side & 1))) & 3;
+}
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);

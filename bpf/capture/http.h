@@ -28,8 +28,11 @@
  * one segment and ends in the next. */
 #define HTTP_TAIL_LEN (HTTP_STATUS_LEN - 1)
 /* Windows overlap by a status line but one byte: every position is the start
- * of a candidate in exactly one window. */
-#define SCAN_WINDOW 64
+ * of a candidate in exactly one window. 512 bytes: each window costs a read
+ * (a helper call) and a call of the window function, and with 64-byte
+ * windows those made a 1448-byte segment cost twice what it does now
+ * (BenchmarkCapturePath). */
+#define SCAN_WINDOW 512
 #define SCAN_WORDS (SCAN_WINDOW / 8)
 #define SCAN_STRIDE (SCAN_WINDOW - HTTP_STATUS_LEN + 1)
 /* The most one buffer can hold (a GSO/GRO super-packet). */
@@ -71,11 +74,23 @@ static __always_inline __u16 status_at(const __u8 *b, __u32 at)
 #define BYTES(b) (0x0101010101010101ULL * (b))
 #define HAS_ZERO(x) (((x) - BYTES(0x01)) & ~(x) & BYTES(0x80))
 
-/* A scan window's bytes: in a per-CPU map rather than on the stack, which
- * the entry program, the capture function and the window function share
- * (512 bytes in all). */
+/* What a scan found: written by http_scan_window, one window at a time. */
+struct http_found {
+	__u32 off;        /* where the payload starts in the frame */
+	__u32 len;        /* payload bytes */
+	__u32 at;         /* payload offset of the status line that stopped the scan */
+	__u16 status;     /* that status line's code; 0: none */
+	__u16 lines;      /* status lines seen */
+	__u16 load_error; /* a read failed: the rest was not scanned */
+	__u16 head;       /* bytes of window 0 already in w (capture_http_head) */
+};
+
+/* A scan window's bytes and what the scan found: in a per-CPU map rather
+ * than on the stack, which the entry program, the capture function and the
+ * functions below it share (512 bytes in all). */
 struct http_window {
 	__u64 w[SCAN_WORDS];
+	struct http_found found;
 };
 
 struct {
@@ -90,23 +105,10 @@ struct http_codes {
 	__u64 bits[8];
 };
 
-/* What a scan found: written by http_scan_window, one window at a time. */
-struct http_found {
-	__u32 off;        /* where the payload starts in the frame */
-	__u32 len;        /* payload bytes */
-	__u32 at;         /* payload offset of the status line that stopped the scan */
-	__u16 status;     /* that status line's code; 0: none */
-	__u16 lines;      /* status lines seen */
-	__u32 load_error; /* a read failed: the rest was not scanned */
-};
-
-/* The scan's loop context. The pointers stay out of what the window
- * function writes: the verifier takes memory handed to a global function
- * for clobbered, and a pointer in it would come back a number. */
+/* The scan's loop context (bpf_loop takes it on the stack). */
 struct http_scan {
 	struct __sk_buff *skb;
 	const struct http_codes *codes;
-	struct http_found found;
 };
 
 /* http_code_set tells whether status is in codes. */
@@ -123,6 +125,47 @@ static __always_inline int http_code_set(const struct http_codes *codes, __u16 s
 	return (codes->bits[(i >> 6) & 7] >> (i & 63)) & 1;
 }
 
+/* http_scan_word looks at the candidates of word w of the window that hits
+ * flags (the bytes holding an 'H'), up to the start last. It returns 1 when
+ * a status line with a code in codes stops the scan (found.status, and
+ * found.at relative to the window), 0 otherwise; found.lines counts the
+ * status lines.
+ *
+ * A global function, called only for a word with an 'H': checked once on
+ * its own, its branches are not multiplied by the window's 64 words. */
+__noinline int http_scan_word(struct http_window *win, const struct http_codes *codes, __u64 hits, __u32 where)
+{
+	__u32 w = where & 0xff, last = where >> 8;
+	struct http_found *f;
+
+	if (!win || !codes || w >= SCAN_WORDS || last > SCAN_WINDOW - HTTP_STATUS_LEN)
+		return 0;
+	f = &win->found;
+	/* Each flagged byte, lowest first: the lowest set bit is 0x80 << 8k,
+	 * and (1 << 8k) * 0x0001020304050607 has k in its top byte. */
+	for (__u32 c = 0; c < 8 && hits; c++) {
+		__u64 low = hits & -hits;
+		__u32 at = w * 8 + (((low >> 7) * 0x0001020304050607ULL) >> 56);
+		__u16 status;
+
+		hits &= hits - 1;
+		/* The constant bound is for the verifier, which does not carry
+		 * last's bound over to at. */
+		if (at > last || at > SCAN_WINDOW - HTTP_STATUS_LEN)
+			break;
+		status = status_at((const __u8 *)win->w, at);
+		if (!status)
+			continue;
+		f->lines++;
+		if (http_code_set(codes, status)) {
+			f->status = status;
+			f->at = at;
+			return 1;
+		}
+	}
+	return 0;
+}
+
 /* http_scan_window scans window i of the payload: candidates starting at
  * i * SCAN_STRIDE, up to SCAN_STRIDE of them. Returns 1 to stop the loop.
  *
@@ -131,26 +174,26 @@ static __always_inline int http_code_set(const struct http_codes *codes, __u16 s
  * prune against each other until every iteration is explored, so a callback
  * with a branch per candidate position has a number of paths exponential in
  * the positions; a global function is checked once, on its own. */
-__noinline int http_scan_window(struct __sk_buff *skb, const struct http_codes *codes, struct http_found *f,
-				__u32 i)
+__noinline int http_scan_window(struct __sk_buff *skb, const struct http_codes *codes, __u32 i)
 {
 	__u32 pos, n, last, zero = 0;
 	struct http_window *win;
-	__u64 *buf;
+	struct http_found *f;
 
-	if (!skb || !codes || !f || i > SCAN_MAX_BYTES / SCAN_STRIDE)
+	if (!skb || !codes || i > SCAN_MAX_BYTES / SCAN_STRIDE)
 		return 1;
 	win = bpf_map_lookup_elem(&capture_window, &zero);
 	if (!win)
 		return 1;
-	buf = win->w;
+	f = &win->found;
 	pos = i * SCAN_STRIDE;
 	if (pos >= f->len || f->len - pos < HTTP_STATUS_LEN)
 		return 1;
 	n = f->len - pos;
 	if (n > SCAN_WINDOW)
 		n = SCAN_WINDOW;
-	if (bpf_skb_load_bytes(skb, f->off + pos, buf, n) < 0) {
+	/* Window 0 was read with the payload's first bytes. */
+	if ((i != 0 || f->head < n) && bpf_skb_load_bytes(skb, f->off + pos, win->w, n) < 0) {
 		f->load_error = 1;
 		return 1;
 	}
@@ -165,27 +208,10 @@ __noinline int http_scan_window(struct __sk_buff *skb, const struct http_codes *
 
 		if (w * 8 > last)
 			break;
-		hits = HAS_ZERO(buf[w] ^ BYTES('H'));
-		/* Each flagged byte, lowest first: the lowest set bit is
-		 * 0x80 << 8k, and (1 << 8k) * 0x0001020304050607 has k in its
-		 * top byte. */
-		for (__u32 c = 0; c < 8 && hits; c++) {
-			__u64 low = hits & -hits;
-			__u32 at = w * 8 + (((low >> 7) * 0x0001020304050607ULL) >> 56);
-			__u16 status;
-
-			hits &= hits - 1;
-			if (at > last)
-				break;
-			status = status_at((const __u8 *)buf, at);
-			if (!status)
-				continue;
-			f->lines++;
-			if (http_code_set(codes, status)) {
-				f->status = status;
-				f->at = pos + at;
-				return 1;
-			}
+		hits = HAS_ZERO(win->w[w] ^ BYTES('H'));
+		if (hits && http_scan_word(win, codes, hits, w | last << 8)) {
+			f->at += pos;
+			return 1;
 		}
 	}
 	return 0;
@@ -195,14 +221,16 @@ static long http_scan_cb(__u64 i, void *data)
 {
 	struct http_scan *s = data;
 
-	return http_scan_window(s->skb, s->codes, &s->found, i) ? 1 : 0;
+	return http_scan_window(s->skb, s->codes, i) ? 1 : 0;
 }
 
-/* http_scan_payload scans s->found.len bytes of payload from
- * s->found.off. */
-static __always_inline void http_scan_payload(struct http_scan *s)
+/* http_scan_payload scans the len bytes of payload that win->found
+ * describes, with win->found set. */
+static __always_inline void http_scan_payload(struct __sk_buff *skb, const struct http_codes *codes, __u32 len)
 {
-	bpf_loop((s->found.len + SCAN_STRIDE - 1) / SCAN_STRIDE, http_scan_cb, s, 0);
+	struct http_scan s = {.skb = skb, .codes = codes};
+
+	bpf_loop((len + SCAN_STRIDE - 1) / SCAN_STRIDE, http_scan_cb, &s, 0);
 }
 
 /* One direction's end of stream: where its next segment should start and
@@ -214,35 +242,45 @@ struct http_tail {
 	__u8 bytes[HTTP_TAIL_LEN + 1];
 };
 
+/* http_tail_has_h tells whether tail's bytes hold an 'H': a status line
+ * can start there only then. Two words, one test each. */
+static __always_inline int http_tail_has_h(const struct http_tail *tail)
+{
+	__u64 lo = 0;
+	__u32 hi = 0;
+
+	__builtin_memcpy(&lo, tail->bytes, 8);
+	__builtin_memcpy(&hi, tail->bytes + 8, 4); /* bytes[11] is padding, always 0 */
+	return HAS_ZERO(lo ^ BYTES('H')) || HAS_ZERO((__u64)(hi ^ 0x48484848U) | 0xffffffff00000000ULL);
+}
+
 /* http_split_status looks for a status line that starts in tail (the end of
  * the direction's previous segment) and ends in this segment's first bytes
- * (len bytes of payload at off). It returns the status, and in *back how
- * many of its bytes were in the previous segment. */
-__noinline int http_split_status(struct __sk_buff *skb, __u32 off, __u32 len, const struct http_tail *tail,
-				 __u32 *back)
+ * (len of them, already in capture_window: capture_http_head read them). It
+ * returns the status, and in *back how many of its bytes were in the
+ * previous segment. */
+__noinline int http_split_status(__u32 len, const struct http_tail *tail, __u32 *back)
 {
 	__u8 b[2 * HTTP_TAIL_LEN + 2] = {};
-	__u32 t;
+	struct http_window *win;
+	__u32 t, zero = 0;
 
-	if (!skb || !tail || !back)
+	if (!tail || !back)
 		return 0;
 	t = tail->len;
-	if (t == 0 || t > HTTP_TAIL_LEN || len == 0)
+	if (t == 0 || t > HTTP_TAIL_LEN || len == 0 || !http_tail_has_h(tail))
+		return 0;
+	win = bpf_map_lookup_elem(&capture_window, &zero);
+	if (!win)
 		return 0;
 	__builtin_memcpy(b, tail->bytes, HTTP_TAIL_LEN);
-	if (len >= HTTP_TAIL_LEN) {
-		if (bpf_skb_load_bytes(skb, off, b + HTTP_TAIL_LEN, HTTP_TAIL_LEN) < 0)
-			return 0;
-	} else {
-		/* A short segment, a byte at a time (the verifier needs a read
-		 * size it can bound from below); the zeroes after it fail
-		 * status_at, so a line it does not complete is not taken. */
-		for (__u32 k = 0; k < HTTP_TAIL_LEN - 1; k++) {
-			if (k >= len)
-				break;
-			if (bpf_skb_load_bytes(skb, off + k, b + HTTP_TAIL_LEN + k, 1) < 0)
-				return 0;
-		}
+	/* The segment's first bytes; past a short segment's end, zeroes,
+	 * which fail status_at, so a line it does not complete is not
+	 * taken. */
+	for (__u32 k = 0; k < HTTP_TAIL_LEN; k++) {
+		if (k >= len)
+			break;
+		b[HTTP_TAIL_LEN + k] = ((const __u8 *)win->w)[k];
 	}
 	/* Starts within the kept bytes (counted from 0: an index that starts
 	 * at 11 - t would be a pointer minus a variable, which the verifier
@@ -265,7 +303,8 @@ __noinline int http_split_status(struct __sk_buff *skb, __u32 off, __u32 len, co
  * stream for its next segment (which should start at seq + len): the end of
  * these len bytes of payload at off, after the bytes kept before them when
  * the segment is shorter and follows them, so that a status line split over
- * several short segments is found too. A global function, like
+ * several short segments is found too. It returns 1 when the kept bytes
+ * hold an 'H', where such a line could start. A global function, like
  * http_split_status. */
 __noinline int http_keep_tail(struct __sk_buff *skb, __u32 off, __u32 len, __u32 seq, struct http_tail *tail)
 {
@@ -280,7 +319,7 @@ __noinline int http_keep_tail(struct __sk_buff *skb, __u32 off, __u32 len, __u32
 			return 0;
 		tail->len = HTTP_TAIL_LEN;
 		tail->next_seq = seq + len;
-		return 0;
+		return http_tail_has_h(tail);
 	}
 	t = tail->len && tail->next_seq == seq ? tail->len : 0;
 	if (t > HTTP_TAIL_LEN)
@@ -315,7 +354,7 @@ __noinline int http_keep_tail(struct __sk_buff *skb, __u32 off, __u32 len, __u32
 	t += len;
 	tail->len = t < HTTP_TAIL_LEN ? t : HTTP_TAIL_LEN;
 	tail->next_seq = seq + len;
-	return 0;
+	return http_tail_has_h(tail);
 }
 
 #endif

@@ -63,7 +63,11 @@ struct pkt_offsets {
 	__u16 l3;
 	__u16 l4;
 	__u16 payload;
-	__u16 pad;
+	/* The IP header's length field, host order: IPv4's total length
+	 * (header included), IPv6's payload length (after the fixed header).
+	 * Where the payload ends: a frame under Ethernet's minimum still has
+	 * its padding at TC ingress. 0: unknown or a jumbogram. */
+	__u16 ip_len;
 };
 
 /* What one buffer at the hook counts for (filled by pkt_parse, pkt.h). */
@@ -182,6 +186,7 @@ static __always_inline int parse_ipv4(void *pos, void *end, struct pkt *p)
 	__builtin_memcpy(&p->key->dst_addr[12], &ip->daddr, 4);
 	p->key->proto = ip->protocol;
 	p->dscp = ip->tos >> 2;
+	p->off.ip_len = bpf_ntohs(ip->tot_len);
 
 	ihl = ip->version_ihl & 0x0F;
 	if (ihl < 5) {
@@ -212,6 +217,7 @@ static __always_inline int parse_ipv6(void *pos, void *end, struct pkt *p)
 	__builtin_memcpy(p->key->dst_addr, ip6->daddr, 16);
 	/* Traffic class straddles the first two bytes; DSCP is its top 6 bits. */
 	p->dscp = ((ip6->vtc_flow[0] & 0x0F) << 2) | (ip6->vtc_flow[1] >> 6);
+	p->off.ip_len = bpf_ntohs(ip6->payload_len);
 	nexthdr = ip6->nexthdr;
 	pos = ip6 + 1;
 	/* The offset is kept apart from pos: the verifier refuses the 32-bit

@@ -339,6 +339,8 @@ var captureCounterNames = [loupeCaptureCounterCAPTURE_COUNTER_MAX]string{
 	loupeCaptureCounterCAPTURE_NOT_SCANNED_PARSE:     "not_scanned_parse",
 	loupeCaptureCounterCAPTURE_NOT_SCANNED_LOAD:      "not_scanned_load",
 	loupeCaptureCounterCAPTURE_NOT_SCANNED_TOO_LONG:  "not_scanned_too_long",
+	loupeCaptureCounterCAPTURE_NOT_SCANNED_OPAQUE:    "not_scanned_opaque",
+	loupeCaptureCounterCAPTURE_NOT_SCANNED_CLIENT:    "not_scanned_client",
 	loupeCaptureCounterCAPTURE_CONNS_NEW:             "conns_new",
 	loupeCaptureCounterCAPTURE_CONNS_NOT_ADMITTED:    "conns_not_admitted",
 	loupeCaptureCounterCAPTURE_CONNS_TABLE_FULL:      "conns_table_full",

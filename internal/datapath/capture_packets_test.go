@@ -241,7 +241,8 @@ func TestCapturePackets(t *testing.T) {
 			},
 			events:   []wantEvent{{step: 2, status: 500, kept: 1}},
 			packets:  []wantPacket{{step: 0, kept: true}, {step: 2}, {step: 3}},
-			counters: map[string]uint64{"kept": 4, "conns_new": 2, "status_lines": 2, "traces_limited": 0, "packets_lost": 0},
+			// Only the clients' segments are kept: the two requests.
+			counters: map[string]uint64{"kept": 2, "conns_new": 2, "status_lines": 2, "traces_limited": 0, "packets_lost": 0},
 		},
 		{
 			name: "kept before, ipv6",
@@ -269,7 +270,8 @@ func TestCapturePackets(t *testing.T) {
 			},
 			events:   []wantEvent{{step: 2, status: 500, kept: 1}},
 			packets:  []wantPacket{{step: 0, kept: true}, {step: 2}},
-			counters: map[string]uint64{"kept": 1, "segments_scanned": 2, "bytes_scanned": uint64(len(request) + len(failure))},
+			// The request is a client's: kept, not scanned.
+			counters: map[string]uint64{"kept": 1, "segments_scanned": 1, "bytes_scanned": uint64(len(failure)), "not_scanned_client": 1},
 		},
 		{
 			name: "last four kept, oldest first",
@@ -353,14 +355,15 @@ func TestCapturePackets(t *testing.T) {
 			counters: map[string]uint64{"status_lines": 0},
 		},
 		{
+			// A server's segments are not kept: the 200 is not.
 			name: "reset, by the second rule",
 			cfg:  CaptureConfig{Rules: []Rule{statusRule, resetRule}, Output: true},
 			steps: []capStep{
 				{40000, false, 1000, ok, false},
 				{40000, true, 1, "", true},
 			},
-			events:  []wantEvent{{step: 1, status: 0, rule: 1, kept: 1}},
-			packets: []wantPacket{{step: 0, kept: true}, {step: 1}},
+			events:  []wantEvent{{step: 1, status: 0, rule: 1, kept: 0}},
+			packets: []wantPacket{{step: 1}},
 		},
 		{
 			name: "reset without a reset rule",
@@ -378,7 +381,7 @@ func TestCapturePackets(t *testing.T) {
 				{40000, true, 1, request, false},
 				{40000, false, 1000, failure, false},
 			},
-			counters: map[string]uint64{"kept": 2, "status_lines": 1},
+			counters: map[string]uint64{"kept": 1, "status_lines": 1},
 		},
 		{
 			// One slot per CPU: the second connection's request takes

@@ -52,25 +52,27 @@ const (
 	loupeCaptureCounterCAPTURE_NOT_SCANNED_PARSE     loupeCaptureCounter = 7
 	loupeCaptureCounterCAPTURE_NOT_SCANNED_LOAD      loupeCaptureCounter = 8
 	loupeCaptureCounterCAPTURE_NOT_SCANNED_TOO_LONG  loupeCaptureCounter = 9
-	loupeCaptureCounterCAPTURE_CONNS_NEW             loupeCaptureCounter = 10
-	loupeCaptureCounterCAPTURE_CONNS_NOT_ADMITTED    loupeCaptureCounter = 11
-	loupeCaptureCounterCAPTURE_CONNS_TABLE_FULL      loupeCaptureCounter = 12
-	loupeCaptureCounterCAPTURE_CONNS_EXPIRED         loupeCaptureCounter = 13
-	loupeCaptureCounterCAPTURE_KEPT                  loupeCaptureCounter = 14
-	loupeCaptureCounterCAPTURE_KEPT_FAILED           loupeCaptureCounter = 15
-	loupeCaptureCounterCAPTURE_KEPT_SENT             loupeCaptureCounter = 16
-	loupeCaptureCounterCAPTURE_KEPT_OVERWRITTEN      loupeCaptureCounter = 17
-	loupeCaptureCounterCAPTURE_PACKETS               loupeCaptureCounter = 18
-	loupeCaptureCounterCAPTURE_BYTES                 loupeCaptureCounter = 19
-	loupeCaptureCounterCAPTURE_PACKETS_LOST          loupeCaptureCounter = 20
-	loupeCaptureCounterCAPTURE_PACKETS_CUT           loupeCaptureCounter = 21
-	loupeCaptureCounterCAPTURE_MIRRORED              loupeCaptureCounter = 22
-	loupeCaptureCounterCAPTURE_MIRROR_ERRORS         loupeCaptureCounter = 23
-	loupeCaptureCounterCAPTURE_TRACES_LIMITED        loupeCaptureCounter = 24
-	loupeCaptureCounterCAPTURE_HTTP_REQUESTS         loupeCaptureCounter = 25
-	loupeCaptureCounterCAPTURE_HTTP_RESPONSES        loupeCaptureCounter = 26
-	loupeCaptureCounterCAPTURE_HTTP_FOLDED           loupeCaptureCounter = 27
-	loupeCaptureCounterCAPTURE_COUNTER_MAX           loupeCaptureCounter = 28
+	loupeCaptureCounterCAPTURE_NOT_SCANNED_OPAQUE    loupeCaptureCounter = 10
+	loupeCaptureCounterCAPTURE_NOT_SCANNED_CLIENT    loupeCaptureCounter = 11
+	loupeCaptureCounterCAPTURE_CONNS_NEW             loupeCaptureCounter = 12
+	loupeCaptureCounterCAPTURE_CONNS_NOT_ADMITTED    loupeCaptureCounter = 13
+	loupeCaptureCounterCAPTURE_CONNS_TABLE_FULL      loupeCaptureCounter = 14
+	loupeCaptureCounterCAPTURE_CONNS_EXPIRED         loupeCaptureCounter = 15
+	loupeCaptureCounterCAPTURE_KEPT                  loupeCaptureCounter = 16
+	loupeCaptureCounterCAPTURE_KEPT_FAILED           loupeCaptureCounter = 17
+	loupeCaptureCounterCAPTURE_KEPT_SENT             loupeCaptureCounter = 18
+	loupeCaptureCounterCAPTURE_KEPT_OVERWRITTEN      loupeCaptureCounter = 19
+	loupeCaptureCounterCAPTURE_PACKETS               loupeCaptureCounter = 20
+	loupeCaptureCounterCAPTURE_BYTES                 loupeCaptureCounter = 21
+	loupeCaptureCounterCAPTURE_PACKETS_LOST          loupeCaptureCounter = 22
+	loupeCaptureCounterCAPTURE_PACKETS_CUT           loupeCaptureCounter = 23
+	loupeCaptureCounterCAPTURE_MIRRORED              loupeCaptureCounter = 24
+	loupeCaptureCounterCAPTURE_MIRROR_ERRORS         loupeCaptureCounter = 25
+	loupeCaptureCounterCAPTURE_TRACES_LIMITED        loupeCaptureCounter = 26
+	loupeCaptureCounterCAPTURE_HTTP_REQUESTS         loupeCaptureCounter = 27
+	loupeCaptureCounterCAPTURE_HTTP_RESPONSES        loupeCaptureCounter = 28
+	loupeCaptureCounterCAPTURE_HTTP_FOLDED           loupeCaptureCounter = 29
+	loupeCaptureCounterCAPTURE_COUNTER_MAX           loupeCaptureCounter = 30
 )
 
 type loupeCaptureEvent struct {
@@ -143,7 +145,7 @@ type loupeConnState struct {
 	Admit        uint8
 	Flags        uint8
 	KeepNext     [2]uint8
-	Pad          uint8
+	Roles        uint8
 	Tail         [2]struct {
 		_       structs.HostLayout
 		NextSeq uint32
@@ -234,8 +236,19 @@ type loupeHttpStatsKey struct {
 }
 
 type loupeHttpWindow struct {
-	_ structs.HostLayout
-	W [8]uint64
+	_     structs.HostLayout
+	W     [64]uint64
+	Found struct {
+		_         structs.HostLayout
+		Off       uint32
+		Len       uint32
+		At        uint32
+		Status    uint16
+		Lines     uint16
+		LoadError uint16
+		Head      uint16
+	}
+	_ [4]byte
 }
 
 type loupeKeepSlot struct {
