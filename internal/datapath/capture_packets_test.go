@@ -239,8 +239,8 @@ func TestCapturePackets(t *testing.T) {
 				{40001, false, 1000, ok, false},
 				{40001, false, 1000 + uint32(len(ok)), "more of the 200", false},
 			},
-			events:   []wantEvent{{step: 2, status: 500, kept: 1}},
-			packets:  []wantPacket{{step: 0, kept: true}, {step: 2}, {step: 3}},
+			events:  []wantEvent{{step: 2, status: 500, kept: 1}},
+			packets: []wantPacket{{step: 0, kept: true}, {step: 2}, {step: 3}},
 			// Only the clients' segments are kept: the two requests.
 			counters: map[string]uint64{"kept": 2, "conns_new": 2, "status_lines": 2, "traces_limited": 0, "packets_lost": 0},
 		},
@@ -268,8 +268,8 @@ func TestCapturePackets(t *testing.T) {
 				{40000, false, 1000, "", false},
 				{40000, false, 1000, failure, false},
 			},
-			events:   []wantEvent{{step: 2, status: 500, kept: 1}},
-			packets:  []wantPacket{{step: 0, kept: true}, {step: 2}},
+			events:  []wantEvent{{step: 2, status: 500, kept: 1}},
+			packets: []wantPacket{{step: 0, kept: true}, {step: 2}},
 			// The request is a client's: kept, not scanned.
 			counters: map[string]uint64{"kept": 1, "segments_scanned": 1, "bytes_scanned": uint64(len(failure)), "not_scanned_client": 1},
 		},
