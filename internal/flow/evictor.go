@@ -52,7 +52,8 @@ type EvictorConfig struct {
 	Table Table
 	// Events are packets the datapath diverted to the ring buffer. The
 	// producer closes the channel after DrainEvents was called and every
-	// event that was buffered at that moment has been sent.
+	// event that was buffered at that moment has been sent. Run receives
+	// them on a goroutine of its own, which never waits for Out.
 	Events <-chan Event
 	// DrainEvents asks the producer to finish; called at shutdown after
 	// the last table swap, when no program can write the ring buffer.
@@ -104,13 +105,18 @@ type EvictorStats struct {
 // an output that keeps no marks). Diverted packets follow the same rule:
 // their ring buffer's space is released only after the records they went
 // into were flushed, and the mark records how far that is.
+//
+// The ring buffer is read on a goroutine of its own (readEvents), which
+// only adds to the interval's aggregate of diverted packets: an eviction,
+// whose sinks may take long (the store writes and fsyncs), never holds up
+// the reading, and takes the aggregate whole when it starts.
 type Evictor struct {
-	cfg     EvictorConfig
-	log     *slog.Logger
-	pending map[Key]Stats // ring-buffer contributions since the last eviction
-	// ringPos is the ring position after the last event added to pending
-	// (or already emitted): the RingPos of the running set's next mark.
-	ringPos uint64
+	cfg EvictorConfig
+	log *slog.Logger
+	// diverted holds the running set's ring-buffer contributions since the
+	// last eviction, and the ring position after the last of them (or of
+	// those already emitted): the RingPos of the running set's next mark.
+	diverted *diverted
 	// lastEpoch is the epoch of the running set's last table emitted.
 	lastEpoch uint64
 	// stuck is a table that could not be read (stuckRead) or cleared. It
@@ -152,12 +158,11 @@ func NewEvictor(cfg EvictorConfig) *Evictor {
 		cfg.Logger = slog.Default()
 	}
 	return &Evictor{
-		cfg:     cfg,
-		log:     cfg.Logger.With("component", "evictor"),
-		pending: make(map[Key]Stats),
-		ringPos: cfg.RingStart,
-		batch:   make([]Record, 0, cfg.BatchSize),
-		names:   make(map[uint32]string),
+		cfg:      cfg,
+		log:      cfg.Logger.With("component", "evictor"),
+		diverted: newDiverted(cfg.RingStart),
+		batch:    make([]Record, 0, cfg.BatchSize),
+		names:    make(map[uint32]string),
 	}
 }
 
@@ -170,7 +175,13 @@ func (e *Evictor) Run(ctx context.Context) error {
 	ticker := time.NewTicker(e.cfg.Interval)
 	defer ticker.Stop()
 	var forced <-chan time.Time // armed when a full table waits for MinForcedGap
-	events := e.cfg.Events
+	// readDone is closed once the producer closed the event channel and
+	// every event was added (nil: no event source).
+	var readDone chan struct{}
+	if e.cfg.Events != nil {
+		readDone = make(chan struct{})
+		go e.readEvents(readDone)
+	}
 	// ctx only says when to stop: an eviction under way when it is
 	// cancelled must still hand its records to the sinks (a sink that
 	// honours its context would otherwise drop them), so evictions run
@@ -181,29 +192,40 @@ func (e *Evictor) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			return e.shutdown(events)
+			return e.shutdown(readDone)
 		case <-ticker.C:
 			e.evict(outCtx, EvictTimer)
 			forced = nil
 		case <-forced:
 			e.evict(outCtx, EvictMapFull)
 			forced = nil
-		case ev, ok := <-events:
-			if !ok {
-				events = nil // producer gone early; keep evicting the tables
-				continue
+		case <-e.diverted.full:
+			if forced != nil {
+				continue // an early eviction is already due
 			}
-			e.addEvent(&ev)
-			if ev.Reason == ReasonMapFull && forced == nil {
-				e.warnFull()
-				wait := e.cfg.MinForcedGap - time.Since(e.lastEvict)
-				if wait <= 0 {
-					e.evict(outCtx, EvictMapFull)
-				} else {
-					forced = time.After(wait)
-				}
+			e.warnFull()
+			wait := e.cfg.MinForcedGap - time.Since(e.lastEvict)
+			if wait <= 0 {
+				e.evict(outCtx, EvictMapFull)
+			} else {
+				forced = time.After(wait)
 			}
 		}
+	}
+}
+
+// readEvents adds every diverted packet to the aggregate until the producer
+// closes the channel, then closes done. It touches no sink and waits only
+// for the aggregate's lock, which an eviction holds just long enough to
+// swap maps: the producer's reading of the ring buffer never waits for a
+// sink's write or fsync. If the producer stops early, evictions go on
+// with the tables alone.
+func (e *Evictor) readEvents(done chan<- struct{}) {
+	defer close(done)
+	for ev := range e.cfg.Events {
+		e.diverted.add(&ev)
+		// Counted once added: whoever sees the count can take the event.
+		e.countEvent(&ev)
 	}
 }
 
@@ -217,12 +239,7 @@ func (e *Evictor) warnFull() {
 	}
 }
 
-func (e *Evictor) addEvent(ev *Event) {
-	e.addEventTo(e.pending, ev)
-	e.ringPos = max(e.ringPos, ev.RingPos)
-}
-
-func (e *Evictor) addEventTo(pending map[Key]Stats, ev *Event) {
+func (e *Evictor) countEvent(ev *Event) {
 	switch ev.Reason {
 	case ReasonMapFull:
 		e.eventsFull.Add(1)
@@ -231,15 +248,12 @@ func (e *Evictor) addEventTo(pending map[Key]Stats, ev *Event) {
 	default:
 		e.eventsOther.Add(1)
 	}
-	s := pending[ev.Key]
-	s.Add(&ev.Stats)
-	pending[ev.Key] = s
 }
 
 // shutdown performs the final eviction. The swap waits for every running
 // program, so once it returns the ring buffer receives nothing more and can
 // be drained to the end.
-func (e *Evictor) shutdown(events <-chan Event) error {
+func (e *Evictor) shutdown(readDone <-chan struct{}) error {
 	// The run context is done; the output still gets a bounded chance to
 	// take the last records.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -248,19 +262,22 @@ func (e *Evictor) shutdown(events <-chan Event) error {
 	before := e.records.Load()
 	defer func() { e.lastRecords.Store(e.records.Load() - before) }()
 	err := e.evict(ctx, EvictShutdown)
-	if events != nil { // nil: no event source, or it already closed
-		if e.cfg.DrainEvents != nil {
-			e.cfg.DrainEvents()
-		}
-		for ev := range events {
-			e.addEvent(&ev)
+	if readDone != nil { // nil: no event source
+		select {
+		case <-readDone: // the producer already closed
+		default:
+			if e.cfg.DrainEvents != nil {
+				e.cfg.DrainEvents()
+			}
+			<-readDone
 		}
 	}
-	if len(e.pending) > 0 {
-		e.emitPending(ctx)
+	pending, ringPos := e.diverted.take()
+	if len(pending) > 0 {
+		e.emitMap(ctx, pending)
 		// The last epoch is already stored: this mark only moves the
 		// ring position on.
-		mark := Mark{Set: e.cfg.Table.Set(), Epoch: e.lastEpoch, RingPos: e.ringPos}
+		mark := Mark{Set: e.cfg.Table.Set(), Epoch: e.lastEpoch, RingPos: ringPos}
 		err = errors.Join(err, e.flushOutput(ctx, mark))
 		e.release(mark.RingPos)
 	}
@@ -357,9 +374,14 @@ func (e *Evictor) settle(ctx context.Context, d Drain) (int, error) {
 	cutoff := d.Cutoff()
 	// The running set's diverted packets join its tables; a retired set's
 	// come from its own ring buffer and stay apart, since the two sets'
-	// marks record positions in different ring buffers.
-	pending := e.pending
-	if !running {
+	// marks record positions in different ring buffers. The running set's
+	// are taken whole now: the event reader goes on adding to a new
+	// aggregate, for the next eviction, while this one is emitted.
+	var pending map[Key]Stats
+	var ringPos uint64
+	if running {
+		pending, ringPos = e.diverted.take()
+	} else {
 		pending = make(map[Key]Stats)
 	}
 	n, err := d.Read(func(k *Key, perCPU []Stats) {
@@ -378,23 +400,33 @@ func (e *Evictor) settle(ctx context.Context, d Drain) (int, error) {
 	if err != nil {
 		// What was emitted is emitted again when the table is read
 		// again: a kernel failing a read of a quiescent map is not
-		// expected, and dropping the table would lose it.
+		// expected, and dropping the table would lose it. The diverted
+		// packets not yet emitted go back, to join it then.
+		if running {
+			e.diverted.putBack(pending)
+		}
 		e.stuck, e.stuckRead = d, true
 		e.log.Error("reading a flow table failed; retrying it before the next swap", "err", err)
 		return n, err
 	}
 	mark := m
 	if running {
-		mark.RingPos = e.ringPos
+		mark.RingPos = ringPos
 		e.lastEpoch = max(e.lastEpoch, m.Epoch)
 	} else {
-		end, err := d.Events(stored.RingPos, func(ev *Event) { e.addEventTo(pending, ev) })
+		end, err := d.Events(stored.RingPos, func(ev *Event) {
+			e.countEvent(ev)
+			addStats(pending, &ev.Key, &ev.Stats)
+		})
 		if err != nil {
 			e.log.Error("reading the ring buffer of a retired pin set failed", "err", err)
 		}
 		mark.RingPos = end
 	}
 	e.emitMap(ctx, pending)
+	if running {
+		e.diverted.recycle(pending)
+	}
 	err = e.flushOutput(ctx, mark)
 	faultPoint(FaultAfterCommit, n)
 	// Cleared even when the flush failed: a sink that could not store the
@@ -432,8 +464,6 @@ func (e *Evictor) release(pos uint64) {
 		e.cfg.ReleaseEvents(pos)
 	}
 }
-
-func (e *Evictor) emitPending(ctx context.Context) { e.emitMap(ctx, e.pending) }
 
 func (e *Evictor) emitMap(ctx context.Context, pending map[Key]Stats) {
 	for k, s := range pending {

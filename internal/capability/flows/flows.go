@@ -219,7 +219,8 @@ func openSinks(cfg config.Config, log *slog.Logger) ([]export.Sink, []*delivery.
 }
 
 // forwardEvents moves ring-buffer events to the evictor until the ring
-// buffer is drained or closed, then closes out.
+// buffer is drained or closed, then closes out. The evictor takes each at
+// once, whatever its sinks are doing (flow.EvictorConfig.Events).
 func forwardEvents(events *datapath.Events, out chan<- flow.Event, log *slog.Logger) {
 	defer close(out)
 	for {
