@@ -41,6 +41,9 @@ char __license[] SEC("license") = "Dual BSD/GPL";
  * the verifier, so what is off is not even in the loaded program). */
 volatile const __u8 cfg_cap_flows = 1;
 volatile const __u8 cfg_cap_capture = 0;
+/* Rules (rules/rules.h) decide what flows measures; a part of flows, in the
+ * build with every capability only. */
+volatile const __u8 cfg_cap_rules = 0;
 
 /* BTF only describes types that globals, maps and function signatures
  * reach; this pointer (in .bss, never used) makes the counter enum visible
@@ -49,11 +52,13 @@ const enum counter *unused_counter __attribute__((unused));
 const enum capture_counter *unused_capture_counter __attribute__((unused));
 const struct capture_event *unused_capture_event __attribute__((unused));
 const struct capture_pkt *unused_capture_pkt __attribute__((unused));
+const struct rule_stats *unused_rule_stats __attribute__((unused));
 
 /* The capabilities a build of the entry program contains (compile time). */
 #define CAP_FLOWS (1 << 0)
 #define CAP_CAPTURE (1 << 1)
-#define CAP_ALL (CAP_FLOWS | CAP_CAPTURE)
+#define CAP_RULES (1 << 2)
+#define CAP_ALL (CAP_FLOWS | CAP_CAPTURE | CAP_RULES)
 
 /* hook runs the capabilities of build that are switched on. */
 static __always_inline int hook(struct __sk_buff *skb, __u8 direction, const __u32 build)
@@ -66,7 +71,9 @@ static __always_inline int hook(struct __sk_buff *skb, __u8 direction, const __u
 	if (!(flows | capture))
 		return TCX_NEXT_ACTION;
 	pkt_parse(skb, direction, &key, &p);
-	if (flows)
+	if (flows && (build & CAP_RULES) && cfg_cap_rules)
+		flows_observe_ruled(&p, &key);
+	else if (flows)
 		flows_observe(&p);
 	/* Capture last: it is a function of its own (capture.h), and after a
 	 * call the verifier takes the memory handed to it for clobbered, p

@@ -31,6 +31,7 @@
 #include "counters.h"
 #include "flow.h"
 #include "parse.h"
+#include "../rules/rules.h"
 
 /* Counters of one flow over one eviction interval: 56 bytes.
  * In the per-CPU table each CPU owns a copy; in the shared table the counters
@@ -138,7 +139,7 @@ struct {
  * coarse clock (the same CLOCK_MONOTONIC, updated every tick), clamped so
  * that last_seen never precedes first_seen: last_seen is exact to a tick
  * (1-10 ms, CONFIG_HZ), first_seen to the nanosecond. */
-static __always_inline void stats_add(struct flow_stats *st, const struct pkt *p)
+static __always_inline void stats_add(struct flow_stats *st, const struct pkt *p, __u16 sampling)
 {
 	__u64 now = bpf_ktime_get_coarse_ns();
 
@@ -158,7 +159,7 @@ static __always_inline void stats_add(struct flow_stats *st, const struct pkt *p
 		 * its own copy zeroed by the kernel. */
 		if (st->packets == 0) {
 			st->first_seen = bpf_ktime_get_ns();
-			st->sampling = 1;
+			st->sampling = sampling;
 		}
 		st->packets++;
 		st->bytes += p->len.bytes;
@@ -201,15 +202,16 @@ static __always_inline void divert(const struct flow_key *key, const struct flow
 	bpf_ringbuf_submit(ev, 0);
 }
 
-static __always_inline void account_in(void *table, const struct pkt *p)
+static __always_inline void account_in(void *table, const struct flow_key *key, const struct pkt *p,
+				       __u16 sampling)
 {
 	struct flow_stats *st;
 	__u64 now;
 	long err;
 
-	st = bpf_map_lookup_elem(table, p->key);
+	st = bpf_map_lookup_elem(table, key);
 	if (st) {
-		stats_add(st, p);
+		stats_add(st, p, sampling);
 		return;
 	}
 
@@ -225,25 +227,27 @@ static __always_inline void account_in(void *table, const struct pkt *p)
 		.first_seen = now,
 		.last_seen = now,
 		.tcp_flags = p->tcp_flags,
-		.sampling = 1,
+		.sampling = sampling,
 		.dscp = p->dscp,
 	};
 	/* NOEXIST: in the shared table BPF_ANY would overwrite the counters
 	 * of a CPU that inserted the same flow an instant ago. */
-	err = bpf_map_update_elem(table, p->key, &fresh, BPF_NOEXIST);
+	err = bpf_map_update_elem(table, key, &fresh, BPF_NOEXIST);
 	if (err == 0)
 		return;
 	if (err == -EEXIST) {
-		st = bpf_map_lookup_elem(table, p->key);
+		st = bpf_map_lookup_elem(table, key);
 		if (st) {
-			stats_add(st, p);
+			stats_add(st, p, sampling);
 			return;
 		}
 	}
-	divert(p->key, &fresh, err);
+	divert(key, &fresh, err);
 }
 
-static __always_inline void account(const struct pkt *p)
+/* account counts p into the flow of key (p's own, or its aggregate), at a
+ * sampling rate of 1 in sampling. */
+static __always_inline void account(const struct pkt *p, const struct flow_key *key, __u16 sampling)
 {
 	__u32 zero = 0;
 	struct table_state *ts = bpf_map_lookup_elem(&flow_state, &zero);
@@ -255,15 +259,119 @@ static __always_inline void account(const struct pkt *p)
 	 * rewrites the whole value at a swap; only the low bit of active
 	 * changes, so even a torn read picks one table or the other. */
 	if (ts && (*(volatile __u32 *)&ts->active & 1))
-		account_in(&flows_b, p);
+		account_in(&flows_b, key, p, sampling);
 	else
-		account_in(&flows_a, p);
+		account_in(&flows_a, key, p, sampling);
 }
 
 /* flows_observe counts the packet p into its flow. */
 static __always_inline void flows_observe(const struct pkt *p)
 {
-	account(p);
+	account(p, p->key, 1);
+}
+
+/* An aggregate's flow key, per CPU: off the stack (see rules_scratch). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct flow_key);
+} flows_agg_key SEC(".maps");
+
+/* prefix_cut keeps the first bits of a 16-byte address and zeroes the
+ * rest. */
+static __always_inline void prefix_cut(__u8 *addr, __u32 bits)
+{
+	for (__u32 i = 0; i < 16; i++) {
+		__u32 have = i * 8;
+
+		if (have + 8 <= bits)
+			continue;
+		addr[i] = have >= bits ? 0 : addr[i] & (__u8)(0xff << (8 - (bits - have)));
+	}
+}
+
+/* flows_aggregate counts p into its aggregate at prefix length plen (1 to
+ * 128): the addresses cut to the prefix (IPv4: min(plen, 32) bits of the
+ * address), no ports or MACs, and the key's agg_prefix saying plen, so
+ * that an aggregate never shares an entry with a flow. */
+static __always_inline void flows_aggregate(const struct pkt *p, const struct flow_key *key, __u8 plen)
+{
+	__u32 zero = 0, bits = plen;
+	struct flow_key *k = bpf_map_lookup_elem(&flows_agg_key, &zero);
+
+	if (!k)
+		return;
+	*k = *key;
+	if (k->eth_type == ETH_P_IP)
+		bits = 96 + (bits < 32 ? bits : 32);
+	if (bits > 128)
+		bits = 128;
+	prefix_cut(k->src_addr, bits);
+	prefix_cut(k->dst_addr, bits);
+	__builtin_memset(k->src_mac, 0, sizeof(k->src_mac));
+	__builtin_memset(k->dst_mac, 0, sizeof(k->dst_mac));
+	k->src_port = 0;
+	k->dst_port = 0;
+	k->agg_prefix = plen;
+	account(p, k, 1);
+}
+
+/* flows_observe_ruled counts the packet p, whose flow key is key, as the
+ * rule that decides it says, and counts it in the rule's stats.
+ *
+ * A global function: its frame is not the entry program's, which the
+ * capture's chain of calls shares. Its arguments are plain memory, so the
+ * key comes apart from p (a pointer read from p would be a number to the
+ * verifier), as for capture_observe. */
+__noinline int flows_observe_ruled(const struct pkt *p, const struct flow_key *key)
+{
+	__u32 slot, idx;
+	const struct rule *r;
+	struct rule_stats *st;
+	int judged;
+
+	if (!p || !key)
+		return 0;
+	judged = rules_judge(key, p->tcp_flags);
+	if (judged < 0) {
+		account(p, key, 1);
+		return 0;
+	}
+	slot = RULES_SLOT(judged) & (RULES_MAX - 1);
+	idx = RULES_SET(judged) * RULES_MAX + slot;
+	r = RULES_SET(judged) ? bpf_map_lookup_elem(&rules_1, &slot) : bpf_map_lookup_elem(&rules_0, &slot);
+	st = bpf_map_lookup_elem(&rules_stats, &idx);
+	if (!r || !st) {
+		account(p, key, 1);
+		return 0;
+	}
+	st->packets++;
+	st->bytes += p->len.bytes;
+	switch (r->action) {
+	case RULE_SKIP:
+		return 0;
+	case RULE_SAMPLE:
+		if (st->sample_next) {
+			st->sample_next--;
+			return 0;
+		}
+		st->sample_next = r->sample_n > 1 ? r->sample_n - 1 : 0;
+		st->measured_packets++;
+		st->measured_bytes += p->len.bytes;
+		account(p, key, r->sample_n > 1 ? r->sample_n : 1);
+		return 0;
+	case RULE_AGGREGATE:
+		st->measured_packets++;
+		st->measured_bytes += p->len.bytes;
+		flows_aggregate(p, key, r->agg_prefix);
+		return 0;
+	default:
+		st->measured_packets++;
+		st->measured_bytes += p->len.bytes;
+		account(p, key, 1);
+	}
+	return 0;
 }
 
 #endif

@@ -17,7 +17,7 @@ enum direction {
 	DIRECTION_EGRESS = 1,
 };
 
-/* One flow: 60 bytes, the last two explicit padding (zeroed: they are hashed).
+/* One flow: 60 bytes, the last explicit padding (zeroed: it is hashed).
  * Addresses are in network byte order, IPv4 stored IPv4-mapped
  * (::ffff:a.b.c.d). Ports, eth_type and vlan_id are in host order. ICMP and
  * ICMPv6 put the type in src_port and the code in dst_port. vlan_id is the
@@ -35,7 +35,10 @@ struct flow_key {
 	__u16 vlan_id;
 	__u8 proto;
 	__u8 direction;
-	__u8 pad[2];
+	/* 0: a flow; P (1..128): an aggregate of the flows between two /P
+	 * prefixes, without ports or MACs (a rule's `aggregate /P`, flows.h). */
+	__u8 agg_prefix;
+	__u8 pad;
 };
 
 #endif

@@ -113,6 +113,12 @@ type Datapath struct {
 	captureMu  sync.Mutex
 	captureSel uint32
 
+	// rulesSel is the rule set in force (SetRules), rulesLen the rules
+	// of each set.
+	rulesMu  sync.Mutex
+	rulesSel uint32
+	rulesLen [2]int
+
 	// Reused across evictions so that draining does not allocate.
 	keys  []loupeFlowKey
 	vals  []loupeFlowStats
@@ -156,6 +162,11 @@ func Load(opts Options) (*Datapath, error) {
 	if err := switchCapabilities(spec, opts.Capabilities); err != nil {
 		return nil, err
 	}
+	rules := slices.Contains(opts.Capabilities, "rules")
+	if rules && !slices.Contains(opts.Capabilities, "flows") {
+		return nil, errors.New("the rules capability decides what flows measures: it needs flows")
+	}
+	sizeRules(spec, rules)
 	if opts.Capture == (CaptureSizes{}) {
 		opts.Capture = DefaultCaptureSizes()
 	}
@@ -290,6 +301,10 @@ func (d *Datapath) Egress() *ebpf.Program {
 		return d.objs.LoupeFlowsEgress
 	}
 	return d.objs.LoupeEgress
+}
+
+func (d *Datapath) hasCapability(name string) bool {
+	return slices.Contains(d.opts.Capabilities, name)
 }
 
 func (d *Datapath) flowsOnly() bool {

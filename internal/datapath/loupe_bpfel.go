@@ -202,7 +202,8 @@ type loupeFlowKey struct {
 	VlanId    uint16
 	Proto     uint8
 	Direction uint8
-	Pad       [2]uint8
+	AggPrefix uint8
+	Pad       uint8
 }
 
 type loupeFlowStats struct {
@@ -259,6 +260,57 @@ type loupeKeepSlot struct {
 	Data [2048]uint8
 }
 
+type loupeRule struct {
+	_             structs.HostLayout
+	PortLo        uint16
+	PortHi        uint16
+	SampleN       uint16
+	IfaceGroup    uint16
+	Proto         uint8
+	PortSide      uint8
+	Direction     uint8
+	Action        uint8
+	TcpFlagsMask  uint8
+	TcpFlagsValue uint8
+	AggPrefix     uint8
+	Used          uint8
+	Pad           uint32
+}
+
+type loupeRuleCandidates struct {
+	_     structs.HostLayout
+	N     uint16
+	Pad   uint16
+	Slots [32]uint16
+	Plen  [32]uint8
+}
+
+type loupeRuleLpmKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Addr      [16]uint8
+}
+
+type loupeRuleStats struct {
+	_               structs.HostLayout
+	Packets         uint64
+	Bytes           uint64
+	MeasuredPackets uint64
+	MeasuredBytes   uint64
+	SampleNext      uint32
+	Pad             uint32
+}
+
+type loupeRulesConfig struct {
+	_        structs.HostLayout
+	Nrules   uint32
+	HasSrc   uint8
+	HasDst   uint8
+	HasIface uint8
+	Pad      uint8
+	Wild     loupeRuleCandidates
+}
+
 type loupeTableState struct {
 	_          structs.HostLayout
 	Active     uint32
@@ -293,7 +345,19 @@ const (
 	loupeMapFlowEvents           = "flow_events"
 	loupeMapFlowState            = "flow_state"
 	loupeMapFlowsA               = "flows_a"
+	loupeMapFlowsAggKey          = "flows_agg_key"
 	loupeMapFlowsB               = "flows_b"
+	loupeMapRules0               = "rules_0"
+	loupeMapRules1               = "rules_1"
+	loupeMapRulesCfg             = "rules_cfg"
+	loupeMapRulesDst0            = "rules_dst_0"
+	loupeMapRulesDst1            = "rules_dst_1"
+	loupeMapRulesIfaces          = "rules_ifaces"
+	loupeMapRulesScratch         = "rules_scratch"
+	loupeMapRulesSel             = "rules_sel"
+	loupeMapRulesSrc0            = "rules_src_0"
+	loupeMapRulesSrc1            = "rules_src_1"
+	loupeMapRulesStats           = "rules_stats"
 	loupeProgLoupeEgress         = "loupe_egress"
 	loupeProgLoupeFlowsEgress    = "loupe_flows_egress"
 	loupeProgLoupeFlowsIngress   = "loupe_flows_ingress"
@@ -302,6 +366,7 @@ const (
 	loupeVarCaptureHttpZero      = "capture_http_zero"
 	loupeVarCfgCapCapture        = "cfg_cap_capture"
 	loupeVarCfgCapFlows          = "cfg_cap_flows"
+	loupeVarCfgCapRules          = "cfg_cap_rules"
 	loupeVarCfgSharedTable       = "cfg_shared_table"
 	loupeVarKeepPackets          = "keep_packets"
 	loupeVarKeepSlotsPerCpu      = "keep_slots_per_cpu"
@@ -310,6 +375,7 @@ const (
 	loupeVarUnusedCaptureEvent   = "unused_capture_event"
 	loupeVarUnusedCapturePkt     = "unused_capture_pkt"
 	loupeVarUnusedCounter        = "unused_counter"
+	loupeVarUnusedRuleStats      = "unused_rule_stats"
 )
 
 // loadLoupe returns the embedded CollectionSpec for loupe.
@@ -383,7 +449,19 @@ type loupeMapSpecs struct {
 	FlowEvents         *ebpf.MapSpec `ebpf:"flow_events"`
 	FlowState          *ebpf.MapSpec `ebpf:"flow_state"`
 	FlowsA             *ebpf.MapSpec `ebpf:"flows_a"`
+	FlowsAggKey        *ebpf.MapSpec `ebpf:"flows_agg_key"`
 	FlowsB             *ebpf.MapSpec `ebpf:"flows_b"`
+	Rules0             *ebpf.MapSpec `ebpf:"rules_0"`
+	Rules1             *ebpf.MapSpec `ebpf:"rules_1"`
+	RulesCfg           *ebpf.MapSpec `ebpf:"rules_cfg"`
+	RulesDst0          *ebpf.MapSpec `ebpf:"rules_dst_0"`
+	RulesDst1          *ebpf.MapSpec `ebpf:"rules_dst_1"`
+	RulesIfaces        *ebpf.MapSpec `ebpf:"rules_ifaces"`
+	RulesScratch       *ebpf.MapSpec `ebpf:"rules_scratch"`
+	RulesSel           *ebpf.MapSpec `ebpf:"rules_sel"`
+	RulesSrc0          *ebpf.MapSpec `ebpf:"rules_src_0"`
+	RulesSrc1          *ebpf.MapSpec `ebpf:"rules_src_1"`
+	RulesStats         *ebpf.MapSpec `ebpf:"rules_stats"`
 }
 
 // loupeVariableSpecs contains global variables before they are loaded into the kernel.
@@ -394,6 +472,7 @@ type loupeVariableSpecs struct {
 	CaptureHttpZero      *ebpf.VariableSpec `ebpf:"capture_http_zero"`
 	CfgCapCapture        *ebpf.VariableSpec `ebpf:"cfg_cap_capture"`
 	CfgCapFlows          *ebpf.VariableSpec `ebpf:"cfg_cap_flows"`
+	CfgCapRules          *ebpf.VariableSpec `ebpf:"cfg_cap_rules"`
 	CfgSharedTable       *ebpf.VariableSpec `ebpf:"cfg_shared_table"`
 	KeepPackets          *ebpf.VariableSpec `ebpf:"keep_packets"`
 	KeepSlotsPerCpu      *ebpf.VariableSpec `ebpf:"keep_slots_per_cpu"`
@@ -402,6 +481,7 @@ type loupeVariableSpecs struct {
 	UnusedCaptureEvent   *ebpf.VariableSpec `ebpf:"unused_capture_event"`
 	UnusedCapturePkt     *ebpf.VariableSpec `ebpf:"unused_capture_pkt"`
 	UnusedCounter        *ebpf.VariableSpec `ebpf:"unused_counter"`
+	UnusedRuleStats      *ebpf.VariableSpec `ebpf:"unused_rule_stats"`
 }
 
 // loupeObjects contains all objects after they have been loaded into the kernel.
@@ -443,7 +523,19 @@ type loupeMaps struct {
 	FlowEvents         *ebpf.Map `ebpf:"flow_events"`
 	FlowState          *ebpf.Map `ebpf:"flow_state"`
 	FlowsA             *ebpf.Map `ebpf:"flows_a"`
+	FlowsAggKey        *ebpf.Map `ebpf:"flows_agg_key"`
 	FlowsB             *ebpf.Map `ebpf:"flows_b"`
+	Rules0             *ebpf.Map `ebpf:"rules_0"`
+	Rules1             *ebpf.Map `ebpf:"rules_1"`
+	RulesCfg           *ebpf.Map `ebpf:"rules_cfg"`
+	RulesDst0          *ebpf.Map `ebpf:"rules_dst_0"`
+	RulesDst1          *ebpf.Map `ebpf:"rules_dst_1"`
+	RulesIfaces        *ebpf.Map `ebpf:"rules_ifaces"`
+	RulesScratch       *ebpf.Map `ebpf:"rules_scratch"`
+	RulesSel           *ebpf.Map `ebpf:"rules_sel"`
+	RulesSrc0          *ebpf.Map `ebpf:"rules_src_0"`
+	RulesSrc1          *ebpf.Map `ebpf:"rules_src_1"`
+	RulesStats         *ebpf.Map `ebpf:"rules_stats"`
 }
 
 func (m *loupeMaps) Close() error {
@@ -467,7 +559,19 @@ func (m *loupeMaps) Close() error {
 		m.FlowEvents,
 		m.FlowState,
 		m.FlowsA,
+		m.FlowsAggKey,
 		m.FlowsB,
+		m.Rules0,
+		m.Rules1,
+		m.RulesCfg,
+		m.RulesDst0,
+		m.RulesDst1,
+		m.RulesIfaces,
+		m.RulesScratch,
+		m.RulesSel,
+		m.RulesSrc0,
+		m.RulesSrc1,
+		m.RulesStats,
 	)
 }
 
@@ -479,6 +583,7 @@ type loupeVariables struct {
 	CaptureHttpZero      *ebpf.Variable `ebpf:"capture_http_zero"`
 	CfgCapCapture        *ebpf.Variable `ebpf:"cfg_cap_capture"`
 	CfgCapFlows          *ebpf.Variable `ebpf:"cfg_cap_flows"`
+	CfgCapRules          *ebpf.Variable `ebpf:"cfg_cap_rules"`
 	CfgSharedTable       *ebpf.Variable `ebpf:"cfg_shared_table"`
 	KeepPackets          *ebpf.Variable `ebpf:"keep_packets"`
 	KeepSlotsPerCpu      *ebpf.Variable `ebpf:"keep_slots_per_cpu"`
@@ -487,6 +592,7 @@ type loupeVariables struct {
 	UnusedCaptureEvent   *ebpf.Variable `ebpf:"unused_capture_event"`
 	UnusedCapturePkt     *ebpf.Variable `ebpf:"unused_capture_pkt"`
 	UnusedCounter        *ebpf.Variable `ebpf:"unused_counter"`
+	UnusedRuleStats      *ebpf.Variable `ebpf:"unused_rule_stats"`
 }
 
 // loupePrograms contains all programs after they have been loaded into the kernel.
