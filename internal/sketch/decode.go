@@ -1,0 +1,330 @@
+package sketch
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+)
+
+// ErrInconsistent is returned for a flow set no sequence of inserts can
+// produce: read while the datapath was writing it, or not written by the
+// datapath's insert.
+var ErrInconsistent = errors.New("flow set inconsistent")
+
+// Flow is one decoded flow.
+type Flow struct {
+	Key     Key
+	Packets uint64
+	Bytes   uint64
+}
+
+// Counts are packets and bytes.
+type Counts struct {
+	Packets uint64
+	Bytes   uint64
+}
+
+// Result is what a flow set tells. Every packet the sketch counted is either
+// in Flows or in Residual; Residual is an exact total, not an estimate.
+type Result struct {
+	// Flows decoded with exact packets and bytes: read from a cell whose
+	// checksum proved it held that flow's traffic and nothing else.
+	Flows []Flow
+	// Unverified flows: the key decoded, but every cell the flow's traffic
+	// could be read from also held traffic recorded under no key, or of
+	// flows whose counts are unknown. Packets and Bytes are upper bounds
+	// (the least of its cells' remainders).
+	Unverified []Flow
+	// Undecoded is the number of flows whose key is still in the table:
+	// decoding stopped with no pure cell left (the table was over capacity).
+	Undecoded uint64
+	// Residual is the traffic the table holds beyond Flows: that of
+	// Undecoded and Unverified flows, and traffic recorded under no key.
+	Residual Counts
+	// Contaminated counts the cells left holding traffic once every flow in
+	// them was subtracted: traffic recorded under no key, K cells for each
+	// flow-filter false positive (fewer if two share a cell).
+	Contaminated int
+}
+
+// Complete reports whether every flow decoded with exact counts. The
+// Residual is then exactly the traffic recorded under no key.
+func (r *Result) Complete() bool { return r.Undecoded == 0 && len(r.Unverified) == 0 }
+
+// Unattributed returns the traffic the sketch counted under no key: packets
+// of new flows the flow filter wrongly believed inserted. It is known only
+// when decoding is complete; otherwise it is mixed into the Residual with
+// the traffic of the flows that did not decode.
+func (r *Result) Unattributed() (Counts, bool) {
+	if !r.Complete() {
+		return Counts{}, false
+	}
+	return r.Residual, true
+}
+
+// Decode decodes each CPU's flow set (tables[cpu], Cells × CellSize bytes)
+// and merges the results by key: a flow seen on several CPUs has the sum of
+// its counts, exact only if it decoded exactly on every CPU that saw it (a
+// CPU on which its key did not decode keeps its traffic in the Residual).
+// The CPUs decode in parallel.
+func Decode(p FlowSetParams, tables [][]byte) (Result, error) {
+	if err := p.Validate(); err != nil {
+		return Result{}, err
+	}
+	results := make([]Result, len(tables))
+	errs := make([]error, len(tables))
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
+	for cpu, t := range tables {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			results[cpu], errs[cpu] = DecodeCPU(p, t)
+			if errs[cpu] != nil {
+				errs[cpu] = fmt.Errorf("cpu %d: %w", cpu, errs[cpu])
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return Result{}, err
+	}
+	return Merge(results...), nil
+}
+
+// Merge sums per-CPU results by key. A key exact on every CPU stays exact;
+// one unverified on any CPU is unverified, its counts an upper bound.
+func Merge(results ...Result) Result {
+	type acc struct {
+		c     Counts
+		exact bool
+	}
+	flows := make(map[Key]*acc)
+	add := func(f Flow, exact bool) {
+		a := flows[f.Key]
+		if a == nil {
+			a = &acc{exact: true}
+			flows[f.Key] = a
+		}
+		a.c.Packets += f.Packets
+		a.c.Bytes += f.Bytes
+		a.exact = a.exact && exact
+	}
+	var m Result
+	for _, r := range results {
+		for _, f := range r.Flows {
+			add(f, true)
+		}
+		for _, f := range r.Unverified {
+			add(f, false)
+		}
+		m.Undecoded += r.Undecoded
+		m.Residual.Packets += r.Residual.Packets
+		m.Residual.Bytes += r.Residual.Bytes
+		m.Contaminated += r.Contaminated
+	}
+	for k, a := range flows {
+		f := Flow{Key: k, Packets: a.c.Packets, Bytes: a.c.Bytes}
+		if a.exact {
+			m.Flows = append(m.Flows, f)
+		} else {
+			m.Unverified = append(m.Unverified, f)
+		}
+	}
+	sortFlows(m.Flows)
+	sortFlows(m.Unverified)
+	return m
+}
+
+func sortFlows(fs []Flow) {
+	slices.SortFunc(fs, func(a, b Flow) int { return bytes.Compare(a.Key[:], b.Key[:]) })
+}
+
+// decoded is a flow whose key the first phase recovered.
+type decoded struct {
+	key   Key
+	cells [K]int
+	check uint32 // the flow's check term
+	known bool   // its counts were read from a verified cell
+	c     Counts
+}
+
+// DecodeCPU decodes one CPU's flow set, table holding Cells × CellSize bytes.
+// Flows come in the order they decoded (Decode and Merge sort by key).
+//
+// It peels in two phases. The first recovers the keys from flow_count and
+// key_xor alone, which only inserts write, so flow-filter false positives
+// cannot disturb it. The second knows which decoded flows each cell holds and
+// reads a flow's counts from a cell where it is the only one left once known
+// flows are subtracted, and no undecoded key remains, accepting them only if
+// the cell's checksum matches; a cell that fails holds traffic recorded under
+// no key and is left alone, and the flow waits for another of its cells.
+func DecodeCPU(p FlowSetParams, table []byte) (Result, error) {
+	if err := p.Validate(); err != nil {
+		return Result{}, err
+	}
+	if err := checkLen("flow set", table, p.Cells, CellSize); err != nil {
+		return Result{}, err
+	}
+	sub := p.Cells / K
+	keys := make([]Key, p.Cells)
+	counts := make([]uint32, p.Cells)
+	var inserted uint64 // flows inserted, from subrange 0: a bound on peeling
+	for c := range p.Cells {
+		b := table[c*CellSize:]
+		copy(keys[c][:], b[offKeyXor:offKeyXor+KeySize])
+		counts[c] = byteOrder.Uint32(b[offFlowCount:])
+		if c < sub {
+			inserted += uint64(counts[c])
+		}
+	}
+
+	// Phase 1: keys. A cell is pure when it holds one flow and that flow's
+	// key, hashed, lands on it (the hash check rejects cells no insert sequence
+	// leaves holding one flow).
+	flows := make([]decoded, 0, min(inserted, uint64(p.Cells)))
+	queue := make([]int, 0, p.Cells)
+	for c := range p.Cells {
+		if counts[c] == 1 {
+			queue = append(queue, c)
+		}
+	}
+	for len(queue) > 0 {
+		c := queue[len(queue)-1]
+		queue = queue[:len(queue)-1]
+		if counts[c] != 1 {
+			continue
+		}
+		k := keys[c]
+		w := words(&k)
+		idx := cellsWords(&w, sub)
+		if idx[c/sub] != c {
+			continue
+		}
+		if uint64(len(flows)) == inserted {
+			return Result{}, fmt.Errorf("%w: more flows peel than were inserted (%d)", ErrInconsistent, inserted)
+		}
+		fa := hashWords(seeds[seedFilterA], &w)
+		flows = append(flows, decoded{key: k, cells: idx, check: checkTerm(fa)})
+		for _, d := range idx {
+			xorKey(&keys[d], &k)
+			counts[d]--
+			if counts[d] == 1 {
+				queue = append(queue, d)
+			}
+		}
+	}
+
+	// Phase 2: counts.
+	pk := make([]uint64, p.Cells)
+	by := make([]uint64, p.Cells)
+	chk := make([]uint32, p.Cells)
+	left := make([]uint32, p.Cells) // decoded flows of the cell whose counts are unknown
+	who := make([]uint32, p.Cells)  // XOR of their indexes in flows
+	for c := range p.Cells {
+		b := table[c*CellSize:]
+		pk[c] = byteOrder.Uint64(b[offPackets:])
+		by[c] = byteOrder.Uint64(b[offBytes:])
+		chk[c] = byteOrder.Uint32(b[offCheck:])
+	}
+	for i := range flows {
+		for _, c := range flows[i].cells {
+			left[c]++
+			who[c] ^= uint32(i)
+		}
+	}
+	ready := func(c int) bool { return left[c] == 1 && counts[c] == 0 }
+	for c := range p.Cells {
+		if ready(c) {
+			queue = append(queue, c)
+		}
+	}
+	var res Result
+	for len(queue) > 0 {
+		c := queue[len(queue)-1]
+		queue = queue[:len(queue)-1]
+		if !ready(c) {
+			continue
+		}
+		i := who[c]
+		f := &flows[i]
+		if chk[c] != uint32(pk[c])*f.check {
+			// Traffic under no key shares the cell: f waits for another
+			// of its cells.
+			continue
+		}
+		f.known = true
+		f.c = Counts{Packets: pk[c], Bytes: by[c]}
+		for _, d := range f.cells {
+			pk[d] -= f.c.Packets
+			by[d] -= f.c.Bytes
+			chk[d] -= uint32(f.c.Packets) * f.check
+			left[d]--
+			who[d] ^= i
+			if ready(d) {
+				queue = append(queue, d)
+			}
+		}
+	}
+
+	for c := range p.Cells {
+		if counts[c] == 0 && left[c] == 0 && (pk[c] != 0 || by[c] != 0) {
+			res.Contaminated++
+		}
+	}
+	res.Flows = make([]Flow, 0, len(flows))
+	for i := range flows {
+		f := &flows[i]
+		if f.known {
+			res.Flows = append(res.Flows, Flow{Key: f.key, Packets: f.c.Packets, Bytes: f.c.Bytes})
+			continue
+		}
+		// What is left in each of its cells is its traffic plus that of
+		// other unverified or undecoded flows and of no key: the least is
+		// an upper bound.
+		u := Flow{Key: f.key, Packets: ^uint64(0), Bytes: ^uint64(0)}
+		for _, c := range f.cells {
+			u.Packets = min(u.Packets, pk[c])
+			u.Bytes = min(u.Bytes, by[c])
+		}
+		res.Unverified = append(res.Unverified, u)
+	}
+
+	// Every packet and every insert added to exactly one cell of each
+	// subrange, and every known flow was subtracted from one cell of each:
+	// each subrange's sums are the exact residual totals, and must agree.
+	for j := range K {
+		var n uint64
+		var r Counts
+		for c := j * sub; c < (j+1)*sub; c++ {
+			n += uint64(counts[c])
+			r.Packets += pk[c]
+			r.Bytes += by[c]
+		}
+		if j == 0 {
+			res.Undecoded, res.Residual = n, r
+		} else if n != res.Undecoded || r != res.Residual {
+			return Result{}, fmt.Errorf("%w: subrange %d holds %d flows, %d packets, %d bytes; subrange 0 %d, %d, %d",
+				ErrInconsistent, j, n, r.Packets, r.Bytes, res.Undecoded, res.Residual.Packets, res.Residual.Bytes)
+		}
+	}
+	if res.Undecoded == 0 {
+		for c := range keys {
+			if keys[c] != (Key{}) {
+				return Result{}, fmt.Errorf("%w: cell %d holds a key and no flow", ErrInconsistent, c)
+			}
+		}
+	}
+	return res, nil
+}
+
+// xorKey XORs src into dst a word at a time (the compiler makes each line
+// one load, one XOR and one store).
+func xorKey(dst, src *Key) {
+	for i := 0; i < KeySize; i += 8 {
+		byteOrder.PutUint64(dst[i:], byteOrder.Uint64(dst[i:])^byteOrder.Uint64(src[i:]))
+	}
+}
