@@ -35,7 +35,7 @@ func BenchmarkCapturePath(b *testing.B) {
 	}
 	for _, caps := range [][]string{{"flows"}, {"flows", "capture"}} {
 		dp, err := Load(Options{FlowBudget: 256, RingBufSize: 1 << 16, Capabilities: caps,
-			Capture: CaptureSizes{Connections: 1024, KeepPackets: 4, KeepSlotsPerCPU: 256, KeepSnap: 2048}})
+			Capture: DefaultCaptureSizes()})
 		if err != nil {
 			b.Fatal(err)
 		}
