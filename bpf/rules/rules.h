@@ -47,7 +47,7 @@ enum rule_port_side {
 	RULE_PORT_DST = 2,
 };
 
-/* One rule: 24 bytes. A zero field matches anything. */
+/* One rule: 20 bytes. A zero field matches anything. */
 struct rule {
 	__u16 port_lo;         /* ports port_lo..port_hi, on port_side; 0..0: any port */
 	__u16 port_hi;
@@ -101,8 +101,9 @@ struct rule_stats {
 	__u32 pad;
 };
 
-/* The two sets. Maps, not globals: they are pinned with the flow tables,
- * and a set outlives the agent as the tables do. */
+/* The two sets. Each agent creates its own (they are not pinned): it puts
+ * its rules in force before it attaches, and programs an earlier agent
+ * left attached keep that agent's sets until they are replaced. */
 struct rules_array {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, RULES_MAX);
@@ -110,9 +111,11 @@ struct rules_array {
 	__type(value, struct rule); /* Value: the rule */
 } rules_0 SEC(".maps"), rules_1 SEC(".maps");
 
+/* One entry more than rules: the IPv4 barrier (::ffff:0:0/96, listing only
+ * IPv4 rules) that keeps an IPv4 address from an IPv6 rule's ::/0. */
 struct rules_lpm {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, RULES_MAX);
+	__uint(max_entries, RULES_MAX + 1);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct rule_lpm_key);      /* Key: a rule's prefix */
 	__type(value, struct rule_candidates); /* Value: the rules that may match under it */
@@ -142,13 +145,14 @@ struct {
 } rules_stats SEC(".maps");
 
 /* The interface groups (rule.iface_group, 1..64) each interface is in, a
- * bit each; maintained by userspace as interfaces come and go. */
-struct {
+ * bit each, one map per set (a set numbers its groups its own way);
+ * maintained by userspace as interfaces come and go. */
+struct rules_iface_map {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
 	__type(key, __u32);   /* Key: ifindex */
 	__type(value, __u64); /* Value: its groups */
-} rules_ifaces SEC(".maps");
+} rules_ifaces_0 SEC(".maps"), rules_ifaces_1 SEC(".maps");
 
 /* Per CPU scratch: the trie key of a lookup, off the stack, which the
  * entry program shares with the capture's calls. */
@@ -230,8 +234,8 @@ static __always_inline int rules_better(int a, int b)
 }
 
 /* rules_judge_in judges the packet of key by set n's rules. */
-static __always_inline int rules_judge_in(__u32 n, void *rules, void *src, void *dst, const struct flow_key *key,
-					  __u32 tcp_flags)
+static __always_inline int rules_judge_in(__u32 n, void *rules, void *src, void *dst, void *ifaces,
+					  const struct flow_key *key, __u32 tcp_flags)
 {
 	const struct rules_config *cfg;
 	const struct rule_candidates *c;
@@ -246,7 +250,7 @@ static __always_inline int rules_judge_in(__u32 n, void *rules, void *src, void 
 	if (cfg->has_iface) {
 		__u32 ifindex = key->ifindex;
 
-		g = bpf_map_lookup_elem(&rules_ifaces, &ifindex);
+		g = bpf_map_lookup_elem(ifaces, &ifindex);
 		if (g)
 			groups = *g;
 	}
@@ -288,8 +292,8 @@ __noinline int rules_judge(const struct flow_key *key, __u32 tcp_flags)
 	if (!sel)
 		return RULES_NONE;
 	if (*(volatile __u32 *)sel & 1)
-		return rules_judge_in(1, &rules_1, &rules_src_1, &rules_dst_1, key, tcp_flags);
-	return rules_judge_in(0, &rules_0, &rules_src_0, &rules_dst_0, key, tcp_flags);
+		return rules_judge_in(1, &rules_1, &rules_src_1, &rules_dst_1, &rules_ifaces_1, key, tcp_flags);
+	return rules_judge_in(0, &rules_0, &rules_src_0, &rules_dst_0, &rules_ifaces_0, key, tcp_flags);
 }
 
 #endif

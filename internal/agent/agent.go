@@ -24,6 +24,7 @@ import (
 	"loupe/internal/capability"
 	"loupe/internal/capability/capture"
 	"loupe/internal/capability/flows"
+	rulesunit "loupe/internal/capability/rules"
 	"loupe/internal/config"
 	"loupe/internal/datapath"
 	"loupe/internal/ifnames"
@@ -69,6 +70,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown,
 			return err
 		}
 		units = append(units, cu)
+	}
+	if cfg.Rules.On() {
+		units = append(units, rulesunit.New(cfg.Rules, log))
 	}
 	dp, err := datapath.Load(datapath.Options{
 		FlowBudget:   cfg.FlowBudget,

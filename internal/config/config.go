@@ -58,6 +58,7 @@ import (
 
 	"loupe/internal/api"
 	"loupe/internal/capability/capture"
+	rulesunit "loupe/internal/capability/rules"
 	"loupe/internal/config/check"
 	"loupe/internal/export/promflow"
 	"loupe/internal/export/targets"
@@ -94,6 +95,8 @@ type Config struct {
 	Control api.Config `yaml:"control"`
 	// Capture is the capture capability's section, owned by its package.
 	Capture capture.Config `yaml:"capture"`
+	// Rules is the rules capability's section, owned by its package.
+	Rules rulesunit.Config `yaml:"rules"`
 	// Exporters are export, delivery, ipfix, kafka and otlp, owned by the
 	// exporter packages.
 	targets.Exporters `yaml:",inline"`
@@ -127,6 +130,7 @@ func Default() Config {
 		Listen:     "127.0.0.1:9464",
 		Control:    api.DefaultConfig(),
 		Capture:    capture.DefaultConfig(),
+		Rules:      rulesunit.DefaultConfig(),
 		Exporters:  targets.Default(),
 		Prometheus: promflow.DefaultConfig(),
 		LogLevel:   "info",

@@ -17,6 +17,7 @@ import (
 
 	"loupe/internal/api"
 	"loupe/internal/capability/capture"
+	rulesunit "loupe/internal/capability/rules"
 	"loupe/internal/config/check"
 	"loupe/internal/export/delivery"
 	"loupe/internal/export/ipfix"
@@ -98,6 +99,7 @@ func TestDefault(t *testing.T) {
 		Capture: capture.Config{MaxTriggersPerSec: 100, Connections: 16384, KeepPackets: 4, KeepBytes: 2048,
 			KeepSlots: 1024, IdleTimeout: 30 * time.Second, MaxAge: time.Hour, HTTPMaxSeries: 4096, BufferSize: 4 << 20,
 			FileMaxSize: 100 << 20, FileMaxAge: time.Hour, MaxFiles: 100, MaxSize: 1 << 30},
+		Rules: rulesunit.Config{Reload: 2 * time.Second, MaxSeries: 1000},
 		Exporters: targets.Exporters{
 			Delivery: delivery.Config{QueueSize: 65536, BatchSize: 4096, MaxLinger: time.Second,
 				RetryMax: 30 * time.Second, ShutdownTimeout: 5 * time.Second},
@@ -188,6 +190,10 @@ func keyCases() []keyCase {
 		{"capture.file_max_age", "10m", func(c *Config) { c.Capture.FileMaxAge = 10 * time.Minute }},
 		{"capture.max_files", "7", func(c *Config) { c.Capture.MaxFiles = 7 }},
 		{"capture.max_size", "2GiB", func(c *Config) { c.Capture.MaxSize = 2 << 30 }},
+		{"rules.file", "/etc/loupe/rules", func(c *Config) { c.Rules.File = "/etc/loupe/rules" }},
+		{"rules.enabled", "true", func(c *Config) { c.Rules.Enabled = true }},
+		{"rules.reload_interval", "5s", func(c *Config) { c.Rules.Reload = 5 * time.Second }},
+		{"rules.max_series", "10", func(c *Config) { c.Rules.MaxSeries = 10 }},
 		{"export", "json:/var/log/flows.json,json:-", func(c *Config) { c.Export = []string{"json:/var/log/flows.json", "json:-"} }},
 		{"delivery.queue_size", "1000", func(c *Config) { c.Delivery.QueueSize = 1000 }},
 		{"delivery.batch_size", "100", func(c *Config) { c.Delivery.BatchSize = 100 }},

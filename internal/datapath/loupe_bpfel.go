@@ -352,7 +352,8 @@ const (
 	loupeMapRulesCfg             = "rules_cfg"
 	loupeMapRulesDst0            = "rules_dst_0"
 	loupeMapRulesDst1            = "rules_dst_1"
-	loupeMapRulesIfaces          = "rules_ifaces"
+	loupeMapRulesIfaces0         = "rules_ifaces_0"
+	loupeMapRulesIfaces1         = "rules_ifaces_1"
 	loupeMapRulesScratch         = "rules_scratch"
 	loupeMapRulesSel             = "rules_sel"
 	loupeMapRulesSrc0            = "rules_src_0"
@@ -456,7 +457,8 @@ type loupeMapSpecs struct {
 	RulesCfg           *ebpf.MapSpec `ebpf:"rules_cfg"`
 	RulesDst0          *ebpf.MapSpec `ebpf:"rules_dst_0"`
 	RulesDst1          *ebpf.MapSpec `ebpf:"rules_dst_1"`
-	RulesIfaces        *ebpf.MapSpec `ebpf:"rules_ifaces"`
+	RulesIfaces0       *ebpf.MapSpec `ebpf:"rules_ifaces_0"`
+	RulesIfaces1       *ebpf.MapSpec `ebpf:"rules_ifaces_1"`
 	RulesScratch       *ebpf.MapSpec `ebpf:"rules_scratch"`
 	RulesSel           *ebpf.MapSpec `ebpf:"rules_sel"`
 	RulesSrc0          *ebpf.MapSpec `ebpf:"rules_src_0"`
@@ -530,7 +532,8 @@ type loupeMaps struct {
 	RulesCfg           *ebpf.Map `ebpf:"rules_cfg"`
 	RulesDst0          *ebpf.Map `ebpf:"rules_dst_0"`
 	RulesDst1          *ebpf.Map `ebpf:"rules_dst_1"`
-	RulesIfaces        *ebpf.Map `ebpf:"rules_ifaces"`
+	RulesIfaces0       *ebpf.Map `ebpf:"rules_ifaces_0"`
+	RulesIfaces1       *ebpf.Map `ebpf:"rules_ifaces_1"`
 	RulesScratch       *ebpf.Map `ebpf:"rules_scratch"`
 	RulesSel           *ebpf.Map `ebpf:"rules_sel"`
 	RulesSrc0          *ebpf.Map `ebpf:"rules_src_0"`
@@ -566,7 +569,8 @@ func (m *loupeMaps) Close() error {
 		m.RulesCfg,
 		m.RulesDst0,
 		m.RulesDst1,
-		m.RulesIfaces,
+		m.RulesIfaces0,
+		m.RulesIfaces1,
 		m.RulesScratch,
 		m.RulesSel,
 		m.RulesSrc0,

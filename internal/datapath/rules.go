@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/cilium/ebpf"
+
+	"loupe/internal/rules"
 )
 
 // Rules (bpf/rules/rules.h) decide what the flows capability measures. The
@@ -15,7 +17,7 @@ import (
 
 // Limits of one rule set, as rules.h has them.
 const (
-	MaxRuleSlots          = 16384
+	MaxRuleSlots      = 16384
 	MaxRuleCandidates = 32
 )
 
@@ -69,6 +71,40 @@ type RuleSet struct {
 	Src, Dst map[RulePrefix][]RuleCandidate
 	Wild     []RuleCandidate
 	HasIface bool
+	// IfaceGroups are the interface groups each interface is in, a bit
+	// each (group g is bit g-1), as this set numbers them.
+	IfaceGroups map[uint32]uint64
+}
+
+// RulesFrom is the rule set of c (internal/rules' compiled form), with
+// the interface groups of the interfaces present (nil when c names none).
+func RulesFrom(c *rules.Compiled, groups map[uint32]uint64) RuleSet {
+	rs := RuleSet{
+		Rules: make([]RuleEntry, len(c.Rules)), HasIface: c.HasIface != 0, IfaceGroups: groups,
+		Src: make(map[RulePrefix][]RuleCandidate, len(c.Src)),
+		Dst: make(map[RulePrefix][]RuleCandidate, len(c.Dst)),
+	}
+	for i, e := range c.Rules {
+		rs.Rules[i] = RuleEntry{PortLo: e.PortLo, PortHi: e.PortHi, SampleN: e.SampleN, IfaceGroup: e.IfaceGroup,
+			Proto: e.Proto, PortSide: e.PortSide, Direction: e.Direction, Action: e.Action,
+			TCPFlagsMask: e.TCPFlagsMask, TCPFlagsValue: e.TCPFlagsValue, AggPrefix: e.AggPrefix}
+	}
+	cands := func(c rules.Candidates) []RuleCandidate {
+		slots, plens := c.List()
+		out := make([]RuleCandidate, len(slots))
+		for i := range slots {
+			out[i] = RuleCandidate{Slot: slots[i], Plen: plens[i]}
+		}
+		return out
+	}
+	for k, v := range c.Src {
+		rs.Src[RulePrefix{Addr: k.Addr, Len: uint8(k.PrefixLen)}] = cands(v)
+	}
+	for k, v := range c.Dst {
+		rs.Dst[RulePrefix{Addr: k.Addr, Len: uint8(k.PrefixLen)}] = cands(v)
+	}
+	rs.Wild = cands(c.Wild)
+	return rs
 }
 
 // RuleCounts is what one rule matched.
@@ -106,8 +142,11 @@ func (d *Datapath) SetRules(rs RuleSet) ([]RuleCounts, error) {
 	d.rulesMu.Lock()
 	defer d.rulesMu.Unlock()
 	next := d.rulesSel ^ 1
-	rules, src, dst := d.ruleMaps(next)
+	rules, src, dst, ifaces := d.ruleMaps(next)
 	if err := writeRules(rules, rs.Rules); err != nil {
+		return nil, err
+	}
+	if err := writeIfaces(ifaces, rs.IfaceGroups); err != nil {
 		return nil, err
 	}
 	if err := writeTrie(src, rs.Src); err != nil {
@@ -150,13 +189,20 @@ func (d *Datapath) RuleCounts() ([]RuleCounts, error) {
 	return d.ruleCounts(d.rulesSel, d.rulesLen[d.rulesSel])
 }
 
-// SetRuleIfaces says which interface groups (bits, group g is bit g-1)
-// each interface is in; interfaces not in groups are in none.
+// SetRuleIfaces says which interface groups of the set in force (bits,
+// group g is bit g-1) each interface is in; interfaces not in groups are in
+// none.
 func (d *Datapath) SetRuleIfaces(groups map[uint32]uint64) error {
 	if err := d.rulesLoaded(); err != nil {
 		return err
 	}
-	m := d.objs.RulesIfaces
+	d.rulesMu.Lock()
+	defer d.rulesMu.Unlock()
+	_, _, _, m := d.ruleMaps(d.rulesSel)
+	return writeIfaces(m, groups)
+}
+
+func writeIfaces(m *ebpf.Map, groups map[uint32]uint64) error {
 	var (
 		k    uint32
 		v    uint64
@@ -192,18 +238,18 @@ func sizeRules(spec *ebpf.CollectionSpec, on bool) {
 		return
 	}
 	for _, name := range []string{"rules_0", "rules_1", "rules_stats", "rules_src_0", "rules_src_1",
-		"rules_dst_0", "rules_dst_1", "rules_ifaces"} {
+		"rules_dst_0", "rules_dst_1", "rules_ifaces_0", "rules_ifaces_1"} {
 		if m, ok := spec.Maps[name]; ok {
 			m.MaxEntries = 1
 		}
 	}
 }
 
-func (d *Datapath) ruleMaps(set uint32) (rules, src, dst *ebpf.Map) {
+func (d *Datapath) ruleMaps(set uint32) (rules, src, dst, ifaces *ebpf.Map) {
 	if set == 1 {
-		return d.objs.Rules1, d.objs.RulesSrc1, d.objs.RulesDst1
+		return d.objs.Rules1, d.objs.RulesSrc1, d.objs.RulesDst1, d.objs.RulesIfaces1
 	}
-	return d.objs.Rules0, d.objs.RulesSrc0, d.objs.RulesDst0
+	return d.objs.Rules0, d.objs.RulesSrc0, d.objs.RulesDst0, d.objs.RulesIfaces0
 }
 
 func writeRules(m *ebpf.Map, rules []RuleEntry) error {

@@ -13,7 +13,7 @@ import (
 
 // ruleFrame is a TCP or UDP packet from src:sport to dst:dport with size
 // bytes of payload.
-func ruleFrame(t *testing.T, proto layers.IPProtocol, src, dst string, sport, dport uint16, size int) []byte {
+func ruleFrame(t testing.TB, proto layers.IPProtocol, src, dst string, sport, dport uint16, size int) []byte {
 	t.Helper()
 	s, d := netip.MustParseAddr(src), netip.MustParseAddr(dst)
 	var l4 gopacket.SerializableLayer
@@ -88,10 +88,10 @@ func TestRules(t *testing.T) {
 	}
 	tcp, udp := layers.IPProtocolTCP, layers.IPProtocolUDP
 	sends := []send{
-		{ruleFrame(t, tcp, "10.2.0.1", "172.16.0.1", 1000, 80, 10), 3},     // rule 0: measured
-		{ruleFrame(t, tcp, "10.1.0.1", "172.16.0.1", 1000, 80, 10), 5},     // rule 1 (longer prefix): skipped
-		{ruleFrame(t, udp, "172.16.0.9", "172.16.0.1", 53, 53, 20), 8},     // rule 2: sampled, 2 of 8
-		{ruleFrame(t, udp, "10.1.0.1", "172.16.0.1", 53, 53, 20), 2},       // rule 1 beats the wildcard
+		{ruleFrame(t, tcp, "10.2.0.1", "172.16.0.1", 1000, 80, 10), 3},      // rule 0: measured
+		{ruleFrame(t, tcp, "10.1.0.1", "172.16.0.1", 1000, 80, 10), 5},      // rule 1 (longer prefix): skipped
+		{ruleFrame(t, udp, "172.16.0.9", "172.16.0.1", 53, 53, 20), 8},      // rule 2: sampled, 2 of 8
+		{ruleFrame(t, udp, "10.1.0.1", "172.16.0.1", 53, 53, 20), 2},        // rule 1 beats the wildcard
 		{ruleFrame(t, tcp, "2001:db8:1::1", "2001:db8::9", 999, 443, 0), 4}, // rule 3: skipped
 		{ruleFrame(t, tcp, "2001:db8:1::1", "2001:db8::9", 999, 80, 0), 1},  // rule 3's port misses: no rule
 		{ruleFrame(t, tcp, "192.168.7.1", "172.16.0.1", 1111, 80, 0), 2},    // rule 4: /24 aggregate
