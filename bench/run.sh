@@ -15,6 +15,8 @@
 #     capture   the thesis's tables 5.1-5.3 with triggered capture: iperf3,
 #               nginx + h2load at 0 % and 100 % errors, BPF ns/packet, and
 #               packets/s written to pcapng against tcpdump
+#     rules     measurement rules: BPF ns per packet with 0, 10 and 10 000
+#               rules, measured, skipped, unmatched
 #
 # Knobs (environment): BENCH_IPERF_ROUNDS (5), BENCH_IPERF_SECONDS (10),
 # BENCH_ROUNDS (3, bpfstats and tables), BENCH_RSS_SECONDS (30),
@@ -32,7 +34,7 @@ ROOT=$(dirname "$BENCH_DIR")
 cd "$ROOT"
 . scripts/env.sh
 
-ALL=(iperf bpfstats monitor tables rss store export capture)
+ALL=(iperf bpfstats monitor tables rss store export capture rules)
 
 usage() {
 	echo "usage: bench/run.sh [${ALL[*]}]..." >&2
