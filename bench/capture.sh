@@ -77,16 +77,6 @@ cpu_busy() {
 	echo "$a $b" | awk '{busy = $3 - $1; idle = $4 - $2; printf "%.0f", 100 * busy / (busy + idle)}'
 }
 
-# median: the median of the numbers on stdin ("nan" if none).
-median() {
-	sort -g | awk '{x[NR] = $1}
-	END {
-		if (NR == 0) { print "nan"; exit }
-		if (NR % 2) printf "%.10g\n", x[(NR + 1) / 2]
-		else printf "%.10g\n", (x[NR / 2] + x[NR / 2 + 1]) / 2
-	}'
-}
-
 # mval FILE NAME: a metric's value from a /metrics snapshot (0 if absent).
 mval() {
 	awk -v m="$2" '$1 == m {v = $2} END {printf "%.0f\n", v}' "$1"

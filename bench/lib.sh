@@ -282,3 +282,13 @@ section_end() {
 	python3 "$BENCH_DIR/sections.py" "$BENCH_DIR/RESULTS.md" "$SECTION_NAME" "$SECTION"
 	echo "bench: $SECTION_NAME: results written to bench/RESULTS.md" >&2
 }
+
+# median: the median of the numbers on stdin ("nan" if none).
+median() {
+	sort -g | awk '{x[NR] = $1}
+	END {
+		if (NR == 0) { print "nan"; exit }
+		if (NR % 2) printf "%.10g\n", x[(NR + 1) / 2]
+		else printf "%.10g\n", (x[NR / 2] + x[NR / 2 + 1]) / 2
+	}'
+}
