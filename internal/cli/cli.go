@@ -122,3 +122,25 @@ func SyntaxHint(f *flag.Flag) string {
 	}
 	return "parse error"
 }
+
+// SplitVerb splits the arguments of a `loupe CMD [VERB [OPERAND]] [FLAGS]`
+// command: the verb (def when the arguments start with a flag), its
+// operand when one comes before the flags (at most one), and the rest.
+func SplitVerb(args []string, def string) (verb string, operand, rest []string) {
+	isWord := func(s string) bool { return s != "" && s[0] != '-' }
+	verb = def
+	if len(args) > 0 && isWord(args[0]) {
+		verb, args = args[0], args[1:]
+	}
+	if len(args) > 0 && isWord(args[0]) {
+		operand, args = args[:1], args[1:]
+	}
+	return verb, operand, args
+}
+
+// Usage prints a usage error of `loupe name` and where to find its usage,
+// and returns ErrUsage.
+func Usage(stderr io.Writer, name, msg string) error {
+	fmt.Fprintf(stderr, "loupe %s: %s\nsee 'loupe %s --help'\n", name, msg, name)
+	return ErrUsage
+}

@@ -32,15 +32,7 @@ func Commands() []cli.Command {
 const triggersSynopsis = "list|add TRIGGER|delete NAME [--json] [--control PATH]"
 
 func triggersCmd(args []string, stdout, stderr io.Writer) error {
-	verb := "list"
-	var rest []string
-	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
-		verb, args = args[0], args[1:]
-	}
-	// The verb's operand comes before or after the flags.
-	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
-		rest, args = args[:1], args[1:]
-	}
+	verb, rest, args := cli.SplitVerb(args, "list")
 	fs := cli.NewFlagSet("triggers", triggersSynopsis, stdout, stderr)
 	asJSON := fs.Bool("json", false, "print the agent's answer as JSON")
 	socket := api.ControlFlag(fs)
@@ -110,10 +102,7 @@ func triggersCmd(args []string, stdout, stderr io.Writer) error {
 	return tw.Flush()
 }
 
-func usageErr(stderr io.Writer, msg string) error {
-	fmt.Fprintf(stderr, "loupe triggers: %s\nsee 'loupe triggers --help'\n", msg)
-	return cli.ErrUsage
-}
+func usageErr(stderr io.Writer, msg string) error { return cli.Usage(stderr, "triggers", msg) }
 
 const captureSynopsis = "--follow | --filter EXPR [--iface GLOB] [--count N] [--snaplen N]  [-w FILE|-] [--duration D] [--control PATH]"
 

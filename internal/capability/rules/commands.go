@@ -26,30 +26,14 @@ func Commands() []cli.Command {
 
 const rulesSynopsis = "list | add RULE | delete ID | replace --file FILE  [--json] [--control PATH]"
 
-func usageErr(stderr io.Writer, msg string) error {
-	fmt.Fprintf(stderr, "loupe rules: %s\nsee 'loupe rules --help'\n", msg)
-	return cli.ErrUsage
-}
-
 func rulesCmd(args []string, stdout, stderr io.Writer) error {
-	verb := "list"
-	var rest []string
-	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
-		verb, args = args[0], args[1:]
-	}
-	// The verb's operand comes before or after the flags.
-	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
-		rest, args = args[:1], args[1:]
-	}
+	verb, rest, args := cli.SplitVerb(args, "list")
 	fs := cli.NewFlagSet("rules", rulesSynopsis, stdout, stderr)
 	asJSON := fs.Bool("json", false, "print the agent's answer as JSON")
 	file := fs.String("file", "", "replace: the rules `file` (one rule a line, README \"Rules\"); - for standard input")
 	socket := api.ControlFlag(fs)
 	if err := cli.Parse(fs, args, stdout); err != nil {
 		return err
-	}
-	if len(rest) == 0 && fs.NArg() > 0 {
-		rest = fs.Args()[:1]
 	}
 	c, err := api.NewClient(*socket)
 	if err != nil {
@@ -79,22 +63,22 @@ func rulesCmd(args []string, stdout, stderr io.Writer) error {
 	switch verb {
 	case "list":
 		if len(rest) > 0 {
-			return usageErr(stderr, "list takes no argument")
+			return cli.Usage(stderr, "rules", "list takes no argument")
 		}
 		err = c.Get(ctx, RulesPath, &list)
 	case "add":
 		if len(rest) == 0 {
-			return usageErr(stderr, "add needs a RULE, e.g. 'dst=10.0.0.0/8 proto=tcp dport=873 skip'")
+			return cli.Usage(stderr, "rules", "add needs a RULE, e.g. 'dst=10.0.0.0/8 proto=tcp dport=873 skip'")
 		}
 		err = call(http.MethodPost, RulesPath, AddRequest{Rule: rest[0]})
 	case "delete":
 		if len(rest) == 0 {
-			return usageErr(stderr, "delete needs the ID of a rule (loupe rules list)")
+			return cli.Usage(stderr, "rules", "delete needs the ID of a rule (loupe rules list)")
 		}
 		err = call(http.MethodDelete, RulesPath+"/"+url.PathEscape(rest[0]), nil)
 	case "replace":
 		if *file == "" {
-			return usageErr(stderr, "replace needs --file FILE")
+			return cli.Usage(stderr, "rules", "replace needs --file FILE")
 		}
 		var data []byte
 		if *file == "-" {
@@ -107,7 +91,7 @@ func rulesCmd(args []string, stdout, stderr io.Writer) error {
 		}
 		err = call(http.MethodPut, RulesPath, ReplaceRequest{Text: string(data)})
 	default:
-		return usageErr(stderr, fmt.Sprintf("unknown verb %q: want list, add, delete or replace", verb))
+		return cli.Usage(stderr, "rules", fmt.Sprintf("unknown verb %q: want list, add, delete or replace", verb))
 	}
 	if err != nil {
 		return err
