@@ -10,6 +10,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"sync"
@@ -238,7 +239,7 @@ func (u *Unit) refreshIfaces() {
 		u.log.Warn("following the interfaces of the rules", "err", err)
 		return
 	}
-	if mapsEqual(groups, u.groups) {
+	if maps.Equal(groups, u.groups) {
 		return
 	}
 	if err := u.dp.SetRuleIfaces(groups); err != nil {
@@ -246,18 +247,6 @@ func (u *Unit) refreshIfaces() {
 		return
 	}
 	u.groups = groups
-}
-
-func mapsEqual(a, b map[uint32]uint64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }
 
 func (u *Unit) Close() error { return nil }
