@@ -1,6 +1,10 @@
 package e2e
 
 import (
+	"context"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -69,6 +73,45 @@ func TestRulesKeepTotalsExact(t *testing.T) {
 	}
 	traffic()
 
+	// Garbage from a control-API client: refused with the reason, and
+	// the rules in force untouched.
+	before := rules("list", "--json")
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", a.control)
+		}}}
+	for _, tc := range []struct {
+		method, path, body string
+		code               int
+		says               string
+	}{
+		{http.MethodPost, "/api/v1/rules", "{not json", 400, "body"},
+		{http.MethodPost, "/api/v1/rules", `{"rule": "src=10.0.0.1/8 skip"}`, 400, "host bits"},
+		{http.MethodPost, "/api/v1/rules", `{"rule": "proto=udp skip", "extra": 1}`, 400, "extra"},
+		{http.MethodPost, "/api/v1/rules", `{"rule": "id=skip-5002 proto=tcp skip"}`, 422, "skip-5002"},
+		{http.MethodPut, "/api/v1/rules", `{"text": "proto=udp skip\nproto=udp dprot=1 skip\n"}`, 400, "line 2"},
+		{http.MethodDelete, "/api/v1/rules/no-such-rule", "", 404, "no-such-rule"},
+		{http.MethodPost, "/api/v1/rules", strings.Repeat("x", 2<<20), 400, "body"},
+	} {
+		req, _ := http.NewRequest(tc.method, "http://loupe"+tc.path, strings.NewReader(tc.body))
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", tc.method, tc.path, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.code || !strings.Contains(string(body), tc.says) {
+			t.Errorf("%s %s %.40q: %d %s, want %d saying %q", tc.method, tc.path, tc.body, resp.StatusCode, body, tc.code, tc.says)
+		}
+	}
+	if out, err := exec.Command(loupeBin, "rules", "add", "proto=udp dport=99999 skip", "--control", a.control).CombinedOutput(); err == nil ||
+		!strings.Contains(string(out), "99999") {
+		t.Errorf("loupe rules add with a bad port: %v: %s", err, out)
+	}
+	if after := rules("list", "--json"); after != before {
+		t.Errorf("garbage changed the rules in force:\nbefore %s\nafter %s", before, after)
+	}
+
 	// Meanwhile, a stream to 5005 runs through every change (bounded:
 	// 4000 datagrams, one every 250 us), so that packets cross the hook
 	// while sets are swapped.
@@ -98,7 +141,7 @@ func TestRulesKeepTotalsExact(t *testing.T) {
 
 	// A file that does not parse leaves the rules in force, and the log
 	// names its bad line.
-	before := rules("list", "--json")
+	before = rules("list", "--json")
 	write("id=udp proto=udp sample 1:4\nproto=udp dprot=53 skip\n")
 	a.waitLog(5*time.Second, "rules file not reloaded", "line 2", "dprot")
 	if after := rules("list", "--json"); strings.Count(after, `"id"`) != strings.Count(before, `"id"`) {
