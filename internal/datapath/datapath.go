@@ -374,6 +374,7 @@ func keyFromBPF(k *flow.Key, b *loupeFlowKey) {
 		VlanID:    b.VlanId,
 		Proto:     b.Proto,
 		Direction: flow.Direction(b.Direction),
+		AggPrefix: b.AggPrefix,
 	}
 }
 

@@ -147,7 +147,7 @@ func TestRules(t *testing.T) {
 		t.Errorf("the IPv6 packet no rule decides: %+v, want 1 packet", f.stats)
 	}
 	agg, ok := byKey["192.168.7.0>172.16.0.0"]
-	if !ok || agg.stats.Packets != 5 || agg.key.SrcPort != 0 || agg.key.DstPort != 0 || agg.key.SrcMAC != ([6]byte{}) {
+	if !ok || agg.stats.Packets != 5 || agg.key.SrcPort != 0 || agg.key.DstPort != 0 || agg.key.SrcMAC != ([6]byte{}) || agg.key.AggPrefix != 24 {
 		t.Errorf("aggregate: %+v %+v (found %v), want 5 packets without ports at /24", agg.key, agg.stats, ok)
 	}
 	if agg, ok := byKey["172.16.0.0>192.168.8.0"]; !ok || agg.stats.Packets != 1 {

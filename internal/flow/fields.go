@@ -126,6 +126,10 @@ func CounterFields() []Field {
 func isIP(k *Key) bool     { return k.IsIP() }
 func hasPorts(k *Key) bool { return k.PortKind() != NoPorts }
 func isTCP(k *Key) bool    { return k.IsTCP() }
+func isAggregate(k *Key) bool {
+	return k.AggPrefix != 0
+}
+func hasMACs(k *Key) bool { return k.AggPrefix == 0 }
 
 // fields is the table. It is read-only: Fields hands out copies.
 var fields = [...]Field{
@@ -160,14 +164,14 @@ var fields = [...]Field{
 			IPFIX: []IE{{ID: 256, Name: "ethernetType"}}},
 	},
 	{
-		Name: "src_mac", Type: TypeMAC, Key: true,
+		Name: "src_mac", Type: TypeMAC, Key: true, Applies: hasMACs,
 		Doc: "source MAC address",
 		MAC: func(r *Record) *[6]byte { return &r.SrcMAC },
 		Wire: Wire{Proto: 5, Store: 16, OTLP: []string{"loupe.source.mac"},
 			IPFIX: []IE{{ID: 56, Name: "sourceMacAddress"}}},
 	},
 	{
-		Name: "dst_mac", Type: TypeMAC, Key: true,
+		Name: "dst_mac", Type: TypeMAC, Key: true, Applies: hasMACs,
 		Doc: "destination MAC address",
 		MAC: func(r *Record) *[6]byte { return &r.DstMAC },
 		Wire: Wire{Proto: 6, Store: 17, OTLP: []string{"loupe.destination.mac"},
@@ -272,6 +276,16 @@ var fields = [...]Field{
 		SetUint: func(r *Record, v uint64) { r.DSCP = uint8(v) },
 		Wire: Wire{Proto: 17, Store: 13, OTLP: []string{"loupe.dscp"},
 			IPFIX: []IE{{ID: 195, Name: "ipDiffServCodePoint"}}},
+	},
+	{
+		Name: "aggregate_prefix", Type: TypeUint, Bits: 8, Key: true, Applies: isAggregate,
+		Doc: "0 for a flow; for an aggregate (a rule's `aggregate /P`), P: the record counts every flow between " +
+			"the /P prefixes `src_addr` and `dst_addr` (IPv4: /min(P, 32)) by protocol, direction, interface and VLAN, " +
+			"without ports or MACs",
+		Uint:    func(r *Record) uint64 { return uint64(r.AggPrefix) },
+		SetUint: func(r *Record, v uint64) { r.AggPrefix = uint8(v) },
+		Wire: Wire{Proto: 53, Store: 22, OTLP: []string{"loupe.aggregate.prefix_length"},
+			IPFIX: []IE{{ID: 8, Name: "loupeAggregatePrefix", Enterprise: true}}},
 	},
 	{
 		Name: "sampling", Type: TypeUint, Bits: 32,

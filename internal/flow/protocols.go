@@ -130,7 +130,7 @@ func (k *Key) IsIP() bool { return k.EtherType == EtherTypeIPv4 || k.EtherType =
 // PortKind returns what k's port fields hold, as the datapath fills them.
 func (k *Key) PortKind() PortKind {
 	switch {
-	case !k.IsIP():
+	case !k.IsIP(), k.AggPrefix != 0: // an aggregate has none
 		return NoPorts
 	case HasPorts(k.Proto):
 		return TransportPorts

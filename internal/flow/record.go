@@ -65,6 +65,11 @@ type Key struct {
 	VlanID    uint16
 	Proto     uint8
 	Direction Direction
+	// AggPrefix is 0 for a flow. For an aggregate (a rule's `aggregate
+	// /P`: every flow between two /P prefixes, by protocol, direction,
+	// interface and VLAN) it is P, 1 to 128 (IPv4: the addresses are cut
+	// to at most 32 bits of it), and the key has no ports or MACs.
+	AggPrefix uint8
 }
 
 // SrcIP returns the source address, unmapped to IPv4 where it is IPv4-mapped.

@@ -8,11 +8,11 @@ package flow
 //
 // Free identifiers, for the next field:
 //
-//	IPFIX, Loupe enterprise: 8 and up (2-5: see EnterpriseElements)
+//	IPFIX, Loupe enterprise: 9 and up (2-5: see EnterpriseElements)
 //	protobuf (loupe.flow.v1.FlowRecord): 19-49 are kept for drop and
 //	  loss counters (19-29), latency (30-39), DNS and application data
-//	  (40-49); other fields take 53 and up
-//	store column kinds: 22 to 99 (100-103 are the segment dictionaries)
+//	  (40-49); other fields take 54 and up
+//	store column kinds: 23 to 99 (100-103 are the segment dictionaries)
 
 // Wire is a field's identifiers in each wire format.
 type Wire struct {
@@ -111,6 +111,8 @@ var enterpriseElements = [...]EnterpriseElement{
 		Doc: "wire packets (segments) of the flow in this record: a GSO/GRO super-packet counts as its segments"},
 	{ID: 7, Name: "loupeWireOctetDeltaCount", Type: "unsigned64", Length: 8, Status: Sent,
 		Doc: "bytes of those segments on the wire: octetDeltaCount plus the headers of the other segments of each super-packet"},
+	{ID: 8, Name: "loupeAggregatePrefix", Type: "unsigned8", Length: 1, Status: Sent,
+		Doc: "an aggregate's prefix length P: the record counts every flow between the /P prefixes of its addresses, without ports or MACs; 0 for a flow"},
 }
 
 // EnterpriseElements lists every ID of Loupe's IPFIX enterprise space:

@@ -39,7 +39,7 @@
 //	sample 1:N     1 in N packets measured, N from 2 to 65535 (the kernel
 //	               keeps N in 16 bits); the flow records say N
 //	aggregate /P   a flow per (source prefix, destination prefix, protocol),
-//	               prefixes of length P, 0 to 128; IPv4 packets are
+//	               prefixes of length P, 1 to 128; IPv4 packets are
 //	               aggregated at min(P, 32), and a rule whose CIDR is IPv4
 //	               takes P up to 32 only
 //

@@ -261,14 +261,14 @@ func parseAction(r *Rule, toks []string) (int, error) {
 		return 2, nil
 	case "aggregate":
 		r.Action = ActionAggregate
-		a, err := arg("/P (P from 0 to 128)")
+		a, err := arg("/P (P from 1 to 128)")
 		if err != nil {
 			return 1, err
 		}
 		n, ok := strings.CutPrefix(a, "/")
 		v, err := strconv.ParseUint(n, 10, 8)
-		if !ok || err != nil || v > 128 {
-			return 2, fmt.Errorf("aggregate %s: want /P, P from 0 to 128", a)
+		if !ok || err != nil || v < 1 || v > 128 {
+			return 2, fmt.Errorf("aggregate %s: want /P, P from 1 to 128", a)
 		}
 		r.AggPrefix = uint8(v)
 		return 2, nil

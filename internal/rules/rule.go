@@ -321,11 +321,12 @@ func (r Rule) normalize() (Rule, error) {
 		if r.SampleN != 0 {
 			return r, errors.New("a sampling rate with action aggregate")
 		}
-		if r.AggPrefix > 128 {
-			return r, fmt.Errorf("aggregate /%d: P must be 0 to 128", r.AggPrefix)
+		// 0 is a flow's in the kernel's key: an aggregate has P >= 1.
+		if r.AggPrefix < 1 || r.AggPrefix > 128 {
+			return r, fmt.Errorf("aggregate /%d: P must be 1 to 128", r.AggPrefix)
 		}
 		if r.Side != SideNone && r.Prefix.Addr().Is4() && r.AggPrefix > 32 {
-			return r, fmt.Errorf("aggregate /%d: the rule's CIDR %s is IPv4, so P must be 0 to 32", r.AggPrefix, r.Prefix)
+			return r, fmt.Errorf("aggregate /%d: the rule's CIDR %s is IPv4, so P must be 1 to 32", r.AggPrefix, r.Prefix)
 		}
 	default:
 		return r, fmt.Errorf("unknown action %d", r.Action)

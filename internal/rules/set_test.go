@@ -65,7 +65,7 @@ func TestNewSetChecks(t *testing.T) {
 		{[]Rule{{FlagsMask: FlagSYN, FlagsValue: FlagACK}}, `flag values outside the flags mask`},
 		{[]Rule{{Action: ActionSample, SampleN: 1}}, `sample 1:1: N must be 2 to 65535 (1:1 is measure)`},
 		{[]Rule{{Action: ActionSkip, SampleN: 10}}, `a sampling rate or aggregation prefix with action skip`},
-		{[]Rule{{Action: ActionAggregate, AggPrefix: 129}}, `aggregate /129: P must be 0 to 128`},
+		{[]Rule{{Action: ActionAggregate, AggPrefix: 129}}, `aggregate /129: P must be 1 to 128`},
 		{[]Rule{{Action: 4}}, `unknown action 4`},
 		{[]Rule{{Dir: 3}}, `unknown direction 3`},
 		{[]Rule{{Iface: "a b"}}, `iface glob "a b" holds a space or '#'`},
@@ -174,12 +174,12 @@ func TestLimits(t *testing.T) {
 }
 
 func TestJSON(t *testing.T) {
-	r := mustRule(t, "id=w net=2001:db8::/32 proto=tcp dport=443-444 dir=egress iface=eth* flags=syn,!ack aggregate /0")
+	r := mustRule(t, "id=w net=2001:db8::/32 proto=tcp dport=443-444 dir=egress iface=eth* flags=syn,!ack aggregate /48")
 	b, err := json.Marshal(r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"id":"w","net":"2001:db8::/32","proto":"tcp","dport":"443-444","dir":"egress","iface":"eth*","flags":"syn,!ack","action":"aggregate","aggregate":0,"text":"id=w net=2001:db8::/32 proto=tcp dport=443-444 dir=egress iface=eth* flags=syn,!ack aggregate /0"}`
+	want := `{"id":"w","net":"2001:db8::/32","proto":"tcp","dport":"443-444","dir":"egress","iface":"eth*","flags":"syn,!ack","action":"aggregate","aggregate":48,"text":"id=w net=2001:db8::/32 proto=tcp dport=443-444 dir=egress iface=eth* flags=syn,!ack aggregate /48"}`
 	if string(b) != want {
 		t.Errorf("Marshal:\n got %s\nwant %s", b, want)
 	}

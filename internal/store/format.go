@@ -41,12 +41,13 @@ package store
 //	9 dst_port u16    10 tcp_flags u16  11 direction u8 12 proto u8
 //	13 dscp u8        14 src_addr u32   15 dst_addr u32 16 src_mac u32
 //	17 dst_mac u32    18 iface u32      19 segments u64 20 wire_bytes u64
-//	21 vlan_id u16
+//	21 vlan_id u16    22 aggregate_prefix u8
 //
-// Kinds 19..21 came later: a segment written without them reads as if
-// segments were packets, wire_bytes bytes and vlan_id 0, which is what the
-// datapath counted before it measured them (every buffer one segment of
-// its own length, tags not recorded); compaction writes those values out.
+// Kinds 19..22 came later: a segment written without them reads as if
+// segments were packets, wire_bytes bytes, vlan_id and aggregate_prefix
+// 0, which is what the datapath counted before it measured them (every
+// buffer one segment of its own length, tags not recorded, no aggregates);
+// compaction writes those values out.
 //
 // Times are unix nanoseconds; math.MinInt64 stands for the zero time.Time,
 // which has no unix-nanosecond form. Kinds 14..18 are indices into the
@@ -114,6 +115,7 @@ const (
 	cSegments
 	cWireBytes
 	cVlanID
+	cAggPrefix
 	numCols
 )
 
@@ -131,7 +133,7 @@ var colWidths = [numCols]int{
 	cFirst: 8, cLast: 8, cPackets: 8, cBytes: 8, cIfIndex: 4, cSampling: 4,
 	cEthType: 2, cSrcPort: 2, cDstPort: 2, cTCPFlags: 2, cDirection: 1, cProto: 1, cDSCP: 1,
 	cSrcAddr: 4, cDstAddr: 4, cSrcMAC: 4, cDstMAC: 4, cIface: 4,
-	cSegments: 8, cWireBytes: 8, cVlanID: 2,
+	cSegments: 8, cWireBytes: 8, cVlanID: 2, cAggPrefix: 1,
 }
 
 func colWidth(c int) int { return colWidths[c] }
@@ -143,7 +145,7 @@ func isDictCol(c int) bool { return c >= cSrcAddr && c <= cIface }
 // and what a segment without them reads: the column it copies, or zeros
 // (-1).
 var laterCols = [...]struct{ col, from int }{
-	{cSegments, cPackets}, {cWireBytes, cBytes}, {cVlanID, -1},
+	{cSegments, cPackets}, {cWireBytes, cBytes}, {cVlanID, -1}, {cAggPrefix, -1},
 }
 
 // Address families as stored in the family block.
@@ -286,6 +288,7 @@ func (b *batch) add(r *flow.Record) {
 	c[cSegments] = le.AppendUint64(c[cSegments], r.Segments)
 	c[cWireBytes] = le.AppendUint64(c[cWireBytes], r.WireBytes)
 	c[cVlanID] = le.AppendUint16(c[cVlanID], r.VlanID)
+	c[cAggPrefix] = append(c[cAggPrefix], r.AggPrefix)
 	b.n++
 }
 

@@ -333,6 +333,7 @@ func (d *recordDecoder) decode(i int, r *flow.Record) error {
 			VlanID:    le.Uint16(c[cVlanID][2*i:]),
 			Proto:     c[cProto][i],
 			Direction: flow.Direction(c[cDirection][i]),
+			AggPrefix: c[cAggPrefix][i],
 		},
 		Iface:     d.names[iface],
 		Packets:   le.Uint64(c[cPackets][8*i:]),

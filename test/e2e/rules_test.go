@@ -137,6 +137,7 @@ func TestRulesKeepTotalsExact(t *testing.T) {
 	rules("delete", "skip-5002")
 	rules("add", "id=skip-5001 proto=tcp port=5001 skip")
 	rules("add", "id=sample-5004 proto=udp dport=5004 sample 1:3")
+	rules("add", "id=agg dst="+p.b4.String()+"/32 proto=tcp dport=5001 aggregate /24")
 	traffic()
 
 	// A file that does not parse leaves the rules in force, and the log
@@ -202,6 +203,23 @@ func TestRulesKeepTotalsExact(t *testing.T) {
 		if sampled[rate] == 0 {
 			t.Errorf("no flow record says sampling %d", rate)
 		}
+	}
+	// Phase 2's TCP to the server went into one aggregate of the two
+	// /24s (agg's /32 beats skip-5001, which has no prefix); the replies
+	// were skipped.
+	var aggPk uint64
+	for _, r := range recs {
+		if r.Iface != p.vethA || r.AggPrefix == 0 {
+			continue
+		}
+		if r.AggPrefix != 24 || r.Direction != flow.Egress || r.SrcPort != 0 || r.DstPort != 0 ||
+			r.SrcIP().String() != "10.77.0.0" || r.DstIP().String() != "10.77.0.0" || r.SrcMAC != ([6]byte{}) {
+			t.Errorf("aggregate record %+v: want egress 10.77.0.0/24 to 10.77.0.0/24, no ports or MACs", r.Key)
+		}
+		aggPk += r.Packets
+	}
+	if aggPk == 0 {
+		t.Error("no aggregate record: the aggregate rule did not count")
 	}
 	// Phase 1 skipped UDP to 5002 and phase 3 sampled it: only phase 2
 	// measured it whole, 40 datagrams.

@@ -12,7 +12,7 @@ import (
 // Rules are off unless a file is given or enabled is set: off, the entry
 // programs run the flows-only build, which judges no packet.
 type Config struct {
-	File      string        `yaml:"file" env:"LOUPE_RULES_FILE" flag:"rules" arg:"file" help:"measurement rules file, one rule a line (README, \"Rules\"): which traffic is measured, skipped or sampled; reloaded when it changes; turns rules on"`
+	File      string        `yaml:"file" env:"LOUPE_RULES_FILE" flag:"rules" arg:"file" help:"measurement rules file, one rule a line (README, \"Rules\"): which traffic is measured, skipped, sampled or aggregated; reloaded when it changes; turns rules on"`
 	Enabled   bool          `yaml:"enabled" env:"LOUPE_RULES_ENABLED" flag:"rules-enabled" help:"turn rules on without a file, for rules given through 'loupe rules' alone"`
 	Reload    time.Duration `yaml:"reload_interval" env:"LOUPE_RULES_RELOAD_INTERVAL" flag:"rules-reload-interval" help:"how often the rules file is checked for changes"`
 	MaxSeries int           `yaml:"max_series" env:"LOUPE_RULES_MAX_SERIES" flag:"rules-max-series" help:"rules with their own loupe_rule_* series, 1..100000; the others count under rule=\"other\""`

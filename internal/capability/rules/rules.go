@@ -97,23 +97,9 @@ func parse(path string, data []byte) (ruleset.Set, error) {
 	return s, nil
 }
 
-// supported refuses what the agent cannot carry yet: the datapath counts an
-// aggregate, but flow records do not say their prefix yet.
-func supported(s ruleset.Set) error {
-	for i := range s.Len() {
-		if r := s.Rule(i); r.Action == ruleset.ActionAggregate {
-			return fmt.Errorf("rule %s: aggregate is not supported yet (its records would not say their prefix); use sample or skip", r.ID)
-		}
-	}
-	return nil
-}
-
 // install compiles s and puts it in force: atomically, for every packet.
 // What the replaced set's rules counted is added to their ids' totals.
 func (u *Unit) install(s ruleset.Set) error {
-	if err := supported(s); err != nil {
-		return err
-	}
 	c, err := ruleset.Compile(s)
 	if err != nil {
 		return err

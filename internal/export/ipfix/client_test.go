@@ -196,10 +196,10 @@ func TestTemplatesMatchEncoder(t *testing.T) {
 			t.Errorf("template %d: %d bytes encoded, %d declared", ti, got, templates()[ti].recordLen)
 		}
 	}
-	if n := len(appendTemplateSet(nil, templates(), testPEN)); n != 308 {
-		t.Errorf("template set is %d bytes, documented as 308", n)
+	if n := len(appendTemplateSet(nil, templates(), testPEN)); n != 332 {
+		t.Errorf("template set is %d bytes, documented as 332", n)
 	}
-	for i, want := range []int{99, 123, 81} {
+	for i, want := range []int{100, 124, 82} {
 		if n := templates()[i].recordLen; n != want {
 			t.Errorf("template %d: records of %d bytes, documented as %d", templates()[i].id, n, want)
 		}
@@ -220,21 +220,21 @@ func TestSplitsWithinMTU(t *testing.T) {
 			send(t, c, recs)
 
 			// Expected layout, computed from the sizes: 16-byte header,
-			// 308 bytes of templates in the first message only, a
+			// 332 bytes of templates in the first message only, a
 			// 4-byte set header at each change of template, records of
-			// 99 (IPv4) and 123 (IPv6) bytes.
+			// 100 (IPv4) and 124 (IPv6) bytes.
 			var sizes []int
-			size, cur := 16+308, -1
+			size, cur := 16+332, -1
 			for i := range recs {
 				ti := i % 2
-				need := []int{99, 123}[ti]
+				need := []int{100, 124}[ti]
 				if ti != cur {
 					need += 4
 				}
 				if size+need > mtu {
 					sizes = append(sizes, size)
 					size, cur = 16, -1
-					need = []int{99, 123}[ti] + 4
+					need = []int{100, 124}[ti] + 4
 				}
 				size += need
 				cur = ti

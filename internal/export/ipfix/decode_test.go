@@ -28,7 +28,7 @@ var fieldNames = map[[2]uint32]string{
 	{0, 80}: "destinationMacAddress", {0, 195}: "ipDiffServCodePoint", {0, 139}: "icmpTypeCodeIPv6",
 	{0, 152}: "flowStartMilliseconds", {0, 153}: "flowEndMilliseconds", {0, 256}: "ethernetType",
 	{0, 58}: "vlanId", {0, 59}: "postVlanId", {0, 243}: "dot1qVlanId",
-	{testPEN, 1}: "loupeSamplingRate", {testPEN, 6}: "loupeSegmentDeltaCount", {testPEN, 7}: "loupeWireOctetDeltaCount",
+	{testPEN, 1}: "loupeSamplingRate", {testPEN, 6}: "loupeSegmentDeltaCount", {testPEN, 7}: "loupeWireOctetDeltaCount", {testPEN, 8}: "loupeAggregatePrefix",
 }
 
 type fieldSpec struct {
@@ -205,6 +205,7 @@ func expectFields(r *flow.Record) (uint16, map[string]string) {
 		"ingressInterface": u(uint64(in)), "egressInterface": u(uint64(out)), "flowDirection": u(uint64(r.Direction)),
 		"loupeSamplingRate": u(uint64(samp)), "vlanId": u(uint64(vin)), "postVlanId": u(uint64(vout)),
 		"dot1qVlanId": u(uint64(r.VlanID)), "loupeSegmentDeltaCount": u(r.Segments), "loupeWireOctetDeltaCount": u(r.WireBytes),
+		"loupeAggregatePrefix": u(uint64(r.AggPrefix)),
 	}
 	var tpl uint16
 	switch r.EtherType {

@@ -88,8 +88,8 @@ type template struct {
 // encoder's write order (encode.go); a test checks that both agree. Every
 // template ends with the same tail (tailElements), which putTail writes.
 func templates() []template {
-	sampling, segments, wireBytes := enterprise(1), enterprise(6), enterprise(7)
-	tail := []Element{sampling, ieVlanID, iePostVlanID, ieDot1qVlanID, segments, wireBytes}
+	sampling, segments, wireBytes, aggregate := enterprise(1), enterprise(6), enterprise(7), enterprise(8)
+	tail := []Element{sampling, ieVlanID, iePostVlanID, ieDot1qVlanID, segments, wireBytes, aggregate}
 	v4 := append([]Element{
 		ieSrcIPv4, ieDstIPv4, ieSrcPort, ieDstPort, ieProtocol,
 		ieOctetDeltaCount, iePacketDeltaCount, ieFlowStartMillis, ieFlowEndMillis,

@@ -210,9 +210,9 @@ func appendRecord(b []byte, ti, n int, r *flow.Record) []byte {
 	return b
 }
 
-// putTail writes the elements every template ends with (26 bytes):
-// loupeSamplingRate, vlanId, postVlanId, dot1qVlanId, loupeSegmentDeltaCount
-// and loupeWireOctetDeltaCount. The VLAN goes into vlanId for ingress
+// putTail writes the elements every template ends with (27 bytes):
+// loupeSamplingRate, vlanId, postVlanId, dot1qVlanId, loupeSegmentDeltaCount,
+// loupeWireOctetDeltaCount and loupeAggregatePrefix (0 for a flow). The VLAN goes into vlanId for ingress
 // records and postVlanId for egress ones, as the ifindex goes into
 // ingressInterface or egressInterface: pmacct, for one, reads the VLAN of
 // an egress record from postVlanId. dot1qVlanId carries it in both
@@ -228,6 +228,7 @@ func putTail(p []byte, r *flow.Record) {
 	be.PutUint16(p[8:], r.VlanID)
 	be.PutUint64(p[10:], r.Segments)
 	be.PutUint64(p[18:], r.WireBytes)
+	p[26] = r.AggPrefix
 }
 
 // putInterfaces writes ingressInterface, egressInterface and flowDirection

@@ -123,10 +123,11 @@ func tsharkExpect(recs []flow.Record) map[string][]string {
 		add("post_vlanid", strconv.Itoa(int(vout)))
 		add("dot1q_vlan_id", strconv.Itoa(int(r.VlanID)))
 		// tshark does not know Loupe's elements: it shows their bytes, in
-		// template order (sampling, segments, wire bytes).
+		// template order (sampling, segments, wire bytes, aggregate prefix).
 		add("enterprise_private_entry", hexColons(binary.BigEndian.AppendUint32(nil, r.Sampling)))
 		add("enterprise_private_entry", hexColons(binary.BigEndian.AppendUint64(nil, r.Segments)))
 		add("enterprise_private_entry", hexColons(binary.BigEndian.AppendUint64(nil, r.WireBytes)))
+		add("enterprise_private_entry", hexColons([]byte{r.AggPrefix}))
 	}
 	return want
 }

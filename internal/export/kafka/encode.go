@@ -36,8 +36,9 @@ const (
 	fieldSegments  protowire.Number = 50
 	fieldWireBytes protowire.Number = 51
 	fieldVlanID    protowire.Number = 52
-	keyLenIPv4                      = 24 + 2*4      // untagged IPv4 flow
-	keyLenMax                       = 24 + 2*16 + 2 // tagged, 16-byte addresses
+	fieldAggPrefix protowire.Number = 53
+	keyLenIPv4                      = 24 + 2*4          // untagged IPv4 flow
+	keyLenMax                       = 24 + 2*16 + 2 + 1 // an aggregate, 16-byte addresses
 )
 
 // AppendProto appends r encoded as a loupe.flow.v1.FlowRecord.
@@ -71,6 +72,7 @@ func AppendProto(b []byte, r *flow.Record) []byte {
 	b = appendUvarint(b, fieldSegments, r.Segments)
 	b = appendUvarint(b, fieldWireBytes, r.WireBytes)
 	b = appendUvarint(b, fieldVlanID, uint64(r.VlanID))
+	b = appendUvarint(b, fieldAggPrefix, uint64(r.AggPrefix))
 	return b
 }
 
@@ -156,13 +158,15 @@ func unixNano(t time.Time) uint64 {
 // versions and hosts and the partitioner sends one flow to one partition:
 //
 //	ifindex u32 | direction u8 | eth_type u16 | proto u8 | src_port u16 |
-//	dst_port u16 | src_mac [6] | dst_mac [6] | src_addr | dst_addr [| vlan_id u16]
+//	dst_port u16 | src_mac [6] | dst_mac [6] | src_addr | dst_addr [| vlan_id u16 [| aggregate_prefix u8]]
 //
 // Addresses are 4 bytes each when the EtherType is IPv4 and both are
 // IPv4-mapped (a 32-byte key), 16 bytes each otherwise (56 bytes). The
 // VLAN ID follows only when it is not 0 (34 or 58 bytes): the keys of
 // untagged flows are those of the versions before it, so their records
-// stay in the partitions they were in.
+// stay in the partitions they were in. An aggregate's key ends with the
+// VLAN ID, 0 or not, and its prefix length (35 or 59 bytes): no key of a
+// flow has those lengths.
 func AppendKey(b []byte, k *flow.Key) []byte {
 	b = binary.BigEndian.AppendUint32(b, k.IfIndex)
 	b = append(b, byte(k.Direction))
@@ -179,8 +183,11 @@ func AppendKey(b []byte, k *flow.Key) []byte {
 		b = append(b, k.SrcAddr[:]...)
 		b = append(b, k.DstAddr[:]...)
 	}
-	if k.VlanID != 0 {
+	if k.VlanID != 0 || k.AggPrefix != 0 {
 		b = binary.BigEndian.AppendUint16(b, k.VlanID)
+	}
+	if k.AggPrefix != 0 {
+		b = append(b, k.AggPrefix)
 	}
 	return b
 }

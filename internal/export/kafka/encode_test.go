@@ -101,11 +101,22 @@ func TestKeyLayout(t *testing.T) {
 	}
 	// Flow 1: IPv6, tagged; 2: IPv4 untagged; 3: IPv6 untagged; 7: ARP;
 	// 6: IPv4 tagged.
-	for f, wantLen := range map[int]int{1: keyLenMax, 2: keyLenIPv4, 3: keyLenMax - 2, 6: keyLenIPv4 + 2, 7: keyLenMax - 2} {
+	for f, wantLen := range map[int]int{1: keyLenMax - 1, 2: keyLenIPv4, 3: keyLenMax - 3, 6: keyLenIPv4 + 2, 7: keyLenMax - 3} {
 		k := flowKey(f)
 		if n := len(AppendKey(nil, &k)); n != wantLen {
 			t.Errorf("flow %d (ethertype %#x): key of %d bytes, want %d", f, k.EtherType, n, wantLen)
 		}
+	}
+	// An aggregate ends with the VLAN ID, tagged or not, and its prefix.
+	agg := flowKey(2)
+	agg.AggPrefix = 24
+	if got := hex.EncodeToString(AppendKey(nil, &agg)); got != want4+"0000"+"18" {
+		t.Errorf("IPv4 aggregate key\n%s\nwant\n%s", got, want4+"000018")
+	}
+	agg = flowKey(1)
+	agg.AggPrefix = 64
+	if n := len(AppendKey(nil, &agg)); n != keyLenMax {
+		t.Errorf("IPv6 aggregate: key of %d bytes, want %d", n, keyLenMax)
 	}
 	// Distinct flows, distinct keys; and each field changes the key.
 	seen := map[string]int{}

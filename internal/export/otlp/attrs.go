@@ -39,6 +39,7 @@ const (
 	AttrDstMAC     = "loupe.destination.mac"
 	AttrEthType    = "loupe.eth_type"
 	AttrVlanID     = "loupe.vlan.id"
+	AttrAggPrefix  = "loupe.aggregate.prefix_length"
 
 	// EventName is every flow log record's event name.
 	EventName = "loupe.flow"
@@ -83,6 +84,7 @@ const (
 	aDstMAC
 	aEthType
 	aVlanID
+	aAggPrefix
 	nAttrs
 )
 
@@ -96,6 +98,7 @@ var attrKeys = [nAttrs]string{
 	aStart: AttrFlowStart, aTCPFlags: AttrTCPFlags,
 	aDSCP: AttrDSCP, aSampling: AttrSampling, aIfIndex: AttrIfIndex,
 	aSrcMAC: AttrSrcMAC, aDstMAC: AttrDstMAC, aEthType: AttrEthType, aVlanID: AttrVlanID,
+	aAggPrefix: AttrAggPrefix,
 }
 
 // Transport is the network.transport value of an IP protocol number: the

@@ -102,8 +102,9 @@ func TestMetricsCoverage(t *testing.T) {
 		"ifindex": summed + " (the name, not the index)", "src_mac": summed, "dst_mac": summed, "vlan_id": summed,
 		"src_addr": summed, "dst_addr": summed, "src_port": summed, "dst_port": summed,
 		"tcp_flags": "not a count: a union of flags does not add up", "dscp": summed,
-		"sampling":   "not a count: the sums are of the counters as counted",
-		"first_seen": "the sums are cumulative since the exporter started", "last_seen": "the sums are cumulative since the exporter started",
+		"sampling":         "not a count: the sums are of the counters as counted",
+		"aggregate_prefix": summed + ": an aggregate's packets add to its interface's sums as a flow's do",
+		"first_seen":       "the sums are cumulative since the exporter started", "last_seen": "the sums are cumulative since the exporter started",
 		"eth_type@arp": "only IP versus non-IP shows (network.transport is set for IP flows)",
 	}
 	flowtest.Coverage{Encode: metricParts, Excluded: excluded}.Check(t)

@@ -176,6 +176,9 @@ func (e *logEncoder) appendRecord(b []byte, r *flow.Record, observed uint64) []b
 	b = appendStr(b, e.keys[aDstMAC], appendMAC(mac[:0], r.DstMAC))
 	b = e.appendInt(b, aEthType, int64(r.EtherType))
 	b = e.appendInt(b, aVlanID, int64(r.VlanID))
+	if r.AggPrefix != 0 {
+		b = e.appendInt(b, aAggPrefix, int64(r.AggPrefix))
+	}
 	if observed != 0 {
 		b = protowire.AppendTag(b, fLogObserved, protowire.Fixed64Type)
 		b = protowire.AppendFixed64(b, observed)

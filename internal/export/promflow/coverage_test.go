@@ -41,7 +41,8 @@ func TestCoverage(t *testing.T) {
 			"src_port@ipv4-icmp": "ICMP type and code are not ports: src_port is none", "dst_port@ipv4-icmp": "ICMP type and code are not ports: dst_port is none",
 			"src_port@ipv6-icmpv6": "ICMPv6 type and code are not ports", "dst_port@ipv6-icmpv6": "ICMPv6 type and code are not ports",
 			"tcp_flags": "not a count: a union of flags does not add up", "sampling": "not a count: counters are summed as counted",
-			"first_seen": "counters are cumulative since the agent started", "last_seen": "counters are cumulative since the agent started",
+			"aggregate_prefix": summed + ": an aggregate's packets add to the totals as a flow's do",
+			"first_seen":       "counters are cumulative since the agent started", "last_seen": "counters are cumulative since the agent started",
 		},
 	}.Check(t)
 }

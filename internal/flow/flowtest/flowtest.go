@@ -58,7 +58,13 @@ func Bases() []Base {
 	for _, r := range []*flow.Record{&udp, &icmp, &icmp6} {
 		r.TCPFlags = 0
 	}
-	return []Base{{"ipv4-tcp", tcp}, {"ipv6-udp", udp}, {"ipv4-icmp", icmp}, {"ipv6-icmpv6", icmp6}, {"arp", arp}}
+	// An aggregate (a rule's aggregate /24): addresses cut to the prefix,
+	// no ports or MACs.
+	agg := rec(flow.Key{SrcAddr: addr("10.0.0.0"), DstAddr: addr("192.0.2.0"), IfIndex: 7, EtherType: flow.EtherTypeIPv4,
+		VlanID: 100, Proto: flow.ProtoTCP, Direction: flow.Egress, AggPrefix: 24}, "eth0", 6)
+	agg.SrcMAC, agg.DstMAC = [6]byte{}, [6]byte{}
+	agg.TCPFlags = flow.TCPAck
+	return []Base{{"ipv4-tcp", tcp}, {"ipv6-udp", udp}, {"ipv4-icmp", icmp}, {"ipv6-icmpv6", icmp6}, {"arp", arp}, {"ipv4-aggregate", agg}}
 }
 
 // Vary changes field f of r, and nothing else, to another value valid for

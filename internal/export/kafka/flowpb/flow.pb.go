@@ -7,7 +7,8 @@
 //
 // Field numbers 1-15 take one byte on the wire, so they hold the fields
 // nearly every record carries; tcp_flags and dscp (absent when zero) and
-// sampling follow at 16-18, segments, wire_bytes and vlan_id at 50-52.
+// sampling follow at 16-18, segments, wire_bytes and vlan_id at 50-52,
+// aggregate_prefix at 53.
 // Ranges kept free for fields to come (Loupe's registry of wire
 // identifiers, internal/flow/wire.go, holds them too):
 //   19-29  drop and loss counters (e.g. drops, drop_bytes, drop_cause)
@@ -143,9 +144,14 @@ type FlowRecord struct {
 	WireBytes uint64 `protobuf:"varint,51,opt,name=wire_bytes,json=wireBytes,proto3" json:"wire_bytes,omitempty"`
 	// VLAN ID (12 bits) of the frame's outer 802.1Q/802.1ad tag; 0 (absent):
 	// untagged.
-	VlanId        uint32 `protobuf:"varint,52,opt,name=vlan_id,json=vlanId,proto3" json:"vlan_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	VlanId uint32 `protobuf:"varint,52,opt,name=vlan_id,json=vlanId,proto3" json:"vlan_id,omitempty"`
+	// 0 (absent) for a flow. For an aggregate (a measurement rule's
+	// `aggregate /P`), P: the record counts every flow between the /P
+	// prefixes src_addr and dst_addr (IPv4: /min(P, 32)), by protocol,
+	// direction, interface and VLAN, without ports or MACs.
+	AggregatePrefix uint32 `protobuf:"varint,53,opt,name=aggregate_prefix,json=aggregatePrefix,proto3" json:"aggregate_prefix,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *FlowRecord) Reset() {
@@ -325,11 +331,18 @@ func (x *FlowRecord) GetVlanId() uint32 {
 	return 0
 }
 
+func (x *FlowRecord) GetAggregatePrefix() uint32 {
+	if x != nil {
+		return x.AggregatePrefix
+	}
+	return 0
+}
+
 var File_loupe_flow_v1_flow_proto protoreflect.FileDescriptor
 
 const file_loupe_flow_v1_flow_proto_rawDesc = "" +
 	"\n" +
-	"\x18loupe/flow/v1/flow.proto\x12\rloupe.flow.v1\"\xf4\x04\n" +
+	"\x18loupe/flow/v1/flow.proto\x12\rloupe.flow.v1\"\x9f\x05\n" +
 	"\n" +
 	"FlowRecord\x12\x14\n" +
 	"\x05iface\x18\x01 \x01(\tR\x05iface\x12\x18\n" +
@@ -354,7 +367,8 @@ const file_loupe_flow_v1_flow_proto_rawDesc = "" +
 	"\bsegments\x182 \x01(\x04R\bsegments\x12\x1d\n" +
 	"\n" +
 	"wire_bytes\x183 \x01(\x04R\twireBytes\x12\x17\n" +
-	"\avlan_id\x184 \x01(\rR\x06vlanId*S\n" +
+	"\avlan_id\x184 \x01(\rR\x06vlanId\x12)\n" +
+	"\x10aggregate_prefix\x185 \x01(\rR\x0faggregatePrefix*S\n" +
 	"\tDirection\x12\x19\n" +
 	"\x15DIRECTION_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11DIRECTION_INGRESS\x10\x01\x12\x14\n" +
