@@ -144,6 +144,14 @@ func endpoint(a netip.Addr, port uint16, mac *[6]byte, r *flow.Record) string {
 	if !a.IsValid() {
 		return string(flow.AppendMAC(nil, mac))
 	}
+	if r.AggPrefix != 0 {
+		// An aggregate's endpoints are prefixes (IPv4: at most /32).
+		bits := int(r.AggPrefix)
+		if a.Is4() {
+			bits = min(bits, 32)
+		}
+		return netip.PrefixFrom(a, bits).String()
+	}
 	if r.PortKind() == flow.TransportPorts {
 		return netip.AddrPortFrom(a, port).String()
 	}

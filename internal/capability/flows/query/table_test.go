@@ -49,3 +49,37 @@ func TestFlowsTableVLAN(t *testing.T) {
 		}
 	}
 }
+
+// TestFlowsTableAggregate: an aggregate's endpoints are its prefixes, not
+// addresses with port 0.
+func TestFlowsTableAggregate(t *testing.T) {
+	now := time.Now()
+	for _, c := range []struct {
+		src, dst string
+		prefix   uint8
+		want     string
+	}{
+		{"10.1.2.0", "192.0.2.0", 24, "10.1.2.0/24 "},
+		{"10.1.2.3", "192.0.2.9", 64, "10.1.2.3/32 "}, // IPv4 at most /32
+		{"2001:db8::", "2001:db8:1::", 48, "2001:db8::/48 "},
+	} {
+		a, b := netip.MustParseAddr(c.src), netip.MustParseAddr(c.dst)
+		et := uint16(flow.EtherTypeIPv4)
+		if a.Is6() {
+			et = flow.EtherTypeIPv6
+		}
+		r := flow.Record{
+			Key:   flow.Key{SrcAddr: a.As16(), DstAddr: b.As16(), Proto: 6, EtherType: et, AggPrefix: c.prefix},
+			Iface: "eth0", Packets: 5, Bytes: 500, FirstSeen: now.Add(-time.Minute), LastSeen: now, Sampling: 1,
+		}
+		var sb strings.Builder
+		ft := newFlowTable(&sb, format{}, false, false)
+		ft.add(&r)
+		if err := ft.flush(); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(sb.String(), c.want) || strings.Contains(sb.String(), ":0 ") {
+			t.Errorf("aggregate /%d of %s: want %q in\n%s", c.prefix, c.src, c.want, sb.String())
+		}
+	}
+}
