@@ -14,8 +14,8 @@ import (
 // on a TCP packet, for the flows-only build and for the build with rules:
 // no rule, 10 and 10 000 rules (a /24 destination each, the packet's
 // among them, skipped or measured), and the packet matching no rule of the
-// 10 000. What the rules add per packet, and that a skipped packet costs
-// less than a measured one.
+// 10 000, and one rule without a prefix (no trie lookup). What the rules
+// add per packet, and that a skipped packet costs less than a measured one.
 //
 //	go test -run '^$' -bench Rules ./internal/datapath
 func BenchmarkRules(b *testing.B) {
@@ -37,6 +37,19 @@ func BenchmarkRules(b *testing.B) {
 		}
 		return c
 	}
+	// One rule without a prefix: judged without a trie lookup, so that
+	// the rule's own work shows apart from the trie's.
+	wild := func() *rules.Compiled {
+		s, err := rules.ParseFile(strings.NewReader("proto=tcp measure\n"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		c, err := rules.Compile(s)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return c
+	}()
 	hit := ruleFrame(b, layers.IPProtocolTCP, "192.168.0.1", "10.0.5.9", 40000, 80, 100)
 	miss := ruleFrame(b, layers.IPProtocolTCP, "192.168.0.1", "172.16.5.9", 40000, 80, 100)
 	for _, tc := range []struct {
@@ -47,6 +60,7 @@ func BenchmarkRules(b *testing.B) {
 	}{
 		{"flows-only", []string{"flows"}, nil, hit},
 		{"rules-0", []string{"flows", "rules"}, set(0, "measure"), hit},
+		{"rules-1-noprefix-measure", []string{"flows", "rules"}, wild, hit},
 		{"rules-10-measure", []string{"flows", "rules"}, set(10, "measure"), hit},
 		{"rules-10000-measure", []string{"flows", "rules"}, set(10000, "measure"), hit},
 		{"rules-10000-skip", []string{"flows", "rules"}, set(10000, "skip"), hit},
