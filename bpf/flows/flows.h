@@ -80,6 +80,7 @@ struct table_state {
 enum flow_event_reason {
 	FLOW_EVENT_MAP_FULL = 1, /* the table holds flow_budget flows */
 	FLOW_EVENT_MAP_BUSY = 2, /* the insert failed for another reason (bucket lock) */
+	FLOW_EVENT_OFF_PATH = 3, /* off-path mode: every packet goes through the ring buffer */
 };
 
 /* Ring-buffer record: one packet's contribution to its flow. */
@@ -98,6 +99,12 @@ struct flow_event {
 /* Set from Go before load (volatile const: folded by the verifier). */
 /* 1 when the tables are one shared hash (atomic adds) instead of per-CPU. */
 volatile const __u8 cfg_shared_table = 0;
+/* 1 in off-path mode (map_type ringbuf): no table, every packet's header
+ * goes through the ring buffer and userspace counts it, the seed's off-path
+ * design and the netobserv paper's first version. Kept to compare designs
+ * on one machine (bench/), not as the default: it moves the per-packet work
+ * to userspace and loses packets when the reader falls behind (counted). */
+volatile const __u8 cfg_offpath = 0;
 
 /* The two flow tables. Their type (per-CPU or shared hash) and max_entries
  * (the flow budget) are set from Go before load. */
@@ -173,20 +180,12 @@ static __always_inline void stats_add(struct flow_stats *st, const struct pkt *p
 	st->dscp = p->dscp;
 }
 
-/* Hand the packet's contribution to userspace through the ring buffer. */
-static __always_inline void divert(const struct flow_key *key, const struct flow_stats *st,
-				   long err)
+/* ring_send hands one packet's contribution to userspace through the ring
+ * buffer; when the buffer is full it is lost, and counted as lost. */
+static __always_inline void ring_send(const struct flow_key *key, const struct flow_stats *st,
+				      __u32 reason, long err)
 {
 	struct flow_event *ev;
-	__u32 reason;
-
-	if (err == -E2BIG || err == -ENOMEM) {
-		reason = FLOW_EVENT_MAP_FULL;
-		counter_inc(COUNTER_MAP_FULL);
-	} else {
-		reason = FLOW_EVENT_MAP_BUSY;
-		counter_inc(COUNTER_MAP_BUSY);
-	}
 
 	ev = bpf_ringbuf_reserve(&flow_events, sizeof(*ev), 0);
 	if (!ev) {
@@ -200,6 +199,39 @@ static __always_inline void divert(const struct flow_key *key, const struct flow
 	ev->reason = reason;
 	ev->err = (__s32)err;
 	bpf_ringbuf_submit(ev, 0);
+}
+
+/* divert hands a packet the table refused to userspace, saying why. */
+static __always_inline void divert(const struct flow_key *key, const struct flow_stats *st,
+				   long err)
+{
+	__u32 reason;
+
+	if (err == -E2BIG || err == -ENOMEM) {
+		reason = FLOW_EVENT_MAP_FULL;
+		counter_inc(COUNTER_MAP_FULL);
+	} else {
+		reason = FLOW_EVENT_MAP_BUSY;
+		counter_inc(COUNTER_MAP_BUSY);
+	}
+	ring_send(key, st, reason, err);
+}
+
+/* fresh_stats are the counters of a flow's first packet p, seen at now. */
+static __always_inline struct flow_stats fresh_stats(const struct pkt *p, __u16 sampling, __u64 now)
+{
+	struct flow_stats st = {
+		.packets = 1,
+		.bytes = p->len.bytes,
+		.extra_segments = p->len.segments - 1,
+		.extra_wire_bytes = p->len.wire_bytes - p->len.bytes,
+		.first_seen = now,
+		.last_seen = now,
+		.tcp_flags = p->tcp_flags,
+		.sampling = sampling,
+		.dscp = p->dscp,
+	};
+	return st;
 }
 
 static __always_inline void account_in(void *table, const struct flow_key *key, const struct pkt *p,
@@ -219,17 +251,8 @@ static __always_inline void account_in(void *table, const struct flow_key *key, 
 	 * every first_seen in a table is later than the moment userspace
 	 * installed it (the evictor's stale filter relies on it). */
 	now = bpf_ktime_get_ns();
-	struct flow_stats fresh = {
-		.packets = 1,
-		.bytes = p->len.bytes,
-		.extra_segments = p->len.segments - 1,
-		.extra_wire_bytes = p->len.wire_bytes - p->len.bytes,
-		.first_seen = now,
-		.last_seen = now,
-		.tcp_flags = p->tcp_flags,
-		.sampling = sampling,
-		.dscp = p->dscp,
-	};
+	struct flow_stats fresh = fresh_stats(p, sampling, now);
+
 	/* NOEXIST: in the shared table BPF_ANY would overwrite the counters
 	 * of a CPU that inserted the same flow an instant ago. */
 	err = bpf_map_update_elem(table, key, &fresh, BPF_NOEXIST);
@@ -250,7 +273,15 @@ static __always_inline void account_in(void *table, const struct flow_key *key, 
 static __always_inline void account(const struct pkt *p, const struct flow_key *key, __u16 sampling)
 {
 	__u32 zero = 0;
-	struct table_state *ts = bpf_map_lookup_elem(&flow_state, &zero);
+	struct table_state *ts;
+
+	if (cfg_offpath) {
+		struct flow_stats one = fresh_stats(p, sampling, bpf_ktime_get_ns());
+
+		ring_send(key, &one, FLOW_EVENT_OFF_PATH, 0);
+		return;
+	}
+	ts = bpf_map_lookup_elem(&flow_state, &zero);
 
 	/* Two call sites, each with a map known to the verifier: lookups
 	 * become direct calls (or inlined), where a map taken from an

@@ -267,8 +267,10 @@ func tableKind(s string) (datapath.TableKind, error) {
 		return datapath.PerCPU, nil
 	case "shared":
 		return datapath.Shared, nil
+	case "ringbuf":
+		return datapath.RingBuf, nil
 	}
-	return 0, fmt.Errorf("map_type %q: want auto, percpu or shared", s)
+	return 0, fmt.Errorf("map_type %q: want auto, percpu, shared or ringbuf", s)
 }
 
 func serveHTTP(addr string, reg *prometheus.Registry, log *slog.Logger) (*http.Server, error) {

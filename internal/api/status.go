@@ -51,7 +51,7 @@ type InterfaceStatus struct {
 
 // DatapathStatus describes the loaded kernel side.
 type DatapathStatus struct {
-	Tables     string `json:"tables"` // percpu or shared
+	Tables     string `json:"tables"` // percpu, shared or ringbuf
 	FlowBudget int    `json:"flow_budget"`
 	CPUs       int    `json:"cpus"`
 	Pinned     bool   `json:"pinned"`

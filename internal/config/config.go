@@ -85,7 +85,7 @@ type Config struct {
 	CacheActiveTimeout time.Duration `yaml:"cache_active_timeout" env:"LOUPE_CACHE_ACTIVE_TIMEOUT" flag:"cache-active-timeout" help:"export long-lived flows at least this often, 10ms..1h"`
 	FlowBudget         int           `yaml:"flow_budget" env:"LOUPE_FLOW_BUDGET" flag:"flow-budget" help:"max distinct flows in the kernel map per eviction interval, 16..16777216"`
 	RingbufSize        uint64        `yaml:"ringbuf_size" env:"LOUPE_RINGBUF_SIZE" flag:"ringbuf-size" arg:"size" help:"ring buffer size in bytes or with a KiB/MiB/GiB suffix; a power of two, 4KiB..1GiB"`
-	MapType            string        `yaml:"map_type" env:"LOUPE_MAP_TYPE" flag:"map-type" help:"kernel flow map type: auto, percpu or shared"`
+	MapType            string        `yaml:"map_type" env:"LOUPE_MAP_TYPE" flag:"map-type" help:"kernel flow map type: auto, percpu, shared, or ringbuf (off-path: every packet to userspace, for comparison)"`
 	AttachMode         string        `yaml:"attach_mode" env:"LOUPE_ATTACH_MODE" flag:"attach-mode" help:"how to attach to interfaces: auto, tcx or tc"`
 	AttachPosition     string        `yaml:"attach_position" env:"LOUPE_ATTACH_POSITION" flag:"attach-position" help:"where to attach among other programs: head or tail"`
 	PinDir             string        `yaml:"pin_dir" env:"LOUPE_PIN_DIR" flag:"pin-dir" help:"directory on a bpf file system where programs' links and maps are pinned, so that counting goes on across restarts; none to disable"`
@@ -154,7 +154,7 @@ func (c Config) CheckKey(key string) error {
 	case "ringbuf_size":
 		return checkRingbufSize(c.RingbufSize)
 	case "map_type":
-		return check.OneOf(c.MapType, "auto", "percpu", "shared")
+		return check.OneOf(c.MapType, "auto", "percpu", "shared", "ringbuf")
 	case "attach_mode":
 		return check.OneOf(c.AttachMode, "auto", "tcx", "tc")
 	case "attach_position":

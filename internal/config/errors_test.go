@@ -117,7 +117,7 @@ func invalidCases() []struct{ key, text, want string } {
 		{"ringbuf_size", "2048", "must be between 4KiB and 1GiB, got 2KiB"},
 		{"ringbuf_size", "0", "must be between 4KiB and 1GiB, got 0"},
 		{"ringbuf_size", "2GiB", "must be between 4KiB and 1GiB, got 2GiB"},
-		{"map_type", "hash", `must be one of auto, percpu, shared, got "hash"`},
+		{"map_type", "hash", `must be one of auto, percpu, shared, ringbuf, got "hash"`},
 		{"attach_mode", "xdp", `must be one of auto, tcx, tc, got "xdp"`},
 		{"attach_position", "middle", `must be one of head, tail, got "middle"`},
 		{"pin_dir", "", `must not be empty (use "none" to disable pinning)`},

@@ -25,11 +25,19 @@ const (
 	// Shared keeps one copy, updated with atomic instructions (netobserv
 	// 1.8 moved its main map to this, citing memory).
 	Shared
+	// RingBuf keeps no table: every packet's header goes through the ring
+	// buffer and is counted in userspace (the off-path design of the
+	// selective-measurement seed, and the netobserv paper's first
+	// version). For comparing designs (bench/), not the default.
+	RingBuf
 )
 
 func (k TableKind) String() string {
-	if k == Shared {
+	switch k {
+	case Shared:
 		return "shared"
+	case RingBuf:
+		return "ringbuf"
 	}
 	return "percpu"
 }
@@ -149,14 +157,23 @@ func Load(opts Options) (*Datapath, error) {
 	for _, name := range []string{loupeMapFlowsA, loupeMapFlowsB} {
 		t := spec.Maps[name]
 		t.MaxEntries = uint32(opts.FlowBudget)
-		if opts.Tables == Shared {
+		switch opts.Tables {
+		case Shared:
 			t.Type = ebpf.Hash
+		case RingBuf:
+			// Never written: the smallest table the kernel accepts,
+			// drained like a shared one.
+			t.Type = ebpf.Hash
+			t.MaxEntries = 1
 		}
 	}
 	if opts.RingBufSize > 0 {
 		spec.Maps[loupeMapFlowEvents].MaxEntries = uint32(opts.RingBufSize)
 	}
 	if err := spec.Variables[loupeVarCfgSharedTable].Set(boolByte(opts.Tables == Shared)); err != nil {
+		return nil, fmt.Errorf("set table kind: %w", err)
+	}
+	if err := spec.Variables[loupeVarCfgOffpath].Set(boolByte(opts.Tables == RingBuf)); err != nil {
 		return nil, fmt.Errorf("set table kind: %w", err)
 	}
 	if err := switchCapabilities(spec, opts.Capabilities); err != nil {

@@ -153,6 +153,50 @@ func TestRingBufferFullIsCountedAsLost(t *testing.T) {
 	}
 }
 
+// TestOffPathCountsWhatItLoses runs the off-path datapath (map_type
+// ringbuf): every packet is one event, the table stays empty, and what a
+// full ring buffer refuses is counted as lost, to the packet and the byte.
+func TestOffPathCountsWhatItLoses(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	dp := loadForTest(t, Options{FlowBudget: 1024, Tables: RingBuf, RingBufSize: 4096})
+	ev, err := dp.OpenEvents(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Close()
+
+	// 3 flows of 70 packets: more than a page of ring buffer holds.
+	const flows, each = 3, 70
+	var sentBytes uint64
+	for i := range flows * each {
+		f := udpFrame(t, uint16(4000+i%flows), 10+i%flows)
+		sentBytes += uint64(len(f))
+		runProg(t, dp, flow.Egress, f)
+	}
+	if d := drainAll(t, dp); len(d) != 0 {
+		t.Fatalf("the off-path datapath wrote %d flows into its table", len(d))
+	}
+	events := readEvents(t, ev)
+	var pk, by uint64
+	for _, e := range events {
+		if e.Reason != flow.ReasonOffPath || e.Errno != 0 || e.Stats.Packets != 1 {
+			t.Fatalf("event %+v, want one packet, off_path, no error", e)
+		}
+		pk, by = pk+e.Stats.Packets, by+e.Stats.Bytes
+	}
+	c := counterMap(t, dp)
+	if len(events) == 0 || c["lost_packets"] == 0 {
+		t.Fatalf("%d events and %d lost: the ring buffer should hold some and refuse some", len(events), c["lost_packets"])
+	}
+	if pk+c["lost_packets"] != flows*each || by+c["lost_bytes"] != sentBytes {
+		t.Fatalf("accounted %d+%d lost packets, %d+%d lost bytes; sent %d packets %d bytes",
+			pk, c["lost_packets"], by, c["lost_bytes"], flows*each, sentBytes)
+	}
+	if c["map_full"] != 0 || c["map_busy"] != 0 || c["ringbuf_full"] != c["lost_packets"] {
+		t.Fatalf("counters %v", c)
+	}
+}
+
 func readEvents(t *testing.T, ev *Events) []flow.Event {
 	t.Helper()
 	if err := ev.Drain(); err != nil {

@@ -368,6 +368,7 @@ const (
 	loupeVarCfgCapCapture        = "cfg_cap_capture"
 	loupeVarCfgCapFlows          = "cfg_cap_flows"
 	loupeVarCfgCapRules          = "cfg_cap_rules"
+	loupeVarCfgOffpath           = "cfg_offpath"
 	loupeVarCfgSharedTable       = "cfg_shared_table"
 	loupeVarKeepPackets          = "keep_packets"
 	loupeVarKeepSlotsPerCpu      = "keep_slots_per_cpu"
@@ -475,6 +476,7 @@ type loupeVariableSpecs struct {
 	CfgCapCapture        *ebpf.VariableSpec `ebpf:"cfg_cap_capture"`
 	CfgCapFlows          *ebpf.VariableSpec `ebpf:"cfg_cap_flows"`
 	CfgCapRules          *ebpf.VariableSpec `ebpf:"cfg_cap_rules"`
+	CfgOffpath           *ebpf.VariableSpec `ebpf:"cfg_offpath"`
 	CfgSharedTable       *ebpf.VariableSpec `ebpf:"cfg_shared_table"`
 	KeepPackets          *ebpf.VariableSpec `ebpf:"keep_packets"`
 	KeepSlotsPerCpu      *ebpf.VariableSpec `ebpf:"keep_slots_per_cpu"`
@@ -588,6 +590,7 @@ type loupeVariables struct {
 	CfgCapCapture        *ebpf.Variable `ebpf:"cfg_cap_capture"`
 	CfgCapFlows          *ebpf.Variable `ebpf:"cfg_cap_flows"`
 	CfgCapRules          *ebpf.Variable `ebpf:"cfg_cap_rules"`
+	CfgOffpath           *ebpf.Variable `ebpf:"cfg_offpath"`
 	CfgSharedTable       *ebpf.Variable `ebpf:"cfg_shared_table"`
 	KeepPackets          *ebpf.Variable `ebpf:"keep_packets"`
 	KeepSlotsPerCpu      *ebpf.Variable `ebpf:"keep_slots_per_cpu"`

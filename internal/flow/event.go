@@ -11,6 +11,9 @@ const (
 	// ReasonMapBusy: the insert failed for another reason (a bucket lock
 	// taken by a program this CPU interrupted).
 	ReasonMapBusy EventReason = 2
+	// ReasonOffPath: off-path mode (map_type ringbuf), where every
+	// packet goes through the ring buffer and is counted in userspace.
+	ReasonOffPath EventReason = 3
 )
 
 func (r EventReason) String() string {
@@ -19,12 +22,15 @@ func (r EventReason) String() string {
 		return "map_full"
 	case ReasonMapBusy:
 		return "map_busy"
+	case ReasonOffPath:
+		return "off_path"
 	}
 	return fmt.Sprintf("reason_%d", uint32(r))
 }
 
 // Event is one packet's contribution to a flow, delivered through the ring
-// buffer because the flow table refused it.
+// buffer because the flow table refused it, or because the datapath runs
+// off-path.
 type Event struct {
 	Key    Key
 	Stats  Stats

@@ -134,7 +134,7 @@ type Evictor struct {
 
 	evictTimer, evictFull, evictShutdown atomic.Uint64
 	flows, records, stale, outErrs       atomic.Uint64
-	eventsFull, eventsBusy, eventsOther  atomic.Uint64
+	eventsFull, eventsBusy, eventsOffPath, eventsOther atomic.Uint64
 	lastFlows, lastRecords               atomic.Uint64
 	lastDuration                         atomic.Int64
 	resumed, alreadyStored               atomic.Uint64
@@ -245,6 +245,8 @@ func (e *Evictor) countEvent(ev *Event) {
 		e.eventsFull.Add(1)
 	case ReasonMapBusy:
 		e.eventsBusy.Add(1)
+	case ReasonOffPath:
+		e.eventsOffPath.Add(1)
 	default:
 		e.eventsOther.Add(1)
 	}
@@ -531,6 +533,7 @@ func (e *Evictor) Stats() EvictorStats {
 		Events: map[string]uint64{
 			ReasonMapFull.String(): e.eventsFull.Load(),
 			ReasonMapBusy.String(): e.eventsBusy.Load(),
+			ReasonOffPath.String(): e.eventsOffPath.Load(),
 			"other":                e.eventsOther.Load(),
 		},
 		Stale:         e.stale.Load(),

@@ -27,6 +27,10 @@ var hookModes = []struct {
 	{"tcx/shared", []string{"--attach-mode", "tcx", "--map-type", "shared"}},
 	{"tc/percpu", []string{"--attach-mode", "tc", "--map-type", "percpu"}},
 	{"tc/shared", []string{"--attach-mode", "tc", "--map-type", "shared"}},
+	// Off-path: every packet through the ring buffer, counted in userspace;
+	// a ring buffer that holds the tests' bursts whole (a full one loses
+	// packets, counted: TestOffPathCountsWhatItLoses).
+	{"tcx/ringbuf", []string{"--attach-mode", "tcx", "--map-type", "ringbuf", "--ringbuf-size", "32MiB"}},
 }
 
 // wireRecord is the part of an exported JSON record these tests read,
