@@ -132,12 +132,12 @@ type Evictor struct {
 	// lastFullWarn rate-limits the log line about a full table.
 	lastFullWarn time.Time
 
-	evictTimer, evictFull, evictShutdown atomic.Uint64
-	flows, records, stale, outErrs       atomic.Uint64
+	evictTimer, evictFull, evictShutdown               atomic.Uint64
+	flows, records, stale, outErrs                     atomic.Uint64
 	eventsFull, eventsBusy, eventsOffPath, eventsOther atomic.Uint64
-	lastFlows, lastRecords               atomic.Uint64
-	lastDuration                         atomic.Int64
-	resumed, alreadyStored               atomic.Uint64
+	lastFlows, lastRecords                             atomic.Uint64
+	lastDuration                                       atomic.Int64
+	resumed, alreadyStored                             atomic.Uint64
 }
 
 // NewEvictor creates an evictor.
