@@ -75,7 +75,8 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown,
 		units = append(units, rulesunit.New(cfg.Rules, log))
 	}
 	dp, err := datapath.Load(datapath.Options{
-		FlowBudget:   cfg.FlowBudget,
+		FlowBudget:   flowBudget(cfg),
+		Memory:       cfg.Memory,
 		Tables:       tables,
 		RingBufSize:  int(cfg.RingbufSize),
 		PinDir:       pinDir,
@@ -100,9 +101,15 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown,
 		return err
 	}
 	if total, tbl, err := dp.MemoryBytes(); err == nil {
-		log.Info("datapath loaded", "component", "datapath", "tables", tables, "flow_budget", cfg.FlowBudget,
+		log.Info("datapath loaded", "component", "datapath", "tables", tables, "flow_budget", dp.Options().FlowBudget,
 			"cpus", dp.CPUs(), "capabilities", strings.Join(unitNames(units), ","),
 			"table_memory_bytes", tbl, "total_memory_bytes", total)
+	}
+	if plan := dp.Plan(); plan.Budget > 0 {
+		log.Info("memory budget split", "component", "datapath", "budget_bytes", plan.Budget,
+			"flow_budget", plan.FlowBudget, "flow_budget_given", plan.FlowBudgetGiven, "tables_bytes", plan.TablesBytes,
+			"sketch_bytes", plan.SketchBytes, "ringbuf_bytes", plan.RingBytes, "other_maps_bytes", plan.OtherBytes,
+			"unused_bytes", plan.Unused())
 	}
 
 	// The attach manager's watcher tells names the interfaces it sees,
@@ -257,6 +264,19 @@ func linkPinDir(dp *datapath.Datapath, pinDir string) string {
 		return ""
 	}
 	return filepath.Join(pinDir, datapath.LinksDir)
+}
+
+// defaultFlowBudget is the flow budget without a memory budget: two
+// per-CPU tables of 65536 flows take about 32 MiB on two CPUs.
+const defaultFlowBudget = 65536
+
+// flowBudget is the configured flow budget: 0 asks the datapath to size it
+// from the memory budget, or is the default without one.
+func flowBudget(cfg config.Config) int {
+	if cfg.FlowBudget == 0 && cfg.Memory == 0 {
+		return defaultFlowBudget
+	}
+	return cfg.FlowBudget
 }
 
 func tableKind(s string) (datapath.TableKind, error) {

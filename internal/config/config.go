@@ -83,7 +83,8 @@ type Config struct {
 	Interfaces         []string      `yaml:"interfaces" env:"LOUPE_INTERFACES" flag:"iface" arg:"glob" help:"interface name glob to capture on, e.g. eth* (empty: every interface except loopback)"`
 	Exclude            []string      `yaml:"exclude" env:"LOUPE_EXCLUDE" flag:"exclude" arg:"glob" help:"interface name glob to skip even if it matches an --iface glob"`
 	CacheActiveTimeout time.Duration `yaml:"cache_active_timeout" env:"LOUPE_CACHE_ACTIVE_TIMEOUT" flag:"cache-active-timeout" help:"export long-lived flows at least this often, 10ms..1h"`
-	FlowBudget         int           `yaml:"flow_budget" env:"LOUPE_FLOW_BUDGET" flag:"flow-budget" help:"max distinct flows in the kernel map per eviction interval, 16..16777216"`
+	FlowBudget         int           `yaml:"flow_budget" env:"LOUPE_FLOW_BUDGET" flag:"flow-budget" help:"max distinct flows in the kernel map per eviction interval, 16..16777216; 0: sized from memory, or 65536 without it (given with memory, it wins and the sketch gets the rest)"`
+	Memory             uint64        `yaml:"memory" env:"LOUPE_MEMORY" flag:"memory" arg:"size" help:"kernel memory budget for every map of the datapath, e.g. 16MiB: sizes the flow tables and the sketch that takes the flows they cannot hold; 0: no budget (flow_budget sizes the tables, and flows past it go through the ring buffer)"`
 	RingbufSize        uint64        `yaml:"ringbuf_size" env:"LOUPE_RINGBUF_SIZE" flag:"ringbuf-size" arg:"size" help:"ring buffer size in bytes or with a KiB/MiB/GiB suffix; a power of two, 4KiB..1GiB"`
 	MapType            string        `yaml:"map_type" env:"LOUPE_MAP_TYPE" flag:"map-type" help:"kernel flow map type: auto, percpu, shared, or ringbuf (off-path: every packet to userspace, for comparison)"`
 	AttachMode         string        `yaml:"attach_mode" env:"LOUPE_ATTACH_MODE" flag:"attach-mode" help:"how to attach to interfaces: auto, tcx or tc"`
@@ -116,7 +117,8 @@ type Store struct {
 func Default() Config {
 	return Config{
 		CacheActiveTimeout: 5 * time.Second,
-		FlowBudget:         65536,
+		FlowBudget:         0, // 65536, or sized from memory
+
 		RingbufSize:        1 << 20,
 		MapType:            "auto",
 		AttachMode:         "auto",
@@ -150,7 +152,14 @@ func (c Config) CheckKey(key string) error {
 	case "cache_active_timeout":
 		return check.Duration(c.CacheActiveTimeout, 10*time.Millisecond, time.Hour)
 	case "flow_budget":
+		if c.FlowBudget == 0 {
+			return nil
+		}
 		return check.Int(c.FlowBudget, 16, 1<<24)
+	case "memory":
+		if n := c.Memory; n != 0 && (n < 1<<20 || n > 1<<40) {
+			return fmt.Errorf("must be 0 (no budget) or between 1MiB and 1TiB, got %s", check.FormatSize(n))
+		}
 	case "ringbuf_size":
 		return checkRingbufSize(c.RingbufSize)
 	case "map_type":

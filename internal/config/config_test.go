@@ -87,7 +87,6 @@ func yamlFor(t *testing.T, key, text string) string {
 func TestDefault(t *testing.T) {
 	want := Config{
 		CacheActiveTimeout: 5 * time.Second,
-		FlowBudget:         65536,
 		RingbufSize:        1024 * 1024,
 		MapType:            "auto",
 		AttachMode:         "auto",
@@ -161,6 +160,7 @@ func keyCases() []keyCase {
 		{"cache_active_timeout", "250ms", func(c *Config) { c.CacheActiveTimeout = 250 * time.Millisecond }},
 		{"flow_budget", "1024", func(c *Config) { c.FlowBudget = 1024 }},
 		{"ringbuf_size", "8MiB", func(c *Config) { c.RingbufSize = 8 << 20 }},
+		{"memory", "16MiB", func(c *Config) { c.Memory = 16 << 20 }},
 		{"map_type", "percpu", func(c *Config) { c.MapType = "percpu" }},
 		{"attach_mode", "tcx", func(c *Config) { c.AttachMode = "tcx" }},
 		{"attach_position", "tail", func(c *Config) { c.AttachPosition = "tail" }},
@@ -440,7 +440,8 @@ func TestFlagHelp(t *testing.T) {
 		}
 	}
 	for _, want := range []string{
-		"-flow-budget int\n    \tmax distinct flows in the kernel map per eviction interval, 16..16777216 (flow_budget, LOUPE_FLOW_BUDGET) (default 65536)\n",
+		"-flow-budget int\n    \tmax distinct flows in the kernel map per eviction interval, 16..16777216; 0: sized from memory, or 65536 without it (given with memory, it wins and the sketch gets the rest) (flow_budget, LOUPE_FLOW_BUDGET)\n",
+		"-memory size\n",
 		"-ringbuf-size size\n", "(default 1MiB)",
 		"-iface glob\n", "repeatable, comma-separated (interfaces, LOUPE_INTERFACES)\n",
 		"-exclude glob\n", "-export target\n", "-cache-active-timeout duration\n",

@@ -117,6 +117,8 @@ func invalidCases() []struct{ key, text, want string } {
 		{"ringbuf_size", "2048", "must be between 4KiB and 1GiB, got 2KiB"},
 		{"ringbuf_size", "0", "must be between 4KiB and 1GiB, got 0"},
 		{"ringbuf_size", "2GiB", "must be between 4KiB and 1GiB, got 2GiB"},
+		{"memory", "512KiB", "must be 0 (no budget) or between 1MiB and 1TiB, got 512KiB"},
+		{"flow_budget", "8", "must be between 16 and 16777216, got 8"},
 		{"map_type", "hash", `must be one of auto, percpu, shared, ringbuf, got "hash"`},
 		{"attach_mode", "xdp", `must be one of auto, tcx, tc, got "xdp"`},
 		{"attach_position", "middle", `must be one of head, tail, got "middle"`},

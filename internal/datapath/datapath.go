@@ -68,8 +68,13 @@ func AutoTables() (TableKind, error) {
 type Options struct {
 	// FlowBudget is the number of distinct flows a table holds per
 	// eviction interval. Packets of further flows go through the ring
-	// buffer and trigger an early eviction.
+	// buffer and trigger an early eviction. 0 with a Memory budget: sized
+	// from it.
 	FlowBudget int
+	// Memory, when not 0, bounds the kernel memory of every map: the flow
+	// tables (unless FlowBudget is given, which wins) and the sketch are
+	// sized from what the other maps and the ring buffer leave (budget.go).
+	Memory uint64
 	// Tables selects per-CPU or shared flow tables.
 	Tables TableKind
 	// RingBufSize is the size of the diverted-packets ring buffer in
@@ -107,6 +112,7 @@ type Datapath struct {
 	cleared [2]bool
 
 	layout  string
+	plan    MemoryPlan // zero without a memory budget
 	pins    *pinDir  // nil: unpinned
 	setName string   // the directory of this set in pins
 	adopted bool     // the set was pinned by an earlier agent
@@ -140,7 +146,7 @@ const drainBatch = 4096
 // directory, adopts the maps an earlier agent of the same layout pinned
 // there (load.go). Nothing is attached.
 func Load(opts Options) (*Datapath, error) {
-	if opts.FlowBudget < 1 {
+	if opts.FlowBudget < 1 && opts.Memory == 0 {
 		return nil, fmt.Errorf("flow budget %d: must be positive", opts.FlowBudget)
 	}
 	if opts.Logger == nil {
@@ -154,27 +160,8 @@ func Load(opts Options) (*Datapath, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse flow program: %w", err)
 	}
-	for _, name := range []string{loupeMapFlowsA, loupeMapFlowsB} {
-		t := spec.Maps[name]
-		t.MaxEntries = uint32(opts.FlowBudget)
-		switch opts.Tables {
-		case Shared:
-			t.Type = ebpf.Hash
-		case RingBuf:
-			// Never written: the smallest table the kernel accepts,
-			// drained like a shared one.
-			t.Type = ebpf.Hash
-			t.MaxEntries = 1
-		}
-	}
 	if opts.RingBufSize > 0 {
 		spec.Maps[loupeMapFlowEvents].MaxEntries = uint32(opts.RingBufSize)
-	}
-	if err := spec.Variables[loupeVarCfgSharedTable].Set(boolByte(opts.Tables == Shared)); err != nil {
-		return nil, fmt.Errorf("set table kind: %w", err)
-	}
-	if err := spec.Variables[loupeVarCfgOffpath].Set(boolByte(opts.Tables == RingBuf)); err != nil {
-		return nil, fmt.Errorf("set table kind: %w", err)
 	}
 	if err := switchCapabilities(spec, opts.Capabilities); err != nil {
 		return nil, err
@@ -196,13 +183,43 @@ func Load(opts Options) (*Datapath, error) {
 		// them), at their smallest.
 		return nil, err
 	}
+	var plan MemoryPlan
+	if opts.Memory > 0 {
+		if plan, err = planFor(spec, opts, ncpu); err != nil {
+			return nil, err
+		}
+		opts.FlowBudget = plan.FlowBudget
+	}
+	for _, name := range []string{loupeMapFlowsA, loupeMapFlowsB} {
+		t := spec.Maps[name]
+		t.MaxEntries = uint32(opts.FlowBudget)
+		switch opts.Tables {
+		case Shared:
+			t.Type = ebpf.Hash
+		case RingBuf:
+			// Never written: the smallest table the kernel accepts,
+			// drained like a shared one.
+			t.Type = ebpf.Hash
+			t.MaxEntries = 1
+		}
+	}
+	if err := spec.Variables[loupeVarCfgSharedTable].Set(boolByte(opts.Tables == Shared)); err != nil {
+		return nil, fmt.Errorf("set table kind: %w", err)
+	}
+	if err := spec.Variables[loupeVarCfgOffpath].Set(boolByte(opts.Tables == RingBuf)); err != nil {
+		return nil, fmt.Errorf("set table kind: %w", err)
+	}
 	layout, err := layoutName(spec, opts.Tables)
 	if err != nil {
 		return nil, err
 	}
 
-	d := &Datapath{opts: opts, ncpu: ncpu, layout: layout, log: opts.Logger.With("component", "datapath")}
+	d := &Datapath{opts: opts, ncpu: ncpu, layout: layout, plan: plan, log: opts.Logger.With("component", "datapath")}
 	if err := d.load(spec); err != nil {
+		d.Close()
+		return nil, err
+	}
+	if err := d.checkMemory(); err != nil {
 		d.Close()
 		return nil, err
 	}
@@ -410,17 +427,17 @@ func statsFromBPF(s *flow.Stats, b *loupeFlowStats) {
 }
 
 // MemoryBytes is the kernel memory the datapath's maps use, as the kernel
-// accounts it (memlock in fdinfo), and the part of it that is flow tables.
+// accounts it (memlock in fdinfo): every map, and the part of it that is
+// flow tables.
 func (d *Datapath) MemoryBytes() (total, tables uint64, err error) {
-	maps := []*ebpf.Map{d.tables[0], d.tables[1], d.objs.FlowEvents, d.objs.Counters}
-	for i, m := range maps {
+	for _, m := range d.maps() {
 		info, err := m.Info()
 		if err != nil {
 			return 0, 0, fmt.Errorf("map info: %w", err)
 		}
 		n, _ := info.Memlock()
 		total += n
-		if i < 2 {
+		if m == d.tables[0] || m == d.tables[1] {
 			tables += n
 		}
 	}

@@ -150,12 +150,16 @@ func (u *Unit) Collectors() []prometheus.Collector {
 // Status implements capability.Unit.
 func (u *Unit) Status() capability.Status {
 	s := capability.Status{Name: Name, Enabled: true, State: u.state.Load().(string), Detail: map[string]any{
-		"flow_budget":          u.cfg.FlowBudget,
 		"cache_active_timeout": u.cfg.CacheActiveTimeout.String(),
 	}}
 	if u.dp != nil {
+		s.Detail["flow_budget"] = u.dp.Options().FlowBudget
 		s.Detail["tables"] = u.dp.Options().Tables.String()
 		s.Detail["pinned"] = u.dp.Pinned()
+		if plan := u.dp.Plan(); plan.Budget > 0 {
+			s.Detail["memory_budget_bytes"] = plan.Budget
+			s.Detail["sketch_bytes"] = plan.SketchBytes
+		}
 	}
 	if u.ev != nil {
 		es := u.ev.Stats()

@@ -77,9 +77,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 
 	es := u.ev.Stats()
-	gauge(c.capacity, float64(u.cfg.FlowBudget))
+	budget := float64(u.dp.Options().FlowBudget)
+	gauge(c.capacity, budget)
 	gauge(c.entries, float64(es.LastFlows))
-	gauge(c.fill, float64(es.LastFlows)/float64(u.cfg.FlowBudget))
+	gauge(c.fill, float64(es.LastFlows)/budget)
 	for reason, n := range es.Evictions {
 		counter(c.evictions, n, reason)
 	}
