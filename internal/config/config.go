@@ -119,11 +119,11 @@ func Default() Config {
 		CacheActiveTimeout: 5 * time.Second,
 		FlowBudget:         0, // 65536, or sized from memory
 
-		RingbufSize:        1 << 20,
-		MapType:            "auto",
-		AttachMode:         "auto",
-		AttachPosition:     "head",
-		PinDir:             "/sys/fs/bpf/loupe",
+		RingbufSize:    1 << 20,
+		MapType:        "auto",
+		AttachMode:     "auto",
+		AttachPosition: "head",
+		PinDir:         "/sys/fs/bpf/loupe",
 		Store: Store{
 			Path:      "/var/lib/loupe/flows",
 			Retention: 24 * time.Hour,

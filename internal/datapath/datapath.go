@@ -113,10 +113,10 @@ type Datapath struct {
 
 	layout  string
 	plan    MemoryPlan // zero without a memory budget
-	pins    *pinDir  // nil: unpinned
-	setName string   // the directory of this set in pins
-	adopted bool     // the set was pinned by an earlier agent
-	retired []string // pin sets of another layout, to drain (Leftovers)
+	pins    *pinDir    // nil: unpinned
+	setName string     // the directory of this set in pins
+	adopted bool       // the set was pinned by an earlier agent
+	retired []string   // pin sets of another layout, to drain (Leftovers)
 
 	// grace is an array-of-maps that no program uses: updating it makes
 	// the kernel wait for an RCU grace period (maybe_wait_bpf_programs),
