@@ -13,6 +13,11 @@
 //	    interleaved at random; every flow gets at least one packet.
 //	gentrace -kind distinct -flows 100000 -out f.pcap
 //	    one 64..128-byte packet per flow, every flow distinct.
+//	gentrace -kind zipf -flows 2550 -packets 1000000 -truth t.tsv -out f.pcap
+//	    UDP and TCP flows whose sizes follow a Zipf law (exponent 1.1):
+//	    a few heavy hitters and a long tail, every flow at least one
+//	    packet, packets interleaved at random. -truth writes each flow's
+//	    packets and bytes (any kind but http500).
 //	gentrace -kind http500 -packets 10000 -min 128 -out f.pcap
 //	    one TCP connection, server to client: an HTTP/1.1 500 response
 //	    header in the first packet, then -packets - 1 data segments of
@@ -27,6 +32,7 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"math"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -51,7 +57,8 @@ type flowSpec struct {
 }
 
 func main() {
-	kind := flag.String("kind", "mixed", "trace kind: udp64, mixed, distinct or http500")
+	kind := flag.String("kind", "mixed", "trace kind: udp64, mixed, distinct, zipf or http500")
+	truth := flag.String("truth", "", "file to write each flow's packets and bytes to, tab-separated (not http500)")
 	flows := flag.Int("flows", 5000, "number of distinct flows")
 	packets := flag.Int("packets", 100000, "number of packets (distinct: ignored, one per flow)")
 	minLen := flag.Int("min", 64, "smallest frame, bytes (mixed, distinct)")
@@ -93,6 +100,24 @@ func main() {
 			order = append(order, i)
 		}
 		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	case "zipf":
+		if *packets < *flows {
+			log.Fatal("gentrace: zipf needs -packets >= -flows")
+		}
+		// Flow i gets a share proportional to 1/(i+1)^1.1 of what is
+		// left once every flow has its one packet.
+		var norm float64
+		for i := range *flows {
+			norm += math.Pow(float64(i+1), -1.1)
+		}
+		extra := *packets - *flows
+		for i := range *flows {
+			n := 1 + int(float64(extra)*math.Pow(float64(i+1), -1.1)/norm)
+			for range n {
+				order = append(order, i)
+			}
+		}
+		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	case "mixed":
 		if *packets < *flows {
 			log.Fatal("gentrace: mixed needs -packets >= -flows")
@@ -121,6 +146,7 @@ func main() {
 	writeFileHeader(bw)
 	ts := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
 	buf := gopacket.NewSerializeBuffer()
+	bytesOf := make([]uint64, len(specs))
 	for _, fi := range order {
 		length := *minLen
 		if *maxLen > *minLen {
@@ -131,6 +157,7 @@ func main() {
 			log.Fatal(err)
 		}
 		writePacket(bw, ts, frame)
+		bytesOf[fi] += uint64(len(frame))
 		ts = ts.Add(10 * time.Microsecond)
 	}
 	if err := bw.Flush(); err != nil {
@@ -139,7 +166,43 @@ func main() {
 	if err := f.Close(); err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("%s: %d packets, %d flows, %s, %d..%d bytes, seed %d\n", *out, len(order), *flows, *kind, *minLen, *maxLen, *seed)
+	if *truth != "" {
+		if err := writeTruth(*truth, specs, bytesOf); err != nil {
+			log.Fatal(err)
+		}
+	}
+	fmt.Printf("%s: %d packets, %d flows, %d hosts, %s, %d..%d bytes, seed %d\n", *out, len(order), *flows, hosts(specs), *kind, *minLen, *maxLen, *seed)
+}
+
+// writeTruth writes one line per flow: src dst proto sport dport packets
+// bytes, tab-separated, the protocol by number.
+func writeTruth(path string, specs []flowSpec, bytesOf []uint64) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	bw := bufio.NewWriter(f)
+	for i, s := range specs {
+		proto := 17
+		if s.tcp {
+			proto = 6
+		}
+		fmt.Fprintf(bw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\n", s.src, s.dst, proto, s.sport, s.dport, s.total, bytesOf[i])
+	}
+	if err := bw.Flush(); err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// hosts counts the distinct addresses of a trace.
+func hosts(specs []flowSpec) int {
+	seen := make(map[string]bool)
+	for _, s := range specs {
+		seen[string(s.src)] = true
+		seen[string(s.dst)] = true
+	}
+	return len(seen)
 }
 
 // newFlow gives flow i a unique 5-tuple: its index is spread over the
