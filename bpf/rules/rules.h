@@ -357,6 +357,10 @@ static __always_inline const struct rule *rules_rule(__u32 set, __u32 slot)
 	return bpf_map_lookup_elem(&rules_0, &slot);
 }
 
+/* A 32-bit word of a flow key, read as such: may_alias tells the compiler
+ * that it reads the key's byte arrays too. */
+typedef __u32 __attribute__((may_alias)) rules_key_word;
+
 /* rules_cache_slot hashes a flow key to a slot of rules_cache: the
  * addresses folded, with the ports, interface, protocol and direction,
  * into two words, each multiplied by a 64-bit odd constant (Fibonacci
@@ -365,7 +369,7 @@ static __always_inline const struct rule *rules_rule(__u32 set, __u32 slot)
  * two directions of a connection do not collide. */
 static __always_inline __u32 rules_cache_slot(const struct flow_key *key)
 {
-	const __u32 *w = (const __u32 *)key;
+	const rules_key_word *w = (const rules_key_word *)key;
 	/* Words of struct flow_key: 0-3 src_addr, 4-7 dst_addr, 8-10 the
 	 * MACs (left out: they rarely tell flows apart), 11 ifindex, 12
 	 * eth_type and src_port, 13 dst_port and vlan_id, 14 proto,
@@ -380,7 +384,7 @@ static __always_inline __u32 rules_cache_slot(const struct flow_key *key)
  * at a time (the key is 4-byte aligned). */
 static __always_inline int rules_same_flow(const struct flow_key *a, const struct flow_key *b)
 {
-	const __u32 *x = (const __u32 *)a, *y = (const __u32 *)b;
+	const rules_key_word *x = (const rules_key_word *)a, *y = (const rules_key_word *)b;
 	__u32 diff = 0;
 
 #pragma unroll
