@@ -16,7 +16,8 @@
 #               nginx + h2load at 0 % and 100 % errors, BPF ns/packet, and
 #               packets/s written to pcapng against tcpdump
 #     rules     measurement rules: BPF ns per packet with 0, 10 and 10 000
-#               rules, measured, skipped, unmatched
+#               rules, measured, skipped, unmatched, cached and not,
+#               beside an earlier commit (BENCH_RULES_BASE)
 #
 # Knobs (environment): BENCH_IPERF_ROUNDS (5), BENCH_IPERF_SECONDS (10),
 # BENCH_ROUNDS (3, bpfstats and tables), BENCH_RSS_SECONDS (30),

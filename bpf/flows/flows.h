@@ -364,14 +364,14 @@ __noinline int flows_observe_ruled(const struct pkt *p, const struct flow_key *k
 
 	if (!p || !key)
 		return 0;
-	judged = rules_judge(key, p->tcp_flags);
+	judged = rules_decide(key, p->tcp_flags);
 	if (judged < 0) {
 		account(p, key, 1);
 		return 0;
 	}
 	slot = RULES_SLOT(judged) & (RULES_MAX - 1);
 	idx = RULES_SET(judged) * RULES_MAX + slot;
-	r = RULES_SET(judged) ? bpf_map_lookup_elem(&rules_1, &slot) : bpf_map_lookup_elem(&rules_0, &slot);
+	r = rules_rule(RULES_SET(judged), slot);
 	st = bpf_map_lookup_elem(&rules_stats, &idx);
 	if (!r || !st) {
 		account(p, key, 1);

@@ -93,7 +93,11 @@ type Options struct {
 	// Capture sizes the capture capability's maps (zero value: the
 	// defaults), used when "capture" is among Capabilities.
 	Capture CaptureSizes
-	Logger  *slog.Logger
+	// JudgeEveryPacket turns the rules' verdict cache off: every packet
+	// is judged by the rules, as a flow's first packet is. For
+	// benchmarks and tests that measure or check the cache.
+	JudgeEveryPacket bool
+	Logger           *slog.Logger
 }
 
 // Datapath is the loaded flow program and its maps.
@@ -127,10 +131,10 @@ type Datapath struct {
 	captureMu  sync.Mutex
 	captureSel uint32
 
-	// rulesSel is the rule set in force (SetRules), rulesLen the rules
-	// of each set.
+	// rulesGen is the generation in force (rules_sel, rules.go): its
+	// low bit is the set in force. rulesLen is the rules of each set.
 	rulesMu  sync.Mutex
-	rulesSel uint32
+	rulesGen uint32
 	rulesLen [2]int
 
 	// Reused across evictions so that draining does not allocate.
@@ -171,6 +175,9 @@ func Load(opts Options) (*Datapath, error) {
 		return nil, errors.New("the rules capability decides what flows measures: it needs flows")
 	}
 	sizeRules(spec, rules)
+	if err := spec.Variables[loupeVarCfgRulesCache].Set(boolByte(!opts.JudgeEveryPacket)); err != nil {
+		return nil, fmt.Errorf("set rules cache: %w", err)
+	}
 	if opts.Capture == (CaptureSizes{}) {
 		opts.Capture = DefaultCaptureSizes()
 	}

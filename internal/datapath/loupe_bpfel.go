@@ -307,8 +307,16 @@ type loupeRulesConfig struct {
 	HasSrc   uint8
 	HasDst   uint8
 	HasIface uint8
-	Pad      uint8
+	TcpFlags uint8
 	Wild     loupeRuleCandidates
+}
+
+type loupeRulesVerdict struct {
+	_        structs.HostLayout
+	Key      loupeFlowKey
+	Gen      uint32
+	Judged   int32
+	TcpFlags uint32
 }
 
 type loupeTableState struct {
@@ -349,6 +357,7 @@ const (
 	loupeMapFlowsB               = "flows_b"
 	loupeMapRules0               = "rules_0"
 	loupeMapRules1               = "rules_1"
+	loupeMapRulesCache           = "rules_cache"
 	loupeMapRulesCfg             = "rules_cfg"
 	loupeMapRulesDst0            = "rules_dst_0"
 	loupeMapRulesDst1            = "rules_dst_1"
@@ -369,6 +378,7 @@ const (
 	loupeVarCfgCapFlows          = "cfg_cap_flows"
 	loupeVarCfgCapRules          = "cfg_cap_rules"
 	loupeVarCfgOffpath           = "cfg_offpath"
+	loupeVarCfgRulesCache        = "cfg_rules_cache"
 	loupeVarCfgSharedTable       = "cfg_shared_table"
 	loupeVarKeepPackets          = "keep_packets"
 	loupeVarKeepSlotsPerCpu      = "keep_slots_per_cpu"
@@ -455,6 +465,7 @@ type loupeMapSpecs struct {
 	FlowsB             *ebpf.MapSpec `ebpf:"flows_b"`
 	Rules0             *ebpf.MapSpec `ebpf:"rules_0"`
 	Rules1             *ebpf.MapSpec `ebpf:"rules_1"`
+	RulesCache         *ebpf.MapSpec `ebpf:"rules_cache"`
 	RulesCfg           *ebpf.MapSpec `ebpf:"rules_cfg"`
 	RulesDst0          *ebpf.MapSpec `ebpf:"rules_dst_0"`
 	RulesDst1          *ebpf.MapSpec `ebpf:"rules_dst_1"`
@@ -477,6 +488,7 @@ type loupeVariableSpecs struct {
 	CfgCapFlows          *ebpf.VariableSpec `ebpf:"cfg_cap_flows"`
 	CfgCapRules          *ebpf.VariableSpec `ebpf:"cfg_cap_rules"`
 	CfgOffpath           *ebpf.VariableSpec `ebpf:"cfg_offpath"`
+	CfgRulesCache        *ebpf.VariableSpec `ebpf:"cfg_rules_cache"`
 	CfgSharedTable       *ebpf.VariableSpec `ebpf:"cfg_shared_table"`
 	KeepPackets          *ebpf.VariableSpec `ebpf:"keep_packets"`
 	KeepSlotsPerCpu      *ebpf.VariableSpec `ebpf:"keep_slots_per_cpu"`
@@ -531,6 +543,7 @@ type loupeMaps struct {
 	FlowsB             *ebpf.Map `ebpf:"flows_b"`
 	Rules0             *ebpf.Map `ebpf:"rules_0"`
 	Rules1             *ebpf.Map `ebpf:"rules_1"`
+	RulesCache         *ebpf.Map `ebpf:"rules_cache"`
 	RulesCfg           *ebpf.Map `ebpf:"rules_cfg"`
 	RulesDst0          *ebpf.Map `ebpf:"rules_dst_0"`
 	RulesDst1          *ebpf.Map `ebpf:"rules_dst_1"`
@@ -568,6 +581,7 @@ func (m *loupeMaps) Close() error {
 		m.FlowsB,
 		m.Rules0,
 		m.Rules1,
+		m.RulesCache,
 		m.RulesCfg,
 		m.RulesDst0,
 		m.RulesDst1,
@@ -591,6 +605,7 @@ type loupeVariables struct {
 	CfgCapFlows          *ebpf.Variable `ebpf:"cfg_cap_flows"`
 	CfgCapRules          *ebpf.Variable `ebpf:"cfg_cap_rules"`
 	CfgOffpath           *ebpf.Variable `ebpf:"cfg_offpath"`
+	CfgRulesCache        *ebpf.Variable `ebpf:"cfg_rules_cache"`
 	CfgSharedTable       *ebpf.Variable `ebpf:"cfg_shared_table"`
 	KeepPackets          *ebpf.Variable `ebpf:"keep_packets"`
 	KeepSlotsPerCpu      *ebpf.Variable `ebpf:"keep_slots_per_cpu"`

@@ -14,6 +14,12 @@ import (
 // flips the selector, waits until no program can still read the old one,
 // and hands back the old one's counters, so that a replacement is atomic
 // for every packet and no count is lost or given to the wrong rule.
+//
+// The selector holds a generation, not just the set: the programs keep
+// each flow's verdict tagged with the generation it was judged under, and
+// a new generation makes every kept verdict stale at once. SetRules moves
+// it by one (the other set), SetRuleIfaces by two (the same set, judged
+// again with the interfaces' new groups).
 
 // Limits of one rule set, as rules.h has them.
 const (
@@ -141,7 +147,8 @@ func (d *Datapath) SetRules(rs RuleSet) ([]RuleCounts, error) {
 	}
 	d.rulesMu.Lock()
 	defer d.rulesMu.Unlock()
-	next := d.rulesSel ^ 1
+	gen := nextRulesGen(d.rulesGen, 1)
+	next := gen & 1
 	rules, src, dst, ifaces := d.ruleMaps(next)
 	if err := writeRules(rules, rs.Rules); err != nil {
 		return nil, err
@@ -157,6 +164,9 @@ func (d *Datapath) SetRules(rs RuleSet) ([]RuleCounts, error) {
 	}
 	cfg := loupeRulesConfig{Nrules: uint32(len(rs.Rules)), HasSrc: boolByte(len(rs.Src) > 0),
 		HasDst: boolByte(len(rs.Dst) > 0), HasIface: boolByte(rs.HasIface)}
+	for _, r := range rs.Rules {
+		cfg.TcpFlags |= r.TCPFlagsMask
+	}
 	if err := fillCandidates(&cfg.Wild, rs.Wild); err != nil {
 		return nil, fmt.Errorf("rules without a prefix: %w", err)
 	}
@@ -168,11 +178,11 @@ func (d *Datapath) SetRules(rs RuleSet) ([]RuleCounts, error) {
 	if err := d.objs.RulesCfg.Put(next, &cfg); err != nil {
 		return nil, fmt.Errorf("write rules config: %w", err)
 	}
-	if err := d.objs.RulesSel.Put(uint32(0), next); err != nil {
+	if err := d.objs.RulesSel.Put(uint32(0), gen); err != nil {
 		return nil, fmt.Errorf("switch rule sets: %w", err)
 	}
-	prev := d.rulesSel
-	d.rulesSel = next
+	prev := d.rulesGen & 1
+	d.rulesGen = gen
 	d.rulesLen[next] = len(rs.Rules)
 	d.waitGrace()
 	return d.ruleCounts(prev, d.rulesLen[prev])
@@ -186,20 +196,43 @@ func (d *Datapath) RuleCounts() ([]RuleCounts, error) {
 	}
 	d.rulesMu.Lock()
 	defer d.rulesMu.Unlock()
-	return d.ruleCounts(d.rulesSel, d.rulesLen[d.rulesSel])
+	set := d.rulesGen & 1
+	return d.ruleCounts(set, d.rulesLen[set])
+}
+
+// nextRulesGen is the generation step after gen: step 1 is the other
+// set, step 2 the same set. It skips 0, which no set with rules may have
+// (rules.h: an empty verdict cache entry holds 0).
+func nextRulesGen(gen, step uint32) uint32 {
+	if next := gen + step; next != 0 {
+		return next
+	}
+	return 2
 }
 
 // SetRuleIfaces says which interface groups of the set in force (bits,
 // group g is bit g-1) each interface is in; interfaces not in groups are in
-// none.
+// none. Verdicts the programs kept are judged again: a flow's interface
+// may have joined or left a rule's group.
 func (d *Datapath) SetRuleIfaces(groups map[uint32]uint64) error {
 	if err := d.rulesLoaded(); err != nil {
 		return err
 	}
 	d.rulesMu.Lock()
 	defer d.rulesMu.Unlock()
-	_, _, _, m := d.ruleMaps(d.rulesSel)
-	return writeIfaces(m, groups)
+	_, _, _, m := d.ruleMaps(d.rulesGen & 1)
+	if err := writeIfaces(m, groups); err != nil {
+		return err
+	}
+	// After the groups are written: a packet that reads the new
+	// generation reads the new groups, and a verdict judged with the old
+	// ones is tagged with the old generation.
+	gen := nextRulesGen(d.rulesGen, 2)
+	if err := d.objs.RulesSel.Put(uint32(0), gen); err != nil {
+		return fmt.Errorf("renew rule verdicts: %w", err)
+	}
+	d.rulesGen = gen
+	return nil
 }
 
 func writeIfaces(m *ebpf.Map, groups map[uint32]uint64) error {
@@ -232,13 +265,14 @@ func writeIfaces(m *ebpf.Map, groups map[uint32]uint64) error {
 
 // sizeRules shrinks the rules' maps to one entry when rules are off: the
 // programs then never read them, and a full-size set costs about 3.5 MiB
-// on two CPUs (two sets of 16 384 rules and their per-CPU counters).
+// on two CPUs (two sets of 16 384 rules and their per-CPU counters), the
+// verdict cache 288 KiB more a CPU (4 096 verdicts of 72 bytes).
 func sizeRules(spec *ebpf.CollectionSpec, on bool) {
 	if on {
 		return
 	}
 	for _, name := range []string{"rules_0", "rules_1", "rules_stats", "rules_src_0", "rules_src_1",
-		"rules_dst_0", "rules_dst_1", "rules_ifaces_0", "rules_ifaces_1"} {
+		"rules_dst_0", "rules_dst_1", "rules_ifaces_0", "rules_ifaces_1", "rules_cache"} {
 		if m, ok := spec.Maps[name]; ok {
 			m.MaxEntries = 1
 		}

@@ -61,7 +61,7 @@ type Config struct {
 	HasSrc   uint8
 	HasDst   uint8
 	HasIface uint8
-	Pad      uint8
+	TCPFlags uint8 // the TCP flags some rule looks at: the union of TCPFlagsMask
 	Wild     Candidates
 }
 
@@ -140,6 +140,7 @@ func Compile(s Set) (*Compiled, error) {
 			}
 		}
 		c.Rules[i] = entryOf(r, g)
+		c.TCPFlags |= r.FlagsMask
 	}
 	if len(groups) > 0 {
 		c.HasIface = 1

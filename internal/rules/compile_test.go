@@ -62,7 +62,7 @@ func TestCompileEntries(t *testing.T) {
 	if fmt.Sprint(c.Rules) != fmt.Sprint(want) {
 		t.Errorf("rules:\n got %+v\nwant %+v", c.Rules, want)
 	}
-	if c.NRules != 6 || c.HasSrc != 1 || c.HasDst != 1 || c.HasIface != 1 {
+	if c.NRules != 6 || c.HasSrc != 1 || c.HasDst != 1 || c.HasIface != 1 || c.TCPFlags != FlagSYN|FlagACK {
 		t.Errorf("config %+v", c.Config)
 	}
 	if c.IfaceGlobs[0] != "eth*" || c.IfaceGlobs[1] != "veth?" || c.IfaceGlobs[2] != "" {
