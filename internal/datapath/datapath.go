@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"loupe/internal/flow"
+	"loupe/internal/sketch"
 )
 
 // TableKind selects how the flow tables are shared between CPUs.
@@ -80,7 +81,19 @@ type Options struct {
 	// Capture sizes the capture capability's maps (zero value: the
 	// defaults), used when "capture" is among Capabilities.
 	Capture CaptureSizes
-	Logger  *slog.Logger
+	// SketchBytes switches sketch mode on (0: off): once the active
+	// table holds FlowBudget flows, new flows spill into per-CPU sketches
+	// instead of the ring buffer (bpf/sketch/sketch.h, sketch.go). It is
+	// the per-CPU memory of one interval's sketch, sized by
+	// SketchParams (sketch.Size); the datapath holds two, one per table,
+	// so the sketches take 2 × SketchBytes per possible CPU (and a few
+	// KiB of spill totals). Needs flows.
+	SketchBytes int
+	Logger      *slog.Logger
+
+	// sketchParams, if set, is the sketch's shape instead of SketchBytes'
+	// (tests: shapes sketch.Size never picks).
+	sketchParams *sketch.Params
 }
 
 // Datapath is the loaded flow program and its maps.
@@ -90,6 +103,7 @@ type Datapath struct {
 	objs   loupeObjects
 	tables [2]*ebpf.Map // flows_a, flows_b: indexed by table_state.active
 	ncpu   int
+	sketch *sketch.Params // nil: sketch mode off
 
 	// state mirrors the flow_state map, of which the Datapath is the only
 	// writer. cleared says which tables are known to be empty: a table is
@@ -179,12 +193,26 @@ func Load(opts Options) (*Datapath, error) {
 		// them), at their smallest.
 		return nil, err
 	}
-	layout, err := layoutName(spec, opts.Tables)
+	sk := opts.sketchParams
+	if sk == nil && opts.SketchBytes > 0 {
+		p, err := SketchParams(opts.SketchBytes)
+		if err != nil {
+			return nil, err
+		}
+		sk = &p
+	}
+	if sk != nil && !slices.Contains(opts.Capabilities, "flows") {
+		return nil, errors.New("sketch mode spills the flow tables: it needs the flows capability")
+	}
+	if err := sizeSketch(spec, sk); err != nil {
+		return nil, err
+	}
+	layout, err := layoutName(spec, opts.Tables, sk)
 	if err != nil {
 		return nil, err
 	}
 
-	d := &Datapath{opts: opts, ncpu: ncpu, layout: layout, log: opts.Logger.With("component", "datapath")}
+	d := &Datapath{opts: opts, ncpu: ncpu, sketch: sk, layout: layout, log: opts.Logger.With("component", "datapath")}
 	if err := d.load(spec); err != nil {
 		d.Close()
 		return nil, err
@@ -393,9 +421,11 @@ func statsFromBPF(s *flow.Stats, b *loupeFlowStats) {
 }
 
 // MemoryBytes is the kernel memory the datapath's maps use, as the kernel
-// accounts it (memlock in fdinfo), and the part of it that is flow tables.
+// accounts it (memlock in fdinfo), and the part of it that is flow tables
+// (the sketches are in the total only).
 func (d *Datapath) MemoryBytes() (total, tables uint64, err error) {
-	maps := []*ebpf.Map{d.tables[0], d.tables[1], d.objs.FlowEvents, d.objs.Counters}
+	maps := []*ebpf.Map{d.tables[0], d.tables[1], d.objs.FlowEvents, d.objs.Counters,
+		d.objs.SketchCells, d.objs.SketchFilter, d.objs.SketchCm, d.objs.SketchSpill}
 	for i, m := range maps {
 		info, err := m.Info()
 		if err != nil {
