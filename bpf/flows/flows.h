@@ -216,7 +216,8 @@ static __always_inline void divert(const struct flow_key *key, const struct flow
  * of the callers' frames, which the capture's deepest chain of calls adds
  * up against the 512-byte limit, and the code of the insert appears once
  * in the program instead of at every account() (flows_observe_ruled has
- * several). The call is paid on the spill path only. */
+ * several, and account_in two per table). The call is paid on the spill
+ * path only. */
 static __noinline void spill(__u32 half, struct sketch_slot *hdr, const struct flow_key *key, __u64 len)
 {
 	struct sketch_key k;
@@ -231,12 +232,10 @@ static __noinline void spill(__u32 half, struct sketch_slot *hdr, const struct f
 }
 
 /* account_in counts p into table, the flow table of half (0: flows_a, 1:
- * flows_b; a constant at each call site), or returns the half's spill
- * header (sketch.h) when the packet is to spill into the sketch: the
- * caller spills, so that the sketch's code appears once per account()
- * rather than once per table and way to spill. */
-static __always_inline struct sketch_slot *account_in(void *table, __u32 half, const struct flow_key *key,
-						      const struct pkt *p, __u16 sampling)
+ * flows_b; a constant at each call site), or, in sketch mode, into the
+ * half's sketch when the table is full. */
+static __always_inline void account_in(void *table, __u32 half, const struct flow_key *key,
+				       const struct pkt *p, __u16 sampling)
 {
 	struct sketch_slot *hdr = 0;
 	struct flow_stats *st;
@@ -246,7 +245,7 @@ static __always_inline struct sketch_slot *account_in(void *table, __u32 half, c
 	st = bpf_map_lookup_elem(table, key);
 	if (st) {
 		stats_add(st, p, sampling);
-		return 0;
+		return;
 	}
 
 	/* Sketch mode: once this CPU saw the half's table full, a new flow
@@ -259,8 +258,10 @@ static __always_inline struct sketch_slot *account_in(void *table, __u32 half, c
 	 * gone from the loaded program when cfg_sketch is 0. */
 	if (cfg_sketch && sampling == 1) {
 		hdr = sketch_header(half);
-		if (hdr && hdr->full)
-			return hdr;
+		if (hdr && hdr->full) {
+			spill(half, hdr, key, p->len.bytes);
+			return;
+		}
 	}
 
 	/* A new flow. The clock is read after the table was picked, so that
@@ -282,12 +283,12 @@ static __always_inline struct sketch_slot *account_in(void *table, __u32 half, c
 	 * of a CPU that inserted the same flow an instant ago. */
 	err = bpf_map_update_elem(table, key, &fresh, BPF_NOEXIST);
 	if (err == 0)
-		return 0;
+		return;
 	if (err == -EEXIST) {
 		st = bpf_map_lookup_elem(table, key);
 		if (st) {
 			stats_add(st, p, sampling);
-			return 0;
+			return;
 		}
 	}
 	/* A full table spills; a busy one (bucket lock) still diverts. Only
@@ -296,10 +297,10 @@ static __always_inline struct sketch_slot *account_in(void *table, __u32 half, c
 	if (cfg_sketch && hdr && (err == -E2BIG || err == -ENOMEM)) {
 		if (err == -E2BIG)
 			hdr->full = 1;
-		return hdr;
+		spill(half, hdr, key, p->len.bytes);
+		return;
 	}
 	divert(key, &fresh, err);
-	return 0;
 }
 
 /* account counts p into the flow of key (p's own, or its aggregate), at a
@@ -315,15 +316,10 @@ static __always_inline void account(const struct pkt *p, const struct flow_key *
 	 * above is inlined too: an array with a constant key.) Userspace
 	 * rewrites the whole value at a swap; only the low bit of active
 	 * changes, so even a torn read picks one table or the other. */
-	struct sketch_slot *hdr;
-	__u32 half = ts && (*(volatile __u32 *)&ts->active & 1);
-
-	if (half)
-		hdr = account_in(&flows_b, 1, key, p, sampling);
+	if (ts && (*(volatile __u32 *)&ts->active & 1))
+		account_in(&flows_b, 1, key, p, sampling);
 	else
-		hdr = account_in(&flows_a, 0, key, p, sampling);
-	if (cfg_sketch && hdr)
-		spill(half, hdr, key, p->len.bytes);
+		account_in(&flows_a, 0, key, p, sampling);
 }
 
 /* flows_observe counts the packet p into its flow. */
