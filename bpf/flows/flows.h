@@ -4,6 +4,9 @@
  * Every packet is counted exactly once: into the active flow table, or, when
  * the table refuses the insert, through the ring buffer, or, when even that is
  * full, into the lost-packets and lost-bytes counters. Nothing is sampled.
+ * In sketch mode (cfg_sketch), a packet the table refuses because it is full
+ * goes into the half's sketch instead of the ring buffer (sketch/sketch.h):
+ * memory stays fixed whatever the number of flows.
  *
  * Why two tables: userspace flips flow_state.active, then waits for an RCU
  * grace period (it updates an array-of-maps, which makes the kernel wait, see
@@ -17,7 +20,7 @@
  * array-of-maps costs an indirect call (a retpoline) per packet.
  *
  * Every map can be pinned (internal/datapath): the tables, the switch, the
- * counters and the ring buffer outlive the agent, and programs attached
+ * counters, the ring buffer and the sketches outlive the agent, and programs attached
  * through pinned links keep counting into them while no agent runs. That is
  * why the switch is a map and not a global variable: a global lives in the
  * object's own .bss, which the next agent's programs would not share.
@@ -32,6 +35,7 @@
 #include "flow.h"
 #include "parse.h"
 #include "../rules/rules.h"
+#include "../sketch/sketch.h"
 
 /* Counters of one flow over one eviction interval: 56 bytes.
  * In the per-CPU table each CPU owns a copy; in the shared table the counters
@@ -234,9 +238,38 @@ static __always_inline struct flow_stats fresh_stats(const struct pkt *p, __u16 
 	return st;
 }
 
-static __always_inline void account_in(void *table, const struct flow_key *key, const struct pkt *p,
-				       __u16 sampling)
+/* spill counts a packet of len bytes the full table refused into the
+ * sketch of half (sketch/sketch.h), instead of the ring buffer: the flow set
+ * and count-min sketch, the exact spill totals of its interface, and the
+ * counters.
+ *
+ * A function of its own (a BPF-to-BPF call), not inlined: its stack frame
+ * (the key's words, the hashes the registers cannot hold) is then not part
+ * of the callers' frames, which the capture's deepest chain of calls adds
+ * up against the 512-byte limit, and the code of the insert appears once
+ * in the program instead of at every account() (flows_observe_ruled has
+ * several, and account_in two per table). The call is paid on the spill
+ * path only. */
+static __noinline void spill(__u32 half, struct sketch_slot *hdr, const struct flow_key *key, __u64 len)
 {
+	struct sketch_key k;
+
+	if (!hdr || !key)
+		return;
+	sketch_key_of(&k, key);
+	sketch_insert(half & 1, &k, len);
+	sketch_count_spill(half & 1, hdr, key, len);
+	counter_inc(COUNTER_SPILLED_PACKETS);
+	counter_add(COUNTER_SPILLED_BYTES, len);
+}
+
+/* account_in counts p into table, the flow table of half (0: flows_a, 1:
+ * flows_b; a constant at each call site), or, in sketch mode, into the
+ * half's sketch when the table is full. */
+static __always_inline void account_in(void *table, __u32 half, const struct flow_key *key,
+				       const struct pkt *p, __u16 sampling)
+{
+	struct sketch_slot *hdr = 0;
 	struct flow_stats *st;
 	__u64 now;
 	long err;
@@ -245,6 +278,24 @@ static __always_inline void account_in(void *table, const struct flow_key *key, 
 	if (st) {
 		stats_add(st, p, sampling);
 		return;
+	}
+
+	/* Sketch mode: once this CPU saw the half's table full, a new flow
+	 * goes to the sketch without trying the insert, which would fail
+	 * again (the table only empties when userspace clears it, flag
+	 * included): a helper call and its bucket lock less per spilled
+	 * packet. A sampled packet (a rule's `sample`) is not spilled: the
+	 * sketch counts packets, not what a packet stands for, so it keeps
+	 * the ring buffer, which carries its sampling rate. Nor is a GSO/GRO
+	 * super-packet: the sketch has no counters for the segments it stands
+	 * for, and the ring buffer keeps its wire counts exact. All of this
+	 * is gone from the loaded program when cfg_sketch is 0. */
+	if (cfg_sketch && sampling == 1 && p->len.segments == 1) {
+		hdr = sketch_header(half);
+		if (hdr && hdr->full) {
+			spill(half, hdr, key, p->len.bytes);
+			return;
+		}
 	}
 
 	/* A new flow. The clock is read after the table was picked, so that
@@ -264,6 +315,15 @@ static __always_inline void account_in(void *table, const struct flow_key *key, 
 			stats_add(st, p, sampling);
 			return;
 		}
+	}
+	/* A full table spills; a busy one (bucket lock) still diverts. Only
+	 * E2BIG, the preallocated table out of free elements, sets the flag:
+	 * ENOMEM is a failed allocation, which the next insert may not meet. */
+	if (cfg_sketch && hdr && (err == -E2BIG || err == -ENOMEM)) {
+		if (err == -E2BIG)
+			hdr->full = 1;
+		spill(half, hdr, key, p->len.bytes);
+		return;
 	}
 	divert(key, &fresh, err);
 }
@@ -290,9 +350,9 @@ static __always_inline void account(const struct pkt *p, const struct flow_key *
 	 * rewrites the whole value at a swap; only the low bit of active
 	 * changes, so even a torn read picks one table or the other. */
 	if (ts && (*(volatile __u32 *)&ts->active & 1))
-		account_in(&flows_b, key, p, sampling);
+		account_in(&flows_b, 1, key, p, sampling);
 	else
-		account_in(&flows_a, key, p, sampling);
+		account_in(&flows_a, 0, key, p, sampling);
 }
 
 /* flows_observe counts the packet p into its flow. */

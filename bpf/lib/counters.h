@@ -25,6 +25,8 @@ enum counter {
 	COUNTER_IPV6_EXT_DEPTH,    /* more IPv6 extension headers than the parser walks */
 	COUNTER_FRAGMENTS,         /* non-first fragments, counted under their L3 flow */
 	COUNTER_PULLED,            /* headers beyond the linear area: skb data pulled */
+	COUNTER_SPILLED_PACKETS,   /* flow table full: packet counted into the sketch (sketch mode) */
+	COUNTER_SPILLED_BYTES,     /* ...and its bytes */
 	COUNTER_MAX,
 };
 

@@ -6,6 +6,8 @@ import (
 	"reflect"
 
 	"github.com/cilium/ebpf"
+
+	"loupe/internal/sketch"
 )
 
 // A memory budget (Options.Memory, the agent's --memory) bounds the kernel
@@ -51,27 +53,35 @@ func (p MemoryPlan) Unused() uint64 {
 // half each spills as many flows again into the sketch as the tables hold.
 const sketchShare = 2
 
+// sketchCost is what the sketch's maps take in the kernel (both halves,
+// every CPU) when one half on one CPU is given perCPU bytes; ok is false
+// when perCPU holds no sketch.
+type sketchCost func(perCPU int) (bytes uint64, ok bool)
+
 // planMemory splits budget: other and ring are fixed; flowBudget, when
-// positive, is given and wins; minSketch is the smallest useful sketch
-// half per CPU (0: the datapath builds no sketch).
-func planMemory(budget, other, ring uint64, flowBudget int, table *ebpf.MapSpec, kind TableKind, ncpu, minSketch int) (MemoryPlan, error) {
+// positive, is given and wins; cost prices a sketch (nil: the datapath
+// builds none).
+func planMemory(budget, other, ring uint64, flowBudget int, table *ebpf.MapSpec, kind TableKind, ncpu int, cost sketchCost) (MemoryPlan, error) {
 	p := MemoryPlan{Budget: budget, RingBytes: ring, OtherBytes: other, FlowBudgetGiven: flowBudget > 0}
 	if fixed := other + ring; fixed >= budget {
 		return p, fmt.Errorf("memory budget %s: the ring buffer (%s) and the maps of fixed size (%s) alone take %s",
 			formatBytes(budget), formatBytes(ring), formatBytes(other), formatBytes(fixed))
 	}
 	left := budget - other - ring
-	halves := uint64(2 * ncpu)
+	if kind == RingBuf {
+		cost = nil // off-path: no table to fill, nothing spills
+	}
 	switch {
 	case kind == RingBuf:
-		// Off-path: no table to fill, nothing spills.
 		p.FlowBudget = max(flowBudget, 1)
 	case p.FlowBudgetGiven:
 		p.FlowBudget = flowBudget
 	default:
 		share := left
-		if minSketch > 0 && left/sketchShare >= uint64(minSketch)*halves {
-			share = left - left/sketchShare
+		if cost != nil {
+			if _, ok := sketchIn(left/sketchShare, ncpu, cost); ok {
+				share = left - left/sketchShare
+			}
 		}
 		p.FlowBudget = flowsIn(share, table, kind, ncpu)
 		if p.FlowBudget < minFlowBudget {
@@ -84,13 +94,30 @@ func planMemory(budget, other, ring uint64, flowBudget int, table *ebpf.MapSpec,
 		return p, fmt.Errorf("memory budget %s: flow_budget %d takes %s in its two tables, more than the %s left after the ring buffer (%s) and the maps of fixed size (%s); lower flow_budget or raise memory",
 			formatBytes(budget), p.FlowBudget, formatBytes(p.TablesBytes), formatBytes(left), formatBytes(ring), formatBytes(other))
 	}
-	if kind != RingBuf && minSketch > 0 {
-		if per := (left - p.TablesBytes) / halves; per >= uint64(minSketch) {
-			p.SketchPerCPU = int(per)
-			p.SketchBytes = per * halves
+	if cost != nil {
+		if per, ok := sketchIn(left-p.TablesBytes, ncpu, cost); ok {
+			p.SketchPerCPU = per
+			p.SketchBytes, _ = cost(per)
 		}
 	}
 	return p, nil
+}
+
+// sketchIn is the largest per-CPU half budget whose sketch costs at most
+// bytes, and whether there is one.
+func sketchIn(bytes uint64, ncpu int, cost sketchCost) (int, bool) {
+	hi := int(min(bytes/uint64(2*ncpu), 1<<40))
+	fits := func(b int) bool { c, ok := cost(b); return ok && c <= bytes }
+	lo := 0
+	for lo < hi {
+		mid := lo + (hi-lo+1)/2
+		if fits(mid) {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return lo, lo > 0 && fits(lo)
 }
 
 // minFlowBudget is the smallest flow budget (the configuration's lower
@@ -179,13 +206,46 @@ func planFor(spec *ebpf.CollectionSpec, opts Options, ncpu int) (MemoryPlan, err
 	var other uint64
 	for name, m := range spec.Maps {
 		switch name {
-		case loupeMapFlowsA, loupeMapFlowsB, loupeMapFlowEvents:
+		case loupeMapFlowsA, loupeMapFlowsB, loupeMapFlowEvents, loupeMapSketchCells, loupeMapSketchFilter, loupeMapSketchCm:
 			continue
 		}
 		other += mapBytes(m, ncpu)
 	}
 	ring := mapBytes(spec.Maps[loupeMapFlowEvents], ncpu)
-	return planMemory(opts.Memory, other, ring, opts.FlowBudget, spec.Maps[loupeMapFlowsA], opts.Tables, ncpu, 0)
+	var cost sketchCost
+	if opts.SketchBytes == 0 && opts.sketchParams == nil {
+		cost = func(perCPU int) (uint64, bool) {
+			p, err := SketchParams(perCPU)
+			if err != nil {
+				return 0, false
+			}
+			return sketchMapBytes(spec, p, ncpu), true
+		}
+	} else if opts.SketchBytes > 0 {
+		// Given: its cost is fixed, like the maps of fixed size.
+		p, err := SketchParams(opts.SketchBytes)
+		if err != nil {
+			return MemoryPlan{}, err
+		}
+		other += sketchMapBytes(spec, p, ncpu)
+	}
+	return planMemory(opts.Memory, other, ring, opts.FlowBudget, spec.Maps[loupeMapFlowsA], opts.Tables, ncpu, cost)
+}
+
+// sketchMapBytes is what the sketch maps of p take in the kernel, both
+// halves (sizeSketch).
+func sketchMapBytes(spec *ebpf.CollectionSpec, p sketch.Params, ncpu int) uint64 {
+	var total uint64
+	for name, n := range map[string]int{
+		loupeMapSketchCells:  2 * p.FlowSet.Cells,
+		loupeMapSketchFilter: 2 * p.FlowSet.FilterBytes() / 8,
+		loupeMapSketchCm:     2 * p.CountMin.Rows * p.CountMin.Width,
+	} {
+		m := *spec.Maps[name]
+		m.MaxEntries = uint32(n)
+		total += mapBytes(&m, ncpu)
+	}
+	return total
 }
 
 // Plan is how the memory budget was split (zero without one).

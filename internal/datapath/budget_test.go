@@ -24,6 +24,7 @@ func TestMemoryPlanMatchesKernel(t *testing.T) {
 		{"percpu/all", Options{Tables: PerCPU, Capabilities: []string{"flows", "capture", "rules"}}, 64 << 20},
 		{"percpu/given-budget", Options{Tables: PerCPU, FlowBudget: 4096, Capabilities: []string{"flows"}}, 8 << 20},
 		{"ringbuf", Options{Tables: RingBuf, Capabilities: []string{"flows"}}, 8 << 20},
+		{"percpu/given-sketch", Options{Tables: PerCPU, SketchBytes: 1 << 20, Capabilities: []string{"flows"}}, 16 << 20},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			opts := tc.opts
@@ -48,6 +49,13 @@ func TestMemoryPlanMatchesKernel(t *testing.T) {
 			}
 			if opts.FlowBudget == 0 && opts.Tables != RingBuf && full < tc.budget*9/10 {
 				t.Fatalf("the maps take %d bytes (%d with full tries) of a budget of %d: the plan wastes it", total, full, tc.budget)
+			}
+			// With room for it, a sketch takes half of what the maps of
+			// fixed size and the ring buffer leave.
+			if opts.Tables != RingBuf && opts.FlowBudget == 0 && opts.SketchBytes == 0 {
+				if _, ok := dp.SketchParams(); !ok || plan.SketchBytes < (tc.budget-plan.OtherBytes-plan.RingBytes)*4/10 {
+					t.Fatalf("sketch %d bytes (on: %v), want about half of the budget's rest", plan.SketchBytes, ok)
+				}
 			}
 			if opts.FlowBudget > 0 && plan.FlowBudget != opts.FlowBudget {
 				t.Fatalf("flow budget %d, want the given %d", plan.FlowBudget, opts.FlowBudget)

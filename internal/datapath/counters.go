@@ -30,6 +30,9 @@ var counterNames = [loupeCounterCOUNTER_MAX]string{
 	loupeCounterCOUNTER_IPV6EXT_DEPTH: "ipv6_ext_depth",
 	loupeCounterCOUNTER_FRAGMENTS:     "fragments",
 	loupeCounterCOUNTER_PULLED:        "pulled",
+
+	loupeCounterCOUNTER_SPILLED_PACKETS: "spilled_packets",
+	loupeCounterCOUNTER_SPILLED_BYTES:   "spilled_bytes",
 }
 
 // Counters reads and sums the per-CPU datapath counters.

@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"loupe/internal/flow"
+	"loupe/internal/sketch"
 )
 
 // TableKind selects how the flow tables are shared between CPUs.
@@ -97,7 +98,20 @@ type Options struct {
 	// is judged by the rules, as a flow's first packet is. For
 	// benchmarks and tests that measure or check the cache.
 	JudgeEveryPacket bool
-	Logger           *slog.Logger
+	// SketchBytes switches sketch mode on (0: off): once the active
+	// table holds FlowBudget flows, new flows spill into per-CPU sketches
+	// instead of the ring buffer (bpf/sketch/sketch.h, sketch.go). It is
+	// the per-CPU memory of one interval's sketch, sized by
+	// SketchParams (sketch.Size); the datapath holds two, one per table,
+	// so the sketches take 2 × SketchBytes per possible CPU (and a few
+	// KiB of spill totals). Needs flows. With a Memory budget and no
+	// SketchBytes, the budget sizes it.
+	SketchBytes int
+	Logger      *slog.Logger
+
+	// sketchParams, if set, is the sketch's shape instead of SketchBytes'
+	// (tests: shapes sketch.Size never picks).
+	sketchParams *sketch.Params
 }
 
 // Datapath is the loaded flow program and its maps.
@@ -107,6 +121,7 @@ type Datapath struct {
 	objs   loupeObjects
 	tables [2]*ebpf.Map // flows_a, flows_b: indexed by table_state.active
 	ncpu   int
+	sketch *sketch.Params // nil: sketch mode off
 
 	// state mirrors the flow_state map, of which the Datapath is the only
 	// writer. cleared says which tables are known to be empty: a table is
@@ -196,6 +211,9 @@ func Load(opts Options) (*Datapath, error) {
 			return nil, err
 		}
 		opts.FlowBudget = plan.FlowBudget
+		if opts.SketchBytes == 0 && opts.sketchParams == nil {
+			opts.SketchBytes = plan.SketchPerCPU
+		}
 	}
 	for _, name := range []string{loupeMapFlowsA, loupeMapFlowsB} {
 		t := spec.Maps[name]
@@ -216,12 +234,26 @@ func Load(opts Options) (*Datapath, error) {
 	if err := spec.Variables[loupeVarCfgOffpath].Set(boolByte(opts.Tables == RingBuf)); err != nil {
 		return nil, fmt.Errorf("set table kind: %w", err)
 	}
-	layout, err := layoutName(spec, opts.Tables)
+	sk := opts.sketchParams
+	if sk == nil && opts.SketchBytes > 0 && opts.Tables != RingBuf {
+		p, err := SketchParams(opts.SketchBytes)
+		if err != nil {
+			return nil, err
+		}
+		sk = &p
+	}
+	if sk != nil && !slices.Contains(opts.Capabilities, "flows") {
+		return nil, errors.New("sketch mode spills the flow tables: it needs the flows capability")
+	}
+	if err := sizeSketch(spec, sk); err != nil {
+		return nil, err
+	}
+	layout, err := layoutName(spec, opts.Tables, sk)
 	if err != nil {
 		return nil, err
 	}
 
-	d := &Datapath{opts: opts, ncpu: ncpu, layout: layout, plan: plan, log: opts.Logger.With("component", "datapath")}
+	d := &Datapath{opts: opts, ncpu: ncpu, sketch: sk, layout: layout, plan: plan, log: opts.Logger.With("component", "datapath")}
 	if err := d.load(spec); err != nil {
 		d.Close()
 		return nil, err

@@ -20,7 +20,7 @@ import (
 )
 
 // udpFrame returns a distinct IPv4/UDP flow per source port.
-func udpFrame(t *testing.T, srcPort uint16, size int) []byte {
+func udpFrame(t testing.TB, srcPort uint16, size int) []byte {
 	t.Helper()
 	return frame(t, eth(layers.EthernetTypeIPv4), ip4(layers.IPProtocolUDP),
 		&layers.UDP{SrcPort: layers.UDPPort(srcPort), DstPort: 9}, make(gopacket.Payload, size))

@@ -8,6 +8,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
+
+	"loupe/internal/sketch"
 )
 
 // layoutVersion is part of every layout name. Bump it when the meaning of
@@ -17,18 +19,22 @@ import (
 const layoutVersion = 1
 
 // pinnedMaps are the maps a pin set holds: what outlives the agent.
-var pinnedMaps = []string{loupeMapFlowsA, loupeMapFlowsB, loupeMapFlowState, loupeMapCounters, loupeMapFlowEvents, loupeMapEventLayout}
+var pinnedMaps = []string{loupeMapFlowsA, loupeMapFlowsB, loupeMapFlowState, loupeMapCounters, loupeMapFlowEvents, loupeMapEventLayout,
+	loupeMapSketchCells, loupeMapSketchFilter, loupeMapSketchCm, loupeMapSketchSpill, loupeMapSketchConf}
 
 // layoutTypes are the structs shared with userspace whose layout a pin set
 // depends on.
-var layoutTypes = []string{"flow_key", "flow_stats", "flow_event", "table_state"}
+var layoutTypes = []string{"flow_key", "flow_stats", "flow_event", "table_state",
+	"sketch_cell", "sketch_counter", "sketch_slot", "sketch_params"}
 
 // layoutName names the layout of the maps spec describes, as sized: the
 // table kind, flow budget and ring-buffer size in clear, then a hash of
 // everything an adopting agent relies on (the structs' members, offsets
-// and sizes, each pinned map's type, sizes and flags, the counters). Two
-// agents adopt each other's pins exactly when their layout names are equal.
-func layoutName(spec *ebpf.CollectionSpec, tables TableKind) (string, error) {
+// and sizes, each pinned map's type, sizes and flags, the counters, the
+// sketch's parameters: a sketch half is decoded only with the parameters
+// it was written with). Two agents adopt each other's pins exactly when
+// their layout names are equal.
+func layoutName(spec *ebpf.CollectionSpec, tables TableKind, sk *sketch.Params) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "v%d\n", layoutVersion)
 	for _, name := range layoutTypes {
@@ -48,6 +54,9 @@ func layoutName(spec *ebpf.CollectionSpec, tables TableKind) (string, error) {
 		fmt.Fprintf(&b, "%s %v %d %d %d %#x\n", name, m.Type, m.KeySize, m.ValueSize, m.MaxEntries, m.Flags)
 	}
 	fmt.Fprintf(&b, "counters %d\n", loupeCounterCOUNTER_MAX)
+	if sk != nil {
+		fmt.Fprintf(&b, "sketch %+v spill %d\n", *sk, SketchSpillSlots)
+	}
 	sum := sha256.Sum256([]byte(b.String()))
 	return fmt.Sprintf("%s-%d-%d-%s", tables, spec.Maps[loupeMapFlowsA].MaxEntries,
 		spec.Maps[loupeMapFlowEvents].MaxEntries, hex.EncodeToString(sum[:4])), nil

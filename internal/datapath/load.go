@@ -50,6 +50,9 @@ func (d *Datapath) load(spec *ebpf.CollectionSpec) error {
 	if err := d.writeState(st); err != nil {
 		return err
 	}
+	if err := d.writeSketchConf(); err != nil {
+		return err
+	}
 	d.state = st
 	d.cleared[st.Active^1] = true // flows_b: never written
 	if d.pins == nil {
@@ -70,6 +73,8 @@ func (d *Datapath) pinnable() map[string]*ebpf.Map {
 	return map[string]*ebpf.Map{
 		loupeMapFlowsA: d.objs.FlowsA, loupeMapFlowsB: d.objs.FlowsB, loupeMapFlowState: d.objs.FlowState,
 		loupeMapCounters: d.objs.Counters, loupeMapFlowEvents: d.objs.FlowEvents, loupeMapEventLayout: d.objs.EventLayout,
+		loupeMapSketchCells: d.objs.SketchCells, loupeMapSketchFilter: d.objs.SketchFilter, loupeMapSketchCm: d.objs.SketchCm,
+		loupeMapSketchSpill: d.objs.SketchSpill, loupeMapSketchConf: d.objs.SketchConf,
 	}
 }
 

@@ -164,20 +164,22 @@ type loupeConnState struct {
 type loupeCounter uint32
 
 const (
-	loupeCounterCOUNTER_MAP_FULL      loupeCounter = 0
-	loupeCounterCOUNTER_MAP_BUSY      loupeCounter = 1
-	loupeCounterCOUNTER_RINGBUF_FULL  loupeCounter = 2
-	loupeCounterCOUNTER_LOST_PACKETS  loupeCounter = 3
-	loupeCounterCOUNTER_LOST_BYTES    loupeCounter = 4
-	loupeCounterCOUNTER_TRUNCATED_L2  loupeCounter = 5
-	loupeCounterCOUNTER_TRUNCATED_L3  loupeCounter = 6
-	loupeCounterCOUNTER_TRUNCATED_L4  loupeCounter = 7
-	loupeCounterCOUNTER_BAD_IPV4IHL   loupeCounter = 8
-	loupeCounterCOUNTER_VLAN_DEPTH    loupeCounter = 9
-	loupeCounterCOUNTER_IPV6EXT_DEPTH loupeCounter = 10
-	loupeCounterCOUNTER_FRAGMENTS     loupeCounter = 11
-	loupeCounterCOUNTER_PULLED        loupeCounter = 12
-	loupeCounterCOUNTER_MAX           loupeCounter = 13
+	loupeCounterCOUNTER_MAP_FULL        loupeCounter = 0
+	loupeCounterCOUNTER_MAP_BUSY        loupeCounter = 1
+	loupeCounterCOUNTER_RINGBUF_FULL    loupeCounter = 2
+	loupeCounterCOUNTER_LOST_PACKETS    loupeCounter = 3
+	loupeCounterCOUNTER_LOST_BYTES      loupeCounter = 4
+	loupeCounterCOUNTER_TRUNCATED_L2    loupeCounter = 5
+	loupeCounterCOUNTER_TRUNCATED_L3    loupeCounter = 6
+	loupeCounterCOUNTER_TRUNCATED_L4    loupeCounter = 7
+	loupeCounterCOUNTER_BAD_IPV4IHL     loupeCounter = 8
+	loupeCounterCOUNTER_VLAN_DEPTH      loupeCounter = 9
+	loupeCounterCOUNTER_IPV6EXT_DEPTH   loupeCounter = 10
+	loupeCounterCOUNTER_FRAGMENTS       loupeCounter = 11
+	loupeCounterCOUNTER_PULLED          loupeCounter = 12
+	loupeCounterCOUNTER_SPILLED_PACKETS loupeCounter = 13
+	loupeCounterCOUNTER_SPILLED_BYTES   loupeCounter = 14
+	loupeCounterCOUNTER_MAX             loupeCounter = 15
 )
 
 type loupeFlowEvent struct {
@@ -319,6 +321,42 @@ type loupeRulesVerdict struct {
 	TcpFlags uint32
 }
 
+type loupeSketchCell struct {
+	_         structs.HostLayout
+	KeyXor    [64]uint8
+	FlowCount uint32
+	Check     uint32
+	Packets   uint64
+	Bytes     uint64
+}
+
+type loupeSketchCounter struct {
+	_       structs.HostLayout
+	Packets uint64
+	Bytes   uint64
+}
+
+type loupeSketchParams struct {
+	_            structs.HostLayout
+	Cells        uint32
+	FilterBits   uint32
+	FilterHashes uint32
+	Rows         uint32
+	Width        uint32
+	SpillSlots   uint32
+}
+
+type loupeSketchSlot struct {
+	_         structs.HostLayout
+	Packets   uint64
+	Bytes     uint64
+	Ifindex   uint32
+	Direction uint8
+	Used      uint8
+	Full      uint8
+	Pad       uint8
+}
+
 type loupeTableState struct {
 	_          structs.HostLayout
 	Active     uint32
@@ -334,60 +372,73 @@ type loupeTableState struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	loupeMapCaptureAdmissions    = "capture_admissions"
-	loupeMapCaptureConfigSel     = "capture_config_sel"
-	loupeMapCaptureConfigs       = "capture_configs"
-	loupeMapCaptureConns         = "capture_conns"
-	loupeMapCaptureCounters      = "capture_counters"
-	loupeMapCaptureEvents        = "capture_events"
-	loupeMapCaptureFilterProgs   = "capture_filter_progs"
-	loupeMapCaptureFiltered      = "capture_filtered"
-	loupeMapCaptureHttp          = "capture_http"
-	loupeMapCaptureKeep          = "capture_keep"
-	loupeMapCaptureKeepCursor    = "capture_keep_cursor"
-	loupeMapCapturePackets       = "capture_packets"
-	loupeMapCaptureRates         = "capture_rates"
-	loupeMapCaptureWindow        = "capture_window"
-	loupeMapCounters             = "counters"
-	loupeMapEventLayout          = "event_layout"
-	loupeMapFlowEvents           = "flow_events"
-	loupeMapFlowState            = "flow_state"
-	loupeMapFlowsA               = "flows_a"
-	loupeMapFlowsAggKey          = "flows_agg_key"
-	loupeMapFlowsB               = "flows_b"
-	loupeMapRules0               = "rules_0"
-	loupeMapRules1               = "rules_1"
-	loupeMapRulesCache           = "rules_cache"
-	loupeMapRulesCfg             = "rules_cfg"
-	loupeMapRulesDst0            = "rules_dst_0"
-	loupeMapRulesDst1            = "rules_dst_1"
-	loupeMapRulesIfaces0         = "rules_ifaces_0"
-	loupeMapRulesIfaces1         = "rules_ifaces_1"
-	loupeMapRulesScratch         = "rules_scratch"
-	loupeMapRulesSel             = "rules_sel"
-	loupeMapRulesSrc0            = "rules_src_0"
-	loupeMapRulesSrc1            = "rules_src_1"
-	loupeMapRulesStats           = "rules_stats"
-	loupeProgLoupeEgress         = "loupe_egress"
-	loupeProgLoupeFlowsEgress    = "loupe_flows_egress"
-	loupeProgLoupeFlowsIngress   = "loupe_flows_ingress"
-	loupeProgLoupeIngress        = "loupe_ingress"
-	loupeVarCaptureConnZero      = "capture_conn_zero"
-	loupeVarCaptureHttpZero      = "capture_http_zero"
-	loupeVarCfgCapCapture        = "cfg_cap_capture"
-	loupeVarCfgCapFlows          = "cfg_cap_flows"
-	loupeVarCfgCapRules          = "cfg_cap_rules"
-	loupeVarCfgOffpath           = "cfg_offpath"
-	loupeVarCfgRulesCache        = "cfg_rules_cache"
-	loupeVarCfgSharedTable       = "cfg_shared_table"
-	loupeVarKeepPackets          = "keep_packets"
-	loupeVarKeepSlotsPerCpu      = "keep_slots_per_cpu"
-	loupeVarKeepSnap             = "keep_snap"
-	loupeVarUnusedCaptureCounter = "unused_capture_counter"
-	loupeVarUnusedCaptureEvent   = "unused_capture_event"
-	loupeVarUnusedCapturePkt     = "unused_capture_pkt"
-	loupeVarUnusedCounter        = "unused_counter"
-	loupeVarUnusedRuleStats      = "unused_rule_stats"
+	loupeMapCaptureAdmissions     = "capture_admissions"
+	loupeMapCaptureConfigSel      = "capture_config_sel"
+	loupeMapCaptureConfigs        = "capture_configs"
+	loupeMapCaptureConns          = "capture_conns"
+	loupeMapCaptureCounters       = "capture_counters"
+	loupeMapCaptureEvents         = "capture_events"
+	loupeMapCaptureFilterProgs    = "capture_filter_progs"
+	loupeMapCaptureFiltered       = "capture_filtered"
+	loupeMapCaptureHttp           = "capture_http"
+	loupeMapCaptureKeep           = "capture_keep"
+	loupeMapCaptureKeepCursor     = "capture_keep_cursor"
+	loupeMapCapturePackets        = "capture_packets"
+	loupeMapCaptureRates          = "capture_rates"
+	loupeMapCaptureWindow         = "capture_window"
+	loupeMapCounters              = "counters"
+	loupeMapEventLayout           = "event_layout"
+	loupeMapFlowEvents            = "flow_events"
+	loupeMapFlowState             = "flow_state"
+	loupeMapFlowsA                = "flows_a"
+	loupeMapFlowsAggKey           = "flows_agg_key"
+	loupeMapFlowsB                = "flows_b"
+	loupeMapRules0                = "rules_0"
+	loupeMapRules1                = "rules_1"
+	loupeMapRulesCache            = "rules_cache"
+	loupeMapRulesCfg              = "rules_cfg"
+	loupeMapRulesDst0             = "rules_dst_0"
+	loupeMapRulesDst1             = "rules_dst_1"
+	loupeMapRulesIfaces0          = "rules_ifaces_0"
+	loupeMapRulesIfaces1          = "rules_ifaces_1"
+	loupeMapRulesScratch          = "rules_scratch"
+	loupeMapRulesSel              = "rules_sel"
+	loupeMapRulesSrc0             = "rules_src_0"
+	loupeMapRulesSrc1             = "rules_src_1"
+	loupeMapRulesStats            = "rules_stats"
+	loupeMapSketchCells           = "sketch_cells"
+	loupeMapSketchCm              = "sketch_cm"
+	loupeMapSketchConf            = "sketch_conf"
+	loupeMapSketchFilter          = "sketch_filter"
+	loupeMapSketchSpill           = "sketch_spill"
+	loupeProgLoupeEgress          = "loupe_egress"
+	loupeProgLoupeFlowsEgress     = "loupe_flows_egress"
+	loupeProgLoupeFlowsIngress    = "loupe_flows_ingress"
+	loupeProgLoupeIngress         = "loupe_ingress"
+	loupeVarCaptureConnZero       = "capture_conn_zero"
+	loupeVarCaptureHttpZero       = "capture_http_zero"
+	loupeVarCfgCapCapture         = "cfg_cap_capture"
+	loupeVarCfgCapFlows           = "cfg_cap_flows"
+	loupeVarCfgCapRules           = "cfg_cap_rules"
+	loupeVarCfgOffpath            = "cfg_offpath"
+	loupeVarCfgRulesCache         = "cfg_rules_cache"
+	loupeVarCfgSharedTable        = "cfg_shared_table"
+	loupeVarCfgSketch             = "cfg_sketch"
+	loupeVarCfgSketchCells        = "cfg_sketch_cells"
+	loupeVarCfgSketchFilterBits   = "cfg_sketch_filter_bits"
+	loupeVarCfgSketchFilterHashes = "cfg_sketch_filter_hashes"
+	loupeVarCfgSketchFilterWords  = "cfg_sketch_filter_words"
+	loupeVarCfgSketchRows         = "cfg_sketch_rows"
+	loupeVarCfgSketchSub          = "cfg_sketch_sub"
+	loupeVarCfgSketchWidth        = "cfg_sketch_width"
+	loupeVarKeepPackets           = "keep_packets"
+	loupeVarKeepSlotsPerCpu       = "keep_slots_per_cpu"
+	loupeVarKeepSnap              = "keep_snap"
+	loupeVarUnusedCaptureCounter  = "unused_capture_counter"
+	loupeVarUnusedCaptureEvent    = "unused_capture_event"
+	loupeVarUnusedCapturePkt      = "unused_capture_pkt"
+	loupeVarUnusedCounter         = "unused_counter"
+	loupeVarUnusedRuleStats       = "unused_rule_stats"
 )
 
 // loadLoupe returns the embedded CollectionSpec for loupe.
@@ -476,28 +527,41 @@ type loupeMapSpecs struct {
 	RulesSrc0          *ebpf.MapSpec `ebpf:"rules_src_0"`
 	RulesSrc1          *ebpf.MapSpec `ebpf:"rules_src_1"`
 	RulesStats         *ebpf.MapSpec `ebpf:"rules_stats"`
+	SketchCells        *ebpf.MapSpec `ebpf:"sketch_cells"`
+	SketchCm           *ebpf.MapSpec `ebpf:"sketch_cm"`
+	SketchConf         *ebpf.MapSpec `ebpf:"sketch_conf"`
+	SketchFilter       *ebpf.MapSpec `ebpf:"sketch_filter"`
+	SketchSpill        *ebpf.MapSpec `ebpf:"sketch_spill"`
 }
 
 // loupeVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type loupeVariableSpecs struct {
-	CaptureConnZero      *ebpf.VariableSpec `ebpf:"capture_conn_zero"`
-	CaptureHttpZero      *ebpf.VariableSpec `ebpf:"capture_http_zero"`
-	CfgCapCapture        *ebpf.VariableSpec `ebpf:"cfg_cap_capture"`
-	CfgCapFlows          *ebpf.VariableSpec `ebpf:"cfg_cap_flows"`
-	CfgCapRules          *ebpf.VariableSpec `ebpf:"cfg_cap_rules"`
-	CfgOffpath           *ebpf.VariableSpec `ebpf:"cfg_offpath"`
-	CfgRulesCache        *ebpf.VariableSpec `ebpf:"cfg_rules_cache"`
-	CfgSharedTable       *ebpf.VariableSpec `ebpf:"cfg_shared_table"`
-	KeepPackets          *ebpf.VariableSpec `ebpf:"keep_packets"`
-	KeepSlotsPerCpu      *ebpf.VariableSpec `ebpf:"keep_slots_per_cpu"`
-	KeepSnap             *ebpf.VariableSpec `ebpf:"keep_snap"`
-	UnusedCaptureCounter *ebpf.VariableSpec `ebpf:"unused_capture_counter"`
-	UnusedCaptureEvent   *ebpf.VariableSpec `ebpf:"unused_capture_event"`
-	UnusedCapturePkt     *ebpf.VariableSpec `ebpf:"unused_capture_pkt"`
-	UnusedCounter        *ebpf.VariableSpec `ebpf:"unused_counter"`
-	UnusedRuleStats      *ebpf.VariableSpec `ebpf:"unused_rule_stats"`
+	CaptureConnZero       *ebpf.VariableSpec `ebpf:"capture_conn_zero"`
+	CaptureHttpZero       *ebpf.VariableSpec `ebpf:"capture_http_zero"`
+	CfgCapCapture         *ebpf.VariableSpec `ebpf:"cfg_cap_capture"`
+	CfgCapFlows           *ebpf.VariableSpec `ebpf:"cfg_cap_flows"`
+	CfgCapRules           *ebpf.VariableSpec `ebpf:"cfg_cap_rules"`
+	CfgOffpath            *ebpf.VariableSpec `ebpf:"cfg_offpath"`
+	CfgRulesCache         *ebpf.VariableSpec `ebpf:"cfg_rules_cache"`
+	CfgSharedTable        *ebpf.VariableSpec `ebpf:"cfg_shared_table"`
+	CfgSketch             *ebpf.VariableSpec `ebpf:"cfg_sketch"`
+	CfgSketchCells        *ebpf.VariableSpec `ebpf:"cfg_sketch_cells"`
+	CfgSketchFilterBits   *ebpf.VariableSpec `ebpf:"cfg_sketch_filter_bits"`
+	CfgSketchFilterHashes *ebpf.VariableSpec `ebpf:"cfg_sketch_filter_hashes"`
+	CfgSketchFilterWords  *ebpf.VariableSpec `ebpf:"cfg_sketch_filter_words"`
+	CfgSketchRows         *ebpf.VariableSpec `ebpf:"cfg_sketch_rows"`
+	CfgSketchSub          *ebpf.VariableSpec `ebpf:"cfg_sketch_sub"`
+	CfgSketchWidth        *ebpf.VariableSpec `ebpf:"cfg_sketch_width"`
+	KeepPackets           *ebpf.VariableSpec `ebpf:"keep_packets"`
+	KeepSlotsPerCpu       *ebpf.VariableSpec `ebpf:"keep_slots_per_cpu"`
+	KeepSnap              *ebpf.VariableSpec `ebpf:"keep_snap"`
+	UnusedCaptureCounter  *ebpf.VariableSpec `ebpf:"unused_capture_counter"`
+	UnusedCaptureEvent    *ebpf.VariableSpec `ebpf:"unused_capture_event"`
+	UnusedCapturePkt      *ebpf.VariableSpec `ebpf:"unused_capture_pkt"`
+	UnusedCounter         *ebpf.VariableSpec `ebpf:"unused_counter"`
+	UnusedRuleStats       *ebpf.VariableSpec `ebpf:"unused_rule_stats"`
 }
 
 // loupeObjects contains all objects after they have been loaded into the kernel.
@@ -554,6 +618,11 @@ type loupeMaps struct {
 	RulesSrc0          *ebpf.Map `ebpf:"rules_src_0"`
 	RulesSrc1          *ebpf.Map `ebpf:"rules_src_1"`
 	RulesStats         *ebpf.Map `ebpf:"rules_stats"`
+	SketchCells        *ebpf.Map `ebpf:"sketch_cells"`
+	SketchCm           *ebpf.Map `ebpf:"sketch_cm"`
+	SketchConf         *ebpf.Map `ebpf:"sketch_conf"`
+	SketchFilter       *ebpf.Map `ebpf:"sketch_filter"`
+	SketchSpill        *ebpf.Map `ebpf:"sketch_spill"`
 }
 
 func (m *loupeMaps) Close() error {
@@ -592,6 +661,11 @@ func (m *loupeMaps) Close() error {
 		m.RulesSrc0,
 		m.RulesSrc1,
 		m.RulesStats,
+		m.SketchCells,
+		m.SketchCm,
+		m.SketchConf,
+		m.SketchFilter,
+		m.SketchSpill,
 	)
 }
 
@@ -599,22 +673,30 @@ func (m *loupeMaps) Close() error {
 //
 // It can be passed to loadLoupeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type loupeVariables struct {
-	CaptureConnZero      *ebpf.Variable `ebpf:"capture_conn_zero"`
-	CaptureHttpZero      *ebpf.Variable `ebpf:"capture_http_zero"`
-	CfgCapCapture        *ebpf.Variable `ebpf:"cfg_cap_capture"`
-	CfgCapFlows          *ebpf.Variable `ebpf:"cfg_cap_flows"`
-	CfgCapRules          *ebpf.Variable `ebpf:"cfg_cap_rules"`
-	CfgOffpath           *ebpf.Variable `ebpf:"cfg_offpath"`
-	CfgRulesCache        *ebpf.Variable `ebpf:"cfg_rules_cache"`
-	CfgSharedTable       *ebpf.Variable `ebpf:"cfg_shared_table"`
-	KeepPackets          *ebpf.Variable `ebpf:"keep_packets"`
-	KeepSlotsPerCpu      *ebpf.Variable `ebpf:"keep_slots_per_cpu"`
-	KeepSnap             *ebpf.Variable `ebpf:"keep_snap"`
-	UnusedCaptureCounter *ebpf.Variable `ebpf:"unused_capture_counter"`
-	UnusedCaptureEvent   *ebpf.Variable `ebpf:"unused_capture_event"`
-	UnusedCapturePkt     *ebpf.Variable `ebpf:"unused_capture_pkt"`
-	UnusedCounter        *ebpf.Variable `ebpf:"unused_counter"`
-	UnusedRuleStats      *ebpf.Variable `ebpf:"unused_rule_stats"`
+	CaptureConnZero       *ebpf.Variable `ebpf:"capture_conn_zero"`
+	CaptureHttpZero       *ebpf.Variable `ebpf:"capture_http_zero"`
+	CfgCapCapture         *ebpf.Variable `ebpf:"cfg_cap_capture"`
+	CfgCapFlows           *ebpf.Variable `ebpf:"cfg_cap_flows"`
+	CfgCapRules           *ebpf.Variable `ebpf:"cfg_cap_rules"`
+	CfgOffpath            *ebpf.Variable `ebpf:"cfg_offpath"`
+	CfgRulesCache         *ebpf.Variable `ebpf:"cfg_rules_cache"`
+	CfgSharedTable        *ebpf.Variable `ebpf:"cfg_shared_table"`
+	CfgSketch             *ebpf.Variable `ebpf:"cfg_sketch"`
+	CfgSketchCells        *ebpf.Variable `ebpf:"cfg_sketch_cells"`
+	CfgSketchFilterBits   *ebpf.Variable `ebpf:"cfg_sketch_filter_bits"`
+	CfgSketchFilterHashes *ebpf.Variable `ebpf:"cfg_sketch_filter_hashes"`
+	CfgSketchFilterWords  *ebpf.Variable `ebpf:"cfg_sketch_filter_words"`
+	CfgSketchRows         *ebpf.Variable `ebpf:"cfg_sketch_rows"`
+	CfgSketchSub          *ebpf.Variable `ebpf:"cfg_sketch_sub"`
+	CfgSketchWidth        *ebpf.Variable `ebpf:"cfg_sketch_width"`
+	KeepPackets           *ebpf.Variable `ebpf:"keep_packets"`
+	KeepSlotsPerCpu       *ebpf.Variable `ebpf:"keep_slots_per_cpu"`
+	KeepSnap              *ebpf.Variable `ebpf:"keep_snap"`
+	UnusedCaptureCounter  *ebpf.Variable `ebpf:"unused_capture_counter"`
+	UnusedCaptureEvent    *ebpf.Variable `ebpf:"unused_capture_event"`
+	UnusedCapturePkt      *ebpf.Variable `ebpf:"unused_capture_pkt"`
+	UnusedCounter         *ebpf.Variable `ebpf:"unused_counter"`
+	UnusedRuleStats       *ebpf.Variable `ebpf:"unused_rule_stats"`
 }
 
 // loupePrograms contains all programs after they have been loaded into the kernel.

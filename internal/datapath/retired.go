@@ -20,6 +20,7 @@ import (
 // table, which also carries what is left in its ring buffer.
 type retiredSet struct {
 	pins   *pinDir
+	ncpu   int
 	name   string
 	log    *slog.Logger
 	maps   map[string]*ebpf.Map
@@ -47,7 +48,7 @@ func openRetired(pins *pinDir, name string, ncpu int, log *slog.Logger) (*retire
 	if err != nil {
 		return nil, err
 	}
-	r := &retiredSet{pins: pins, name: name, log: log, maps: maps}
+	r := &retiredSet{pins: pins, name: name, log: log, maps: maps, ncpu: ncpu}
 	for i, mn := range []string{loupeMapFlowsA, loupeMapFlowsB} {
 		m := maps[mn]
 		if m == nil {

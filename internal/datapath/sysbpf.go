@@ -98,3 +98,48 @@ func (b *rawBatch) next() (int, error) {
 
 func (b *rawBatch) key(i int) []byte   { return b.keys[i*b.keySize : (i+1)*b.keySize] }
 func (b *rawBatch) value(i int) []byte { return b.values[i*b.valueSize : (i+1)*b.valueSize] }
+
+const bpfMapUpdateBatch = 26 // BPF_MAP_UPDATE_BATCH
+
+// arrayLookupBatch reads len(keys)/4 consecutive entries of an array map
+// from index start into vals (for a per-CPU array, each entry's values for
+// every possible CPU, each padded to 8 bytes), and returns how many it read.
+// The kernel's batch walks an array from the key after in_batch: start-1.
+func arrayLookupBatch(m *ebpf.Map, start uint32, keys, vals []byte) (int, error) {
+	var in, out [4]byte
+	attr := batchAttr{
+		OutBatch: uint64(uintptr(unsafe.Pointer(&out[0]))),
+		Keys:     uint64(uintptr(unsafe.Pointer(&keys[0]))),
+		Values:   uint64(uintptr(unsafe.Pointer(&vals[0]))),
+		Count:    uint32(len(keys) / 4),
+		MapFd:    uint32(m.FD()),
+	}
+	if start > 0 {
+		*(*uint32)(unsafe.Pointer(&in[0])) = start - 1
+		attr.InBatch = uint64(uintptr(unsafe.Pointer(&in[0])))
+	}
+	_, _, errno := unix.Syscall(unix.SYS_BPF, bpfMapLookupBatch, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
+	if errno != 0 && errno != unix.ENOENT {
+		return 0, fmt.Errorf("batch lookup: %w", errno)
+	}
+	return int(attr.Count), nil
+}
+
+// arrayUpdateBatch writes n entries of an array map: keys holds n 32-bit
+// indexes, vals their values (per-CPU: every possible CPU's, as above).
+func arrayUpdateBatch(m *ebpf.Map, keys, vals []byte, n int) error {
+	attr := batchAttr{
+		Keys:   uint64(uintptr(unsafe.Pointer(&keys[0]))),
+		Values: uint64(uintptr(unsafe.Pointer(&vals[0]))),
+		Count:  uint32(n),
+		MapFd:  uint32(m.FD()),
+	}
+	_, _, errno := unix.Syscall(unix.SYS_BPF, bpfMapUpdateBatch, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
+	if errno != 0 {
+		return fmt.Errorf("batch update: %w", errno)
+	}
+	if int(attr.Count) != n {
+		return fmt.Errorf("batch update wrote %d of %d entries", attr.Count, n)
+	}
+	return nil
+}

@@ -1,0 +1,382 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Sketch mode, the datapath half: when the exact flow table of the half in
+ * force is full, new flows spill into fixed-size per-CPU sketches instead of
+ * the ring buffer (flows.h, account_in). internal/sketch is the userspace
+ * half and the specification: its doc.go gives the memory layout, the hash
+ * and its seeds, and the insert bit for bit, and sketch.Encoder is the Go
+ * reference of sketch_insert below (internal/datapath's tests compare the
+ * two byte for byte).
+ *
+ * Each CPU holds, per half:
+ *   - a flow set: Cells records of struct sketch_cell (an IBLT, FlowRadar's
+ *     "encoded flow set"), from which userspace decodes every flow's key,
+ *     packets and bytes while it holds fewer flows than its capacity;
+ *   - a flow filter: a Bloom filter of FilterBits bits saying whether the
+ *     flow set already holds a flow's key;
+ *   - a count-min sketch of Rows x Width (packets, bytes) pairs, so that
+ *     heavy hitters are still estimated when the flow set does not decode;
+ *   - the exact spill totals per (ifindex, direction), and the half's "full"
+ *     flag (struct sketch_slot).
+ *
+ * Why per-CPU: every structure is written by its CPU only, so an insert is
+ * plain loads and stores, no atomics, no cache line shared between CPUs;
+ * userspace decodes each CPU's tables and merges by key. Why per-CPU arrays:
+ * on this kernel the verifier inlines a per-CPU array lookup (a bounds
+ * check, a multiply and this CPU's offset: no helper call), so the 3 + FH +
+ * Rows lookups of an insert cost a few instructions each.
+ *
+ * Why one map per structure, holding both halves: a per-CPU array's value is
+ * at most 32 KiB (PCPU_MIN_UNIT_SIZE), so a sketch cannot be one value; it
+ * is one element per cell, filter word or counter pair, and the halves are
+ * two ranges of indexes ([0, N) and [N, 2N)). Doubling the maps instead
+ * would not save an instruction (the half is a constant at each of
+ * account_in's call sites either way) and would double the maps to pin.
+ *
+ * Why double-buffered: the sketch half written is the one whose flow table
+ * is active (flow_state.active), so userspace reads and clears a half after
+ * the same swap and RCU grace period as the table, and the sketch holds
+ * exactly the spill of that table's interval.
+ *
+ * Sizes are load-time constants (volatile const, folded by the verifier):
+ * the maps' max_entries and the cfg_sketch_* values below are set together
+ * from Go before load (internal/datapath/sketch.go). */
+#ifndef LOUPE_SKETCH_H
+#define LOUPE_SKETCH_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+
+#include "flow.h"
+
+#define SKETCH_K 3                  /* cells per flow, one per subrange (sketch.K) */
+#define SKETCH_MAX_ROWS 8           /* sketch.MaxRows: the seeds table's rows */
+#define SKETCH_MAX_FILTER_HASHES 32 /* the filter loop's bound; Go refuses more */
+#define SKETCH_SPILL_SLOTS 256      /* hashed spill-total slots per half (a power of 2) */
+#define SKETCH_SPILL_STRIDE (SKETCH_SPILL_SLOTS + 1) /* + the header slot, index 0 */
+
+/* One flow-set cell: 88 bytes, no implicit padding (sketch.Cell). */
+struct sketch_cell {
+	__u8 key_xor[64];  /* XOR of the keys of the cell's flows */
+	__u32 flow_count;  /* flows inserted in the cell */
+	__u32 check;       /* sum over the cell's packets of their flow's check term, mod 2^32 */
+	__u64 packets;
+	__u64 bytes;
+};
+
+/* One count-min counter pair: 16 bytes. */
+struct sketch_counter {
+	__u64 packets;
+	__u64 bytes;
+};
+
+/* What spilled on one CPU in one half: 24 bytes. Slot 0 of each half is
+ * its header: full says the half's flow table refused a new flow on this
+ * CPU (E2BIG), and packets/bytes count the spill whose (ifindex,
+ * direction) found its slot held by another pair ("other"). Slots 1..256
+ * hold one pair each, claimed by its first spilled packet (used). Every
+ * spilled packet is in exactly one slot: the totals are exact. */
+struct sketch_slot {
+	__u64 packets;
+	__u64 bytes;
+	__u32 ifindex;
+	__u8 direction;
+	__u8 used; /* 1: the slot holds (ifindex, direction) */
+	__u8 full; /* header only: skip the table's doomed insert */
+	__u8 pad;
+};
+
+/* 1 when sketch mode is on. Off, the verifier removes every line that reads
+ * a map below, and a refused insert goes through the ring buffer as before. */
+volatile const __u8 cfg_sketch = 0;
+/* sketch.Params: the flow set's Cells (the offset of half 1 in
+ * sketch_cells) and Cells/3; the filter's bits (a prime), words (the offset
+ * of half 1 in sketch_filter) and probes; the count-min rows and width. */
+volatile const __u32 cfg_sketch_cells = 3;
+volatile const __u32 cfg_sketch_sub = 1;
+volatile const __u32 cfg_sketch_filter_bits = 2;
+volatile const __u32 cfg_sketch_filter_words = 1;
+volatile const __u32 cfg_sketch_filter_hashes = 1;
+volatile const __u32 cfg_sketch_rows = 1;
+volatile const __u32 cfg_sketch_width = 1;
+
+/* max_entries of the four maps are set from Go: 2 x Cells, 2 x filter
+ * words, 2 x Rows x Width, 2 x SKETCH_SPILL_STRIDE. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 6);
+	__type(key, __u32);                /* Key: half x Cells + cell */
+	__type(value, struct sketch_cell); /* Value: the cell, per CPU */
+} sketch_cells SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);   /* Key: half x filter words + word */
+	__type(value, __u64); /* Value: 64 filter bits, per CPU */
+} sketch_filter SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);                   /* Key: half x Rows x Width + row x Width + column */
+	__type(value, struct sketch_counter); /* Value: the pair, per CPU */
+} sketch_cm SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 2 * SKETCH_SPILL_STRIDE);
+	__type(key, __u32);                 /* Key: half x SKETCH_SPILL_STRIDE + slot */
+	__type(value, struct sketch_slot); /* Value: the slot, per CPU */
+} sketch_spill SEC(".maps");
+
+/* The sizes above, for an agent that finds these maps pinned (a retired set
+ * is decoded with its own parameters): written by userspace at load, never
+ * read by the programs. */
+struct sketch_params {
+	__u32 cells;
+	__u32 filter_bits;
+	__u32 filter_hashes;
+	__u32 rows;
+	__u32 width;
+	__u32 spill_slots;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sketch_params);
+} sketch_conf SEC(".maps");
+
+/* The hash (sketch.Hash): seeds are SplitMix64's first outputs from 0. */
+#define SKETCH_MUL 0x9E3779B97F4A7C15ULL
+#define SKETCH_SEED_CELL0 0xE220A8397B1DCDAFULL
+#define SKETCH_SEED_CELL1 0x6E789E6AA1B965F4ULL
+#define SKETCH_SEED_CELL2 0x06C45D188009454FULL
+#define SKETCH_SEED_FILTER_A 0xF88BB8A8724C81ECULL
+#define SKETCH_SEED_FILTER_B 0x1B39896A51A8749BULL
+
+#define SKETCH_SEED_ROW0 0x53CB9F0C747EA2EAULL
+#define SKETCH_SEED_ROW1 0x2C829ABE1F4532E1ULL
+#define SKETCH_SEED_ROW2 0xC584133AC916AB3CULL
+#define SKETCH_SEED_ROW3 0x3EE5789041C98AC3ULL
+#define SKETCH_HASHES (2 + SKETCH_K + 4) /* computed together: filter, cells, rows 0-3 */
+
+static const __u64 sketch_row_seeds[SKETCH_MAX_ROWS] = {
+	SKETCH_SEED_ROW0,      SKETCH_SEED_ROW1,      SKETCH_SEED_ROW2,      SKETCH_SEED_ROW3,
+	0xF3B8488C368CB0A6ULL, 0x657EECDD3CB13D09ULL, 0xC2D326E0055BDEF6ULL, 0x8621A03FE0BBDB7BULL,
+};
+
+/* The key as the sketch hashes and stores it: struct flow_key's 60 bytes and
+ * 4 zero bytes, eight little-endian words. Read with 32-bit loads: the key
+ * is only 4-byte aligned (on the stack, where the verifier wants every
+ * access aligned to its size). */
+struct sketch_key {
+	__u64 w[8];
+};
+
+static __always_inline void sketch_key_of(struct sketch_key *k, const struct flow_key *key)
+{
+	const __u32 *p = (const __u32 *)key;
+
+#pragma unroll
+	for (int i = 0; i < 7; i++)
+		k->w[i] = (__u64)p[2 * i] | (__u64)p[2 * i + 1] << 32;
+	k->w[7] = p[14];
+}
+
+/* H(seed, key) (sketch.Hash) for several seeds at once: the design's
+ * multiply-xorshift loop over the words, then MurmurHash3's fmix64 (doc.go
+ * says why). Each hash is a chain of 10 dependent multiplies; computed word
+ * by word for all seeds, the chains are interleaved in the code and the CPU
+ * overlaps them, where one hash after the other waits on every multiply
+ * (measured: 15 ns less per spilled packet). The hashes are most of an
+ * insert's cost. */
+#define SKETCH_MIX(h, x)                                                                           \
+	do {                                                                                       \
+		(h) ^= (x);                                                                        \
+		(h) *= SKETCH_MUL;                                                                 \
+		(h) ^= (h) >> 29;                                                                  \
+	} while (0)
+
+static __always_inline __u64 sketch_fmix(__u64 h)
+{
+	h ^= h >> 33;
+	h *= 0xFF51AFD7ED558CCDULL;
+	h ^= h >> 33;
+	h *= 0xC4CEB9FE1A85EC53ULL;
+	h ^= h >> 33;
+	return h;
+}
+
+static __always_inline void sketch_hashes(__u64 *h, const __u64 *seeds, const int n, const struct sketch_key *k)
+{
+#pragma unroll
+	for (int i = 0; i < n; i++)
+		h[i] = seeds[i];
+#pragma unroll
+	for (int w = 0; w < 8; w++) {
+		__u64 x = k->w[w];
+
+#pragma unroll
+		for (int i = 0; i < n; i++)
+			SKETCH_MIX(h[i], x);
+	}
+#pragma unroll
+	for (int i = 0; i < n; i++)
+		h[i] = sketch_fmix(h[i]);
+}
+
+/* sketch_header returns the header slot of a half on this CPU. */
+static __always_inline struct sketch_slot *sketch_header(__u32 half)
+{
+	__u32 idx = half ? SKETCH_SPILL_STRIDE : 0;
+
+	return bpf_map_lookup_elem(&sketch_spill, &idx);
+}
+
+/* sketch_count_spill adds a spilled packet to its (ifindex, direction)'s
+ * slot, claiming the slot if it is free, or to the header's "other" if
+ * another pair holds it. */
+static __always_inline void sketch_count_spill(__u32 half, struct sketch_slot *hdr,
+					       const struct flow_key *key, __u64 len)
+{
+	__u32 pair = key->ifindex << 1 | (key->direction & 1);
+	/* Fibonacci hashing of the pair: its top 8 bits. */
+	__u32 idx = (half ? SKETCH_SPILL_STRIDE : 0) + 1 + ((pair * 0x9E3779B1U) >> 24);
+	struct sketch_slot *s = bpf_map_lookup_elem(&sketch_spill, &idx);
+
+	if (!s)
+		return;
+	if (!s->used) {
+		s->used = 1;
+		s->ifindex = key->ifindex;
+		s->direction = key->direction;
+	} else if (s->ifindex != key->ifindex || s->direction != key->direction) {
+		s = hdr;
+	}
+	s->packets++;
+	s->bytes += len;
+}
+
+/* sketch_insert records one packet of len bytes of the flow key into half
+ * of this CPU's sketch: the insert of doc.go, as sketch.Encoder.Add does it.
+ *
+ *	a, b = filter hashes; seen = every probe's bit already set; set every probe's bit
+ *	for each of the flow's K cells:
+ *		if !seen: key_xor ^= key; flow_count += 1
+ *		check += (u32)(a >> 32); packets += 1; bytes += len
+ *	for each row r: pair at column c(r): packets += 1; bytes += len
+ *
+ * Every index is below its map's max_entries by construction; the lookups'
+ * NULL checks are the verifier's, and never taken. */
+static __always_inline void sketch_insert(__u32 half, const struct sketch_key *k, __u64 len)
+{
+	/* Every hash at once, the first four count-min rows' included (Size
+	 * picks four): nine interleaved chains, measured 8 ns a packet faster
+	 * than the rows' four after the cells' five. Rows beyond four, if any,
+	 * are hashed below. */
+	const __u64 seeds[SKETCH_HASHES] = {
+		SKETCH_SEED_FILTER_A, SKETCH_SEED_FILTER_B, SKETCH_SEED_CELL0, SKETCH_SEED_CELL1, SKETCH_SEED_CELL2,
+		SKETCH_SEED_ROW0, SKETCH_SEED_ROW1, SKETCH_SEED_ROW2, SKETCH_SEED_ROW3,
+	};
+	__u64 h[SKETCH_HASHES], m, pos, step;
+	__u32 chk, seen = 1;
+
+	sketch_hashes(h, seeds, SKETCH_HASHES, k);
+
+	/* The flow filter: FilterHashes probes by double hashing, distinct
+	 * bits since m is prime. A bounded loop (the bound is Go's limit), not
+	 * unrolled: the verifier walks cfg_sketch_filter_hashes iterations. */
+	m = cfg_sketch_filter_bits;
+	pos = h[0] % m;
+	step = 1 + h[1] % (m - 1);
+	{
+		__u32 base = half ? cfg_sketch_filter_words : 0;
+
+		for (__u32 i = 0; i < SKETCH_MAX_FILTER_HASHES; i++) {
+			__u32 idx;
+			__u64 *word, bit;
+
+			if (i >= cfg_sketch_filter_hashes)
+				break;
+			idx = base + (__u32)(pos >> 6);
+			word = bpf_map_lookup_elem(&sketch_filter, &idx);
+			if (!word)
+				return;
+			bit = 1ULL << (pos & 63);
+			if (!(*word & bit)) {
+				seen = 0;
+				*word |= bit;
+			}
+			pos += step;
+			if (pos >= m)
+				pos -= m;
+		}
+	}
+
+	/* The flow set: one cell in each subrange. */
+	chk = (__u32)(h[0] >> 32);
+	{
+		__u32 sub = cfg_sketch_sub;
+		__u32 base = half ? cfg_sketch_cells : 0;
+
+#pragma unroll
+		for (int j = 0; j < SKETCH_K; j++) {
+			__u32 idx = base + j * sub + (__u32)(h[2 + j] % sub);
+			struct sketch_cell *c = bpf_map_lookup_elem(&sketch_cells, &idx);
+
+			if (!c)
+				return;
+			if (!seen) {
+				__u64 *x = (__u64 *)c->key_xor;
+
+#pragma unroll
+				for (int i = 0; i < 8; i++)
+					x[i] ^= k->w[i];
+				c->flow_count++;
+			}
+			c->check += chk;
+			c->packets++;
+			c->bytes += len;
+		}
+	}
+
+	/* The count-min sketch: one pair per row. */
+	{
+		__u32 width = cfg_sketch_width, rows = cfg_sketch_rows;
+		__u32 base = half ? rows * width : 0;
+
+#pragma unroll
+		for (int g = 0; g < SKETCH_MAX_ROWS; g += 4) {
+			__u64 rh[4];
+
+			if (g >= rows)
+				break;
+			if (g == 0) {
+				rh[0] = h[5];
+				rh[1] = h[6];
+				rh[2] = h[7];
+				rh[3] = h[8];
+			} else {
+				sketch_hashes(rh, &sketch_row_seeds[g], 4, k);
+			}
+#pragma unroll
+			for (int r = 0; r < 4; r++) {
+				__u32 idx;
+				struct sketch_counter *c;
+
+				if (g + r >= rows)
+					break;
+				idx = base + (g + r) * width + (__u32)(rh[r] % width);
+				c = bpf_map_lookup_elem(&sketch_cm, &idx);
+				if (!c)
+					return;
+				c->packets++;
+				c->bytes += len;
+			}
+		}
+	}
+}
+
+#endif
