@@ -250,6 +250,7 @@ func bruteTop(recs []flow.Record, q store.Query, by store.GroupBy, n int) []stor
 		}
 		e.Bytes += r.Bytes
 		e.Packets += r.Packets
+		e.Error.AddRecord(r)
 		flows[k][r.Key] = true
 	}
 	var out []store.TopEntry
