@@ -385,8 +385,10 @@ func pad8(n int) int { return (n + 7) &^ 7 }
 // blocks lists the batch's blocks in file order.
 func (b *batch) blocks() []block {
 	bl := make([]block, 0, numCols+4)
-	sparse := allZero(b.cols[cAccuracy]) && allZero(b.cols[cMaxErrPackets]) &&
-		allZero(b.cols[cMaxErrBytes]) && allZero(b.cols[cErrConfidence])
+	sparse := true // every record exact: no sparse column
+	for _, c := range sparseCols {
+		sparse = sparse && allZero(b.cols[c])
+	}
 	for c := range b.cols {
 		if sparse && sparseCol(c) {
 			continue
