@@ -440,22 +440,22 @@ func TestTopByServicePort(t *testing.T) {
 		return rows
 	}
 	got := fmt.Sprint(jsonTop("--by", "port"))
-	want := "[map[bytes:312000 flows:6 packets:3120 port:8443 proto:6] map[bytes:52000 flows:2 packets:520 port:2000 proto:6]]"
+	want := "[map[accuracy:exact bytes:312000 flows:6 packets:3120 port:8443 proto:6] map[accuracy:exact bytes:52000 flows:2 packets:520 port:2000 proto:6]]"
 	if got != want {
 		t.Errorf("top --by port:\n got %s\nwant %s", got, want)
 	}
 	// With the window reaching the old SYNs, 9000 is the service.
 	got = fmt.Sprint(jsonTop("--by", "port", "--since", "3h", "-n", "1", "--src", "10.0.0.3"))
-	if want := "[map[bytes:4000 flows:1 packets:40 port:9000 proto:6]]"; got != want {
+	if want := "[map[accuracy:exact bytes:4000 flows:1 packets:40 port:9000 proto:6]]"; got != want {
 		t.Errorf("top --by port --since 3h --src 10.0.0.3:\n got %s\nwant %s", got, want)
 	}
 	// The explicit groupings: each record's own port.
 	got = fmt.Sprint(jsonTop("--by", "dst-port", "-n", "2"))
-	if want := "[map[bytes:100000 dst_port:1000 flows:1 packets:1000 proto:6] map[bytes:100000 dst_port:1001 flows:1 packets:1000 proto:6]]"; got != want {
+	if want := "[map[accuracy:exact bytes:100000 dst_port:1000 flows:1 packets:1000 proto:6] map[accuracy:exact bytes:100000 dst_port:1001 flows:1 packets:1000 proto:6]]"; got != want {
 		t.Errorf("top --by dst-port:\n got %s\nwant %s", got, want)
 	}
 	got = fmt.Sprint(jsonTop("--by", "src-port", "-n", "1"))
-	if want := "[map[bytes:300000 flows:3 packets:3000 proto:6 src_port:8443]]"; got != want {
+	if want := "[map[accuracy:exact bytes:300000 flows:3 packets:3000 proto:6 src_port:8443]]"; got != want {
 		t.Errorf("top --by src-port:\n got %s\nwant %s", got, want)
 	}
 	code, out, _ := run(t, "top", "--store", dir, "--by", "port")
@@ -478,12 +478,12 @@ func TestTopJSONFieldNames(t *testing.T) {
 		want string
 	}{
 		// Equal totals: the group key decides, non-IP first.
-		{"src", `{"src_addr":"","bytes":1000,"packets":10,"flows":1}` + "\n" + `{"src_addr":"10.0.0.1","bytes":1000,"packets":10,"flows":1}`},
-		{"dst", `{"dst_addr":"","bytes":1000,"packets":10,"flows":1}` + "\n" + `{"dst_addr":"10.0.0.2","bytes":1000,"packets":10,"flows":1}`},
-		{"pair", `{"src_addr":"","dst_addr":"","bytes":1000,"packets":10,"flows":1}` + "\n" + `{"src_addr":"10.0.0.1","dst_addr":"10.0.0.2","bytes":1000,"packets":10,"flows":1}`},
-		{"port", `{"port":0,"proto":0,"bytes":1000,"packets":10,"flows":1}` + "\n" + `{"port":443,"proto":6,"bytes":1000,"packets":10,"flows":1}`},
-		{"src-port", `{"src_port":0,"proto":0,"bytes":1000,"packets":10,"flows":1}` + "\n" + `{"src_port":40000,"proto":6,"bytes":1000,"packets":10,"flows":1}`},
-		{"dst-port", `{"dst_port":0,"proto":0,"bytes":1000,"packets":10,"flows":1}` + "\n" + `{"dst_port":443,"proto":6,"bytes":1000,"packets":10,"flows":1}`},
+		{"src", `{"src_addr":"","bytes":1000,"packets":10,"flows":1,"accuracy":"exact"}` + "\n" + `{"src_addr":"10.0.0.1","bytes":1000,"packets":10,"flows":1,"accuracy":"exact"}`},
+		{"dst", `{"dst_addr":"","bytes":1000,"packets":10,"flows":1,"accuracy":"exact"}` + "\n" + `{"dst_addr":"10.0.0.2","bytes":1000,"packets":10,"flows":1,"accuracy":"exact"}`},
+		{"pair", `{"src_addr":"","dst_addr":"","bytes":1000,"packets":10,"flows":1,"accuracy":"exact"}` + "\n" + `{"src_addr":"10.0.0.1","dst_addr":"10.0.0.2","bytes":1000,"packets":10,"flows":1,"accuracy":"exact"}`},
+		{"port", `{"port":0,"proto":0,"bytes":1000,"packets":10,"flows":1,"accuracy":"exact"}` + "\n" + `{"port":443,"proto":6,"bytes":1000,"packets":10,"flows":1,"accuracy":"exact"}`},
+		{"src-port", `{"src_port":0,"proto":0,"bytes":1000,"packets":10,"flows":1,"accuracy":"exact"}` + "\n" + `{"src_port":40000,"proto":6,"bytes":1000,"packets":10,"flows":1,"accuracy":"exact"}`},
+		{"dst-port", `{"dst_port":0,"proto":0,"bytes":1000,"packets":10,"flows":1,"accuracy":"exact"}` + "\n" + `{"dst_port":443,"proto":6,"bytes":1000,"packets":10,"flows":1,"accuracy":"exact"}`},
 	} {
 		code, out, errOut := run(t, "top", "--store", dir, "--by", c.by, "--json")
 		if code != 0 || strings.TrimSpace(out) != c.want || errOut != "" {

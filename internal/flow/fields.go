@@ -31,6 +31,11 @@ const (
 	TypeAddr
 	// TypeTime is a wall-clock time with nanoseconds (Time).
 	TypeTime
+	// TypeAccuracy is an Accuracy: "exact", "decoded" or "estimated"
+	// (Uint, SetUint).
+	TypeAccuracy
+	// TypeFloat is a 64-bit floating-point number (Float).
+	TypeFloat
 )
 
 func (t FieldType) String() string {
@@ -47,6 +52,10 @@ func (t FieldType) String() string {
 		return "IP address"
 	case TypeTime:
 		return "time"
+	case TypeAccuracy:
+		return "accuracy"
+	case TypeFloat:
+		return "number"
 	}
 	return "unknown"
 }
@@ -57,7 +66,8 @@ type Field struct {
 	// store column names, CLI) uses too.
 	Name string
 	Type FieldType
-	// Bits is the width of a TypeUint or TypeDirection field.
+	// Bits is the width of a TypeUint, TypeDirection or TypeAccuracy
+	// field.
 	Bits int
 	// Unit of the value ("" where none applies).
 	Unit string
@@ -69,24 +79,28 @@ type Field struct {
 	Counter bool
 	// Doc is the field's meaning, as the README's JSON table states it.
 	Doc string
-	// Applies reports whether the field can be non-zero for a flow of
-	// this key (nil: always). Where it does not apply, the field is zero
-	// and encoders may leave it out.
-	Applies func(k *Key) bool
+	// Applies reports whether the field can be non-zero in this record,
+	// from its key or its accuracy (nil: always). Where it does not
+	// apply, the field is zero and encoders may leave it out.
+	Applies func(r *Record) bool
+	// Optional fields are left out of the JSON form of the records they
+	// do not apply to (the others are always written, zero or not).
+	Optional bool
 
-	Uint    func(r *Record) uint64 // TypeUint, TypeDirection
+	Uint    func(r *Record) uint64 // TypeUint, TypeDirection, TypeAccuracy
 	SetUint func(r *Record, v uint64)
 	Str     func(r *Record) *string    // TypeString
 	MAC     func(r *Record) *[6]byte   // TypeMAC
 	Addr    func(r *Record) *[16]byte  // TypeAddr
 	Time    func(r *Record) *time.Time // TypeTime
+	Float   func(r *Record) *float64   // TypeFloat
 
 	// Wire is the field's identifier in each wire format.
 	Wire Wire
 }
 
-// AppliesTo reports whether f can be non-zero for a flow of key k.
-func (f *Field) AppliesTo(k *Key) bool { return f.Applies == nil || f.Applies(k) }
+// AppliesTo reports whether f can be non-zero in r.
+func (f *Field) AppliesTo(r *Record) bool { return f.Applies == nil || f.Applies(r) }
 
 // Fields returns every field of a record, in JSON order.
 func Fields() []Field { return append([]Field(nil), fields[:]...) }
@@ -123,13 +137,12 @@ func CounterFields() []Field {
 	return out
 }
 
-func isIP(k *Key) bool     { return k.IsIP() }
-func hasPorts(k *Key) bool { return k.PortKind() != NoPorts }
-func isTCP(k *Key) bool    { return k.IsTCP() }
-func isAggregate(k *Key) bool {
-	return k.AggPrefix != 0
-}
-func hasMACs(k *Key) bool { return k.AggPrefix == 0 }
+func isIP(r *Record) bool        { return r.IsIP() }
+func hasPorts(r *Record) bool    { return r.PortKind() != NoPorts }
+func isTCP(r *Record) bool       { return r.IsTCP() }
+func isAggregate(r *Record) bool { return r.AggPrefix != 0 }
+func hasMACs(r *Record) bool     { return r.AggPrefix == 0 }
+func isEstimate(r *Record) bool  { return r.Estimated() }
 
 // fields is the table. It is read-only: Fields hands out copies.
 var fields = [...]Field{
@@ -294,6 +307,39 @@ var fields = [...]Field{
 		SetUint: func(r *Record, v uint64) { r.Sampling = uint32(v) },
 		Wire: Wire{Proto: 18, Store: 6, OTLP: []string{"loupe.sampling_rate"},
 			IPFIX: []IE{{ID: 1, Name: "loupeSamplingRate", Enterprise: true}}},
+	},
+	{
+		Name: "accuracy", Type: TypeAccuracy, Bits: 8,
+		Doc: "`\"exact\"`: counted packet by packet; `\"decoded\"`: exact counts decoded from the sketch's flow set; " +
+			"`\"estimated\"`: counts estimated by the count-min sketch, never below the truth and above it by at most " +
+			"`max_error_packets` and `max_error_bytes` with probability at least `error_confidence`",
+		Uint:    func(r *Record) uint64 { return uint64(r.Accuracy) },
+		SetUint: func(r *Record, v uint64) { r.Accuracy = Accuracy(v) },
+		Wire: Wire{Proto: 54, Store: 23, OTLP: []string{"loupe.accuracy"},
+			IPFIX: []IE{{ID: 9, Name: "loupeAccuracy", Enterprise: true}}},
+	},
+	{
+		Name: "max_error_packets", Type: TypeUint, Bits: 64, Unit: "packets", Applies: isEstimate, Optional: true,
+		Doc:     "estimates only: `packets` exceeds the true count by at most this many (one-sided: an estimate is never below the truth)",
+		Uint:    func(r *Record) uint64 { return r.MaxErrorPackets },
+		SetUint: func(r *Record, v uint64) { r.MaxErrorPackets = v },
+		Wire: Wire{Proto: 55, Store: 24, OTLP: []string{"loupe.max_error.packets"},
+			IPFIX: []IE{{ID: 10, Name: "loupeMaxErrorPacketDeltaCount", Enterprise: true}}},
+	},
+	{
+		Name: "max_error_bytes", Type: TypeUint, Bits: 64, Unit: "bytes", Applies: isEstimate, Optional: true,
+		Doc:     "estimates only: `bytes` exceeds the true count by at most this many, as `max_error_packets`",
+		Uint:    func(r *Record) uint64 { return r.MaxErrorBytes },
+		SetUint: func(r *Record, v uint64) { r.MaxErrorBytes = v },
+		Wire: Wire{Proto: 56, Store: 25, OTLP: []string{"loupe.max_error.bytes"},
+			IPFIX: []IE{{ID: 11, Name: "loupeMaxErrorOctetDeltaCount", Enterprise: true}}},
+	},
+	{
+		Name: "error_confidence", Type: TypeFloat, Applies: isEstimate, Optional: true,
+		Doc:   "estimates only: the probability (0 to 1) that both bounds hold, e.g. 0.982 (1 - e^-4) for a count-min sketch of 4 rows",
+		Float: func(r *Record) *float64 { return &r.ErrorConfidence },
+		Wire: Wire{Proto: 57, Store: 26, OTLP: []string{"loupe.max_error.confidence"},
+			IPFIX: []IE{{ID: 12, Name: "loupeErrorConfidence", Enterprise: true}}},
 	},
 	{
 		Name: "first_seen", Type: TypeTime,

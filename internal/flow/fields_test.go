@@ -100,6 +100,10 @@ func TestTableIsWellFormed(t *testing.T) {
 			ok = f.Addr != nil
 		case flow.TypeTime:
 			ok = f.Time != nil
+		case flow.TypeAccuracy:
+			ok = f.Uint != nil && f.SetUint != nil
+		case flow.TypeFloat:
+			ok = f.Float != nil
 		}
 		if !ok {
 			t.Errorf("field %s: type %v without its accessors", f.Name, f.Type)
@@ -109,6 +113,9 @@ func TestTableIsWellFormed(t *testing.T) {
 		}
 		if f.Counter && (f.Type != flow.TypeUint || f.Bits != 64 || f.Key) {
 			t.Errorf("field %s: a counter is a 64-bit integer outside the key", f.Name)
+		}
+		if f.Optional && f.Applies == nil {
+			t.Errorf("field %s: optional, but applies to every record: it would never be left out", f.Name)
 		}
 	}
 }
@@ -206,6 +213,8 @@ func TestEnterpriseIDsNeverReused(t *testing.T) {
 	pinned := map[uint16]string{
 		1: "loupeSamplingRate", 2: "loupeDroppedPacketCount", 3: "loupeDroppedOctetCount",
 		4: "loupeDropReason", 5: "loupeSmoothedRttMicroseconds", 6: "loupeSegmentDeltaCount", 7: "loupeWireOctetDeltaCount",
+		8: "loupeAggregatePrefix", 9: "loupeAccuracy", 10: "loupeMaxErrorPacketDeltaCount", 11: "loupeMaxErrorOctetDeltaCount",
+		12: "loupeErrorConfidence",
 	}
 	got := map[uint16]string{}
 	for i, e := range flow.EnterpriseElements() {
@@ -278,10 +287,12 @@ func TestJSONReadsOtherVersions(t *testing.T) {
 	if err := json.Unmarshal([]byte(old), &r); err != nil {
 		t.Fatal(err)
 	}
-	if r.Packets != 3 || r.Bytes != 180 || r.Segments != 0 || r.WireBytes != 0 || r.VlanID != 0 || r.Direction != flow.Egress || r.SrcIP().String() != "10.0.0.1" {
+	if r.Packets != 3 || r.Bytes != 180 || r.Segments != 0 || r.WireBytes != 0 || r.VlanID != 0 || r.Direction != flow.Egress || r.SrcIP().String() != "10.0.0.1" ||
+		r.Accuracy != flow.Exact || r.MaxErrorPackets != 0 || r.ErrorConfidence != 0 {
 		t.Errorf("decoded %+v", r)
 	}
-	for _, bad := range []string{`{"vlan_id":4096}`, `{"dscp":64}`, `{"src_port":65536}`, `{"direction":"up"}`, `{"src_mac":"x"}`, `{"packets":-1}`, `{"first_seen":"yesterday"}`} {
+	for _, bad := range []string{`{"vlan_id":4096}`, `{"dscp":64}`, `{"src_port":65536}`, `{"direction":"up"}`, `{"src_mac":"x"}`, `{"packets":-1}`, `{"first_seen":"yesterday"}`,
+		`{"accuracy":"approximate"}`, `{"accuracy":2}`, `{"error_confidence":"high"}`, `{"max_error_bytes":-5}`} {
 		if err := json.Unmarshal([]byte(bad), &r); err == nil {
 			t.Errorf("%s: no error", bad)
 		}
@@ -319,6 +330,8 @@ func docType(f *flow.Field) string {
 		return "string (time)"
 	case flow.TypeMAC, flow.TypeAddr:
 		return "string (" + f.Type.String() + ")"
+	case flow.TypeFloat:
+		return "number"
 	}
 	return "string"
 }

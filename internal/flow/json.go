@@ -3,6 +3,7 @@ package flow
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"strconv"
@@ -13,15 +14,20 @@ import (
 const TimeLayout = "2006-01-02T15:04:05.000000000Z07:00"
 
 // AppendJSON appends r as one JSON object (no trailing newline): every
-// field of Fields, in order, under its name. It is the one JSON form of a
-// flow: the JSON sink writes it, `loupe flows --json` prints it, the Kafka
-// exporter sends it. It appends by hand, allocating nothing, because a
-// sink encodes every record.
+// field of Fields, in order, under its name, but the optional fields that
+// do not apply to r (the error bounds of a record that is not an
+// estimate). It is the one JSON form of a flow: the JSON sink writes it,
+// `loupe flows --json` prints it, the Kafka exporter sends it. It appends
+// by hand, allocating nothing, because a sink encodes every record.
 func AppendJSON(b []byte, r *Record) []byte {
 	b = append(b, '{')
+	start := len(b)
 	for i := range fields {
 		f := &fields[i]
-		if i > 0 {
+		if f.Optional && !f.AppliesTo(r) {
+			continue
+		}
+		if len(b) > start {
 			b = append(b, ',')
 		}
 		b = append(b, '"')
@@ -59,6 +65,15 @@ func (f *Field) appendJSON(b []byte, r *Record) []byte {
 		b = append(b, '"')
 		b = AppendTime(b, *f.Time(r))
 		return append(b, '"')
+	case TypeAccuracy:
+		b = append(b, '"')
+		b = append(b, Accuracy(f.Uint(r)).String()...)
+		return append(b, '"')
+	case TypeFloat:
+		if v := *f.Float(r); !math.IsNaN(v) && !math.IsInf(v, 0) {
+			// The shortest form that reads back as the same float64.
+			return strconv.AppendFloat(b, v, 'g', -1, 64)
+		}
 	}
 	return append(b, "null"...)
 }
@@ -151,6 +166,9 @@ func (f *Field) parseJSON(r *Record, raw json.RawMessage) error {
 		f.SetUint(r, v)
 		return nil
 	}
+	if f.Type == TypeFloat {
+		return json.Unmarshal(raw, f.Float(r))
+	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return err
@@ -162,6 +180,12 @@ func (f *Field) parseJSON(r *Record, raw json.RawMessage) error {
 			return err
 		}
 		f.SetUint(r, uint64(d))
+	case TypeAccuracy:
+		a, err := ParseAccuracy(s)
+		if err != nil {
+			return err
+		}
+		f.SetUint(r, uint64(a))
 	case TypeString:
 		*f.Str(r) = s
 	case TypeMAC:

@@ -157,8 +157,9 @@ func (s *Stats) Add(o *Stats) {
 
 // Record is one exported flow record: a key and its counters over one
 // eviction interval, with wall-clock times and the interface's name. Records
-// of one key from successive evictions are separate records; their sums are
-// exact.
+// of one key from successive evictions are separate records; the sums of
+// exact and decoded records are exact (ErrorSum says what a sum with
+// estimates in it is).
 type Record struct {
 	Key
 	// Iface is the interface name at the time of eviction ("" if unknown).
@@ -172,7 +173,22 @@ type Record struct {
 	Sampling  uint32
 	TCPFlags  uint16
 	DSCP      uint8
+	// Accuracy says how the counters were obtained; the zero value is
+	// Exact, so every producer that does not set it produces exact
+	// records.
+	Accuracy Accuracy
+	// MaxErrorPackets and MaxErrorBytes bound an estimate (Accuracy
+	// Estimated) from above: Packets and Bytes are never below the truth,
+	// and exceed it by at most these, with probability at least
+	// ErrorConfidence (for a count-min sketch, 1 - e^-rows). All three are
+	// zero for exact and decoded records.
+	MaxErrorPackets uint64
+	MaxErrorBytes   uint64
+	ErrorConfidence float64
 }
+
+// Estimated reports whether the record's counters are an estimate.
+func (r *Record) Estimated() bool { return r.Accuracy == Estimated }
 
 // TCP flag bits as they appear in Record.TCPFlags.
 const (

@@ -8,11 +8,11 @@ package flow
 //
 // Free identifiers, for the next field:
 //
-//	IPFIX, Loupe enterprise: 9 and up (2-5: see EnterpriseElements)
+//	IPFIX, Loupe enterprise: 13 and up (2-5: see EnterpriseElements)
 //	protobuf (loupe.flow.v1.FlowRecord): 19-49 are kept for drop and
 //	  loss counters (19-29), latency (30-39), DNS and application data
-//	  (40-49); other fields take 54 and up
-//	store column kinds: 23 to 99 (100-103 are the segment dictionaries)
+//	  (40-49); other fields take 58 and up
+//	store column kinds: 27 to 99 (100-103 are the segment dictionaries)
 
 // Wire is a field's identifiers in each wire format.
 type Wire struct {
@@ -113,6 +113,14 @@ var enterpriseElements = [...]EnterpriseElement{
 		Doc: "bytes of those segments on the wire: octetDeltaCount plus the headers of the other segments of each super-packet"},
 	{ID: 8, Name: "loupeAggregatePrefix", Type: "unsigned8", Length: 1, Status: Sent,
 		Doc: "an aggregate's prefix length P: the record counts every flow between the /P prefixes of its addresses, without ports or MACs; 0 for a flow"},
+	{ID: 9, Name: "loupeAccuracy", Type: "unsigned8", Length: 1, Status: Sent,
+		Doc: "how the counters were obtained: 0 exact (counted packet by packet), 1 decoded (exact, from the sketch's flow set), 2 estimated (count-min sketch: never below the truth)"},
+	{ID: 10, Name: "loupeMaxErrorPacketDeltaCount", Type: "unsigned64", Length: 8, Status: Sent,
+		Doc: "estimates only: packetDeltaCount exceeds the true count by at most this many, with probability loupeErrorConfidence"},
+	{ID: 11, Name: "loupeMaxErrorOctetDeltaCount", Type: "unsigned64", Length: 8, Status: Sent,
+		Doc: "estimates only: octetDeltaCount exceeds the true count by at most this many, with probability loupeErrorConfidence"},
+	{ID: 12, Name: "loupeErrorConfidence", Type: "float64", Length: 8, Status: Sent,
+		Doc: "estimates only: the probability (0 to 1) that both bounds hold"},
 }
 
 // EnterpriseElements lists every ID of Loupe's IPFIX enterprise space:

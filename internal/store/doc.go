@@ -120,10 +120,12 @@
 // entries match is not read. Scan hands over every match in storage order.
 // Select (select.go) sorts and limits: it reads the filter and sort
 // columns, keeps the best N rows in a heap per worker and decodes only
-// those. Top (top.go) sums bytes and packets per group first, keeps the
-// groups that may be among the first n (of the pairs, only those whose
-// addresses' totals reach a floor: pairs.go), and counts their distinct
-// flows exactly, with a set of packed flow keys (distinct.go, keyset.go);
+// those. Top (top.go) sums bytes and packets per group first (and, apart,
+// the accuracy of the groups with a record that is not exact:
+// accuracy.go), keeps the groups that may be among the first n (of the
+// pairs, only those whose addresses' totals reach a floor: pairs.go), and
+// counts their distinct flows exactly, with a set of packed flow keys
+// (distinct.go, keyset.go);
 // its port grouping looks up only the connections whose SYNs say their
 // service is the higher port (service.go). Follow (follow.go) hands over
 // the segments a writer publishes, as it publishes them. Writer

@@ -32,7 +32,7 @@ package store
 // distinct flows, and the counters it sums), and never fault in the pages
 // of the others.
 //
-// Block kinds. Kinds 1..21 are columns of N fixed-width elements, one per
+// Block kinds. Kinds 1..26 are columns of N fixed-width elements, one per
 // field of flow.Record (the kind is the field's Wire.Store in flow's
 // registry; TestColumnKindsAreTheRegistrys checks it):
 //
@@ -41,13 +41,19 @@ package store
 //	9 dst_port u16    10 tcp_flags u16  11 direction u8 12 proto u8
 //	13 dscp u8        14 src_addr u32   15 dst_addr u32 16 src_mac u32
 //	17 dst_mac u32    18 iface u32      19 segments u64 20 wire_bytes u64
-//	21 vlan_id u16    22 aggregate_prefix u8
+//	21 vlan_id u16    22 aggregate_prefix u8    23 accuracy u8
+//	24 max_error_packets u64    25 max_error_bytes u64
+//	26 error_confidence f64 (IEEE 754 binary64, as little-endian bits)
 //
-// Kinds 19..22 came later: a segment written without them reads as if
+// Kinds 19..26 came later: a segment written without them reads as if
 // segments were packets, wire_bytes bytes, vlan_id and aggregate_prefix
 // 0, which is what the datapath counted before it measured them (every
-// buffer one segment of its own length, tags not recorded, no aggregates);
-// compaction writes those values out.
+// buffer one segment of its own length, tags not recorded, no aggregates),
+// and every record exact, as every record was before the sketch;
+// compaction writes the first four out. Kinds 23..26 are written only by
+// a segment that holds a record that is not exact (sparseCols): the
+// common segment, all exact, would otherwise carry 25 bytes of zeros a
+// record.
 //
 // Times are unix nanoseconds; math.MinInt64 stands for the zero time.Time,
 // which has no unix-nanosecond form. Kinds 14..18 are indices into the
@@ -116,6 +122,10 @@ const (
 	cWireBytes
 	cVlanID
 	cAggPrefix
+	cAccuracy
+	cMaxErrPackets
+	cMaxErrBytes
+	cErrConfidence
 	numCols
 )
 
@@ -134,6 +144,7 @@ var colWidths = [numCols]int{
 	cEthType: 2, cSrcPort: 2, cDstPort: 2, cTCPFlags: 2, cDirection: 1, cProto: 1, cDSCP: 1,
 	cSrcAddr: 4, cDstAddr: 4, cSrcMAC: 4, cDstMAC: 4, cIface: 4,
 	cSegments: 8, cWireBytes: 8, cVlanID: 2, cAggPrefix: 1,
+	cAccuracy: 1, cMaxErrPackets: 8, cMaxErrBytes: 8, cErrConfidence: 8,
 }
 
 func colWidth(c int) int { return colWidths[c] }
@@ -146,7 +157,16 @@ func isDictCol(c int) bool { return c >= cSrcAddr && c <= cIface }
 // (-1).
 var laterCols = [...]struct{ col, from int }{
 	{cSegments, cPackets}, {cWireBytes, cBytes}, {cVlanID, -1}, {cAggPrefix, -1},
+	{cAccuracy, -1}, {cMaxErrPackets, -1}, {cMaxErrBytes, -1}, {cErrConfidence, -1},
 }
+
+// sparseCols are left out of a segment whose every record is exact: they
+// are all zeros then. A reader leaves such a column empty rather than
+// allocating its zeros (25 bytes a record, on every query): code that
+// reads one checks its length, and reads no column as zeros.
+var sparseCols = [...]int{cAccuracy, cMaxErrPackets, cMaxErrBytes, cErrConfidence}
+
+func sparseCol(c int) bool { return c >= cAccuracy && c <= cErrConfidence }
 
 // Address families as stored in the family block.
 const (
@@ -289,6 +309,10 @@ func (b *batch) add(r *flow.Record) {
 	c[cWireBytes] = le.AppendUint64(c[cWireBytes], r.WireBytes)
 	c[cVlanID] = le.AppendUint16(c[cVlanID], r.VlanID)
 	c[cAggPrefix] = append(c[cAggPrefix], r.AggPrefix)
+	c[cAccuracy] = append(c[cAccuracy], uint8(r.Accuracy))
+	c[cMaxErrPackets] = le.AppendUint64(c[cMaxErrPackets], r.MaxErrorPackets)
+	c[cMaxErrBytes] = le.AppendUint64(c[cMaxErrBytes], r.MaxErrorBytes)
+	c[cErrConfidence] = le.AppendUint64(c[cErrConfidence], math.Float64bits(r.ErrorConfidence))
 	b.n++
 }
 
@@ -312,7 +336,11 @@ func (b *batch) appendSegment(s *segment) error {
 		nameMap[i] = b.name(n)
 	}
 	for c := range numCols {
-		if !isDictCol(c) {
+		switch {
+		case isDictCol(c):
+		case len(s.cols[c]) == 0 && sparseCol(c):
+			b.cols[c] = append(b.cols[c], make([]byte, s.n*colWidth(c))...)
+		default:
 			b.cols[c] = append(b.cols[c], s.cols[c]...)
 		}
 	}
@@ -341,6 +369,15 @@ type block struct {
 	data        []byte
 }
 
+func allZero(b []byte) bool {
+	for _, x := range b {
+		if x != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 func crc32c(b []byte) uint32 { return crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)) }
 
 func pad8(n int) int { return (n + 7) &^ 7 }
@@ -348,7 +385,14 @@ func pad8(n int) int { return (n + 7) &^ 7 }
 // blocks lists the batch's blocks in file order.
 func (b *batch) blocks() []block {
 	bl := make([]block, 0, numCols+4)
+	sparse := true // every record exact: no sparse column
+	for _, c := range sparseCols {
+		sparse = sparse && allZero(b.cols[c])
+	}
 	for c := range b.cols {
+		if sparse && sparseCol(c) {
+			continue
+		}
 		bl = append(bl, block{uint32(c + 1), uint32(colWidth(c)), b.cols[c]})
 	}
 	addrs := make([]byte, 0, 16*len(b.addrs))

@@ -88,9 +88,9 @@ func TestColumnKindsAreTheRegistrys(t *testing.T) {
 		}
 		want := uint32(4) // dictionary index
 		switch {
-		case f.Type == flow.TypeTime:
+		case f.Type == flow.TypeTime || f.Type == flow.TypeFloat:
 			want = 8
-		case f.Type == flow.TypeUint || f.Type == flow.TypeDirection:
+		case f.Type == flow.TypeUint || f.Type == flow.TypeDirection || f.Type == flow.TypeAccuracy:
 			want = 1
 			for int(want)*8 < f.Bits {
 				want *= 2
@@ -224,5 +224,69 @@ func TestSegmentMissingAColumnIsCorrupt(t *testing.T) {
 	le.PutUint32(data[hdrEnd:], crc32c(data[:hdrEnd]))
 	if _, err := parseSegment(data, "broken"); err == nil {
 		t.Fatal("a segment without its packets column parsed")
+	}
+}
+
+// TestExactSegmentsHaveNoAccuracyColumns: a segment of exact records
+// carries no accuracy columns (kinds 23..26) and reads exact; one record
+// that is not exact brings all four, and every record reads back as
+// written, through the whole-file check and through the per-block checks.
+func TestExactSegmentsHaveNoAccuracyColumns(t *testing.T) {
+	kinds := func(data []byte) map[uint32]bool {
+		out := map[uint32]bool{}
+		for i := range int(le.Uint32(data[12:])) {
+			out[le.Uint32(data[headerFixed+dirEntrySize*i:])] = true
+		}
+		return out
+	}
+	exact := oldSegmentRecords()
+	data := encodeBatch(t, exact)
+	for c := cAccuracy; c <= cErrConfidence; c++ {
+		if kinds(data)[uint32(c+1)] {
+			t.Errorf("a segment of exact records has column kind %d", c+1)
+		}
+	}
+	if !kinds(data)[uint32(cAggPrefix+1)] {
+		t.Fatal("no aggregate_prefix column: the test reads the directory wrong")
+	}
+	s, err := parseSegment(data, "exact")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.verify(sparseCols[:]...); err != nil {
+		t.Fatal(err)
+	}
+	if got := decodeAll(t, s); !reflect.DeepEqual(got, exact) {
+		t.Errorf("exact segment read\n%+v\nwant\n%+v", got, exact)
+	}
+
+	mixed := append(oldSegmentRecords(), oldSegmentRecords()[1])
+	mixed[3].Accuracy, mixed[3].MaxErrorPackets, mixed[3].MaxErrorBytes, mixed[3].ErrorConfidence = flow.Estimated, 3, 1<<40, 0.9816843611112658
+	mixed[0].Accuracy = flow.Decoded
+	data = encodeBatch(t, mixed)
+	for c := cAccuracy; c <= cErrConfidence; c++ {
+		if !kinds(data)[uint32(c+1)] {
+			t.Errorf("a segment with an estimate lacks column kind %d", c+1)
+		}
+	}
+	for _, full := range []bool{true, false} {
+		s, err := parseSegment(data, "mixed")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if full {
+			err = s.verifyAll()
+		} else {
+			err = s.verify(sparseCols[:]...)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := decodeAll(t, s); !reflect.DeepEqual(got, mixed) {
+			t.Errorf("whole file %v: read\n%+v\nwant\n%+v", full, got, mixed)
+		}
+	}
+	if d := len(encodeBatch(t, mixed)) - len(encodeBatch(t, append(oldSegmentRecords(), oldSegmentRecords()[1]))); d < 4*25 {
+		t.Errorf("the accuracy columns of 4 records take %d bytes, want at least 100", d)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/netip"
 	"os"
@@ -81,6 +82,16 @@ func gen(rng *rand.Rand, n int, base time.Time) []flow.Record {
 		r.Sampling = uint32(rng.IntN(3)) + 1
 		r.TCPFlags = uint16(rng.IntN(0x200))
 		r.DSCP = uint8(rng.IntN(64))
+		// Derived as well: a few records decoded from the sketch, a few
+		// estimated, with bounds and confidences that differ.
+		switch {
+		case i%11 == 5:
+			r.Accuracy = flow.Decoded
+		case i%13 == 7:
+			r.Accuracy = flow.Estimated
+			r.MaxErrorPackets, r.MaxErrorBytes = r.Packets/8+uint64(i%5), r.Bytes/8+uint64(i%7)
+			r.ErrorConfidence = []float64{-math.Expm1(-4), 0.99, 0.95}[i%3]
+		}
 	}
 	return recs
 }
@@ -239,6 +250,7 @@ func bruteTop(recs []flow.Record, q store.Query, by store.GroupBy, n int) []stor
 		}
 		e.Bytes += r.Bytes
 		e.Packets += r.Packets
+		e.Error.AddRecord(r)
 		flows[k][r.Key] = true
 	}
 	var out []store.TopEntry

@@ -210,11 +210,14 @@ func parseSegment(data []byte, path string) (*segment, error) {
 			continue
 		}
 		seen[lc.col] = true
-		if lc.from >= 0 && seen[lc.from] {
+		switch {
+		case lc.from >= 0 && seen[lc.from]:
 			s.blk[lc.col], s.blkCRC[lc.col] = s.blk[lc.from], s.blkCRC[lc.from]
-			continue
+		case sparseCol(lc.col):
+			s.verified[lc.col] = true // empty: every record exact
+		default:
+			s.blk[lc.col], s.verified[lc.col] = make([]byte, n*uint64(colWidth(lc.col))), true
 		}
-		s.blk[lc.col], s.verified[lc.col] = make([]byte, n*uint64(colWidth(lc.col))), true
 	}
 	for b, ok := range seen {
 		if !ok {
@@ -345,10 +348,31 @@ func (d *recordDecoder) decode(i int, r *flow.Record) error {
 		Sampling:  le.Uint32(c[cSampling][4*i:]),
 		TCPFlags:  le.Uint16(c[cTCPFlags][2*i:]),
 		DSCP:      c[cDSCP][i],
+
+		Accuracy:        flow.Accuracy(sparseU8(c[cAccuracy], i)),
+		MaxErrorPackets: sparseU64(c[cMaxErrPackets], i),
+		MaxErrorBytes:   sparseU64(c[cMaxErrBytes], i),
+		ErrorConfidence: math.Float64frombits(sparseU64(c[cErrConfidence], i)),
 	}
 	copy(r.SrcAddr[:], d.s.addrs[16*src:])
 	copy(r.DstAddr[:], d.s.addrs[16*dst:])
 	return nil
+}
+
+// sparseU8 and sparseU64 read element i of a sparse column (sparseCol),
+// which is empty in a segment of exact records only.
+func sparseU8(col []byte, i int) uint8 {
+	if len(col) == 0 {
+		return 0
+	}
+	return col[i]
+}
+
+func sparseU64(col []byte, i int) uint64 {
+	if len(col) == 0 {
+		return 0
+	}
+	return le.Uint64(col[8*i:])
 }
 
 // checkIndex verifies once that every index in dictionary column c is below

@@ -72,6 +72,12 @@ type TopEntry struct {
 	// records. A flow exported over several eviction intervals, as
 	// several records, counts once.
 	Flows uint64
+	// Error says how exact Packets and Bytes are: exact, unless a record
+	// of the group is decoded (still exact counts) or estimated; then
+	// they are an estimate, never below the truth, over it by at most
+	// the sums of the estimates' bounds, with probability at least
+	// Error.Confidence() (flow.ErrorSum).
+	Error flow.ErrorSum
 }
 
 // topLess orders entries for Top: bytes, packets and flows descending, then
@@ -119,6 +125,9 @@ func newTopState(cq *compiled, by GroupBy) *topState {
 		first: true, verified: make(map[uint64][numBlocks]bool)}
 	st.need = []int{cBytes, cPackets, cSrcAddr, cDstAddr, bAddrDict, bAddrFam, cSrcMAC, cDstMAC, bMACDict,
 		cIfIndex, cEthType, cSrcPort, cDstPort, cProto, cDirection}
+	// What errSums reads: nothing to check in a segment of exact records,
+	// which has none of these columns.
+	st.need = append(st.need, sparseCols[:]...)
 	if c, ok := fieldCol("vlan_id"); ok {
 		st.vlan = c
 		st.need = append(st.need, c)
@@ -164,8 +173,9 @@ func (r *Reader) top(ctx context.Context, q Query, by GroupBy, n int, lim keyLim
 	if err != nil {
 		return nil, err
 	}
+	est := sums.est
 	if by == ByPair {
-		if err := r.pairPass(ctx, st, sums, n); err != nil {
+		if est, err = r.pairPass(ctx, st, sums, n); err != nil {
 			return nil, err
 		}
 	}
@@ -180,6 +190,7 @@ func (r *Reader) top(ctx context.Context, q Query, by GroupBy, n int, lim keyLim
 			if sums, err = r.sumPass(ctx, st, sums.files, rep, n); err != nil {
 				return nil, err
 			}
+			est = sums.est
 		}
 	}
 	rep.Matched = sums.matched
@@ -192,6 +203,7 @@ func (r *Reader) top(ctx context.Context, q Query, by GroupBy, n int, lim keyLim
 	for i := range cands {
 		cands[i].flows = flows[i]
 		out[i] = st.entryOf(cands[i].g, &cands[i].agg)
+		out[i].Error = est[cands[i].g]
 	}
 	slices.SortFunc(out, func(a, b TopEntry) int {
 		if topLess(&a, &b) {
@@ -303,6 +315,7 @@ type sumWorker struct {
 	conns   connCache
 	syn     synWorker // ByPort, in the query's first pass
 	matched uint64
+	est     errSums // but for ByPair, whose groups pairPass sums
 
 	// ByPair: sums per address as destination, and the biggest records
 	// (pairs.go).
@@ -324,7 +337,7 @@ func (r *Reader) sumPass(ctx context.Context, st *topState, files []snapFile, re
 	first := st.first
 	ws := make([]*sumWorker, maxWorkers())
 	for i := range ws {
-		ws[i] = &sumWorker{st: st, syn: synWorker{syns: make(map[connID]synInfo)}, big: bigRecords{max: bigRecordsKept(n)}}
+		ws[i] = &sumWorker{st: st, syn: synWorker{syns: make(map[connID]synInfo)}, big: bigRecords{max: bigRecordsKept(n)}, est: errSums{}}
 	}
 	out := &sums{}
 	var win compiled
@@ -365,6 +378,7 @@ func (r *Reader) sumPass(ctx context.Context, st *topState, files []snapFile, re
 			total.dstDirect[i].add(&w.dstDirect[i])
 		}
 		total.big.h = append(total.big.h, w.big.h...)
+		total.est.merge(w.est)
 	}
 	out.sumWorker, out.files = total, matching
 	if out.syns != nil {
@@ -412,6 +426,7 @@ func (w *sumWorker) segment(s *segment, f *segFilter) bool {
 			a.flows++
 			matched++
 		}
+		w.est.segment(s, f, func(i int) (uint64, bool) { return uint64(remap[le.Uint32(col[4*i:])]), true })
 	case ByPair:
 		w.remap = st.in.remap(s, w.remap)
 		w.grow()
@@ -440,6 +455,7 @@ func (w *sumWorker) segment(s *segment, f *segFilter) bool {
 			matched++
 		}
 		st.table.flush(&w.buf)
+		w.est.segment(s, f, func(i int) (uint64, bool) { return st.group(s, i, &w.conns), true })
 	}
 	w.matched += matched
 	return matched > 0

@@ -133,7 +133,7 @@ func checkFlowsMatchKernelCounters(t *testing.T, o agentOpts) {
 			tcpBytes, tcpPackets = tcpBytes+r.Bytes, tcpPackets+r.Packets
 		}
 	}
-	want := fmt.Sprintf(`{"port":5001,"proto":6,"bytes":%d,"packets":%d,"flows":%d}`, tcpBytes, tcpPackets, 2*len(conns))
+	want := fmt.Sprintf(`{"port":5001,"proto":6,"bytes":%d,"packets":%d,"flows":%d,"accuracy":"exact"}`, tcpBytes, tcpPackets, 2*len(conns))
 	if got := strings.TrimSpace(a.run("top", "--by", "port", "--proto", "tcp", "--iface", p.vethA, "--json")); got != want {
 		t.Errorf("loupe top --by port --proto tcp --json:\n got %s\nwant %s", got, want)
 	}

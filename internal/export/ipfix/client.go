@@ -9,11 +9,13 @@
 // lost, which the delivery contract needs (docs/exporters/ipfix.md has the
 // measurements).
 //
-// Three templates are sent (IPv4, IPv6, non-IP); their elements are listed
-// by Elements. Over UDP the templates ride at the head of the first message,
-// of every message after a refused one, and then again every
-// TemplateRefresh or TemplateRefreshMessages messages, whichever comes
-// first. Over TCP they are sent once per connection.
+// Six templates are sent (IPv4, IPv6, non-IP, and the same for estimates);
+// their elements are listed by Elements. Over UDP the templates ride at the
+// head of the first message, of every message after a refused one, and
+// then again every TemplateRefresh or TemplateRefreshMessages messages,
+// whichever comes first; with an MTU too small for them and a record, they
+// go in messages of their own just before. Over TCP they are sent once per
+// connection.
 package ipfix
 
 import (
@@ -46,12 +48,12 @@ type Options struct {
 	// TemplateRefresh (UDP): templates are resent with the first message
 	// after this long. Default 1 minute: the RFC 6728 default of 10
 	// minutes would let a restarted collector discard 10 minutes of
-	// records, and templates cost only 224 bytes.
+	// records, and templates cost only 784 bytes.
 	TemplateRefresh time.Duration
 	// TemplateRefreshMessages (UDP): templates are also resent after this
 	// many messages without them. Default 100, so at a high rate a
 	// restarted collector loses at most 100 messages (about 1 700 IPv4
-	// records at MTU 1400) and the templates cost under 0.2% of the bytes.
+	// records at MTU 1400) and the templates cost about 0.6% of the bytes.
 	TemplateRefreshMessages int
 	// EnterpriseNumber is the Private Enterprise Number of Loupe's own
 	// elements. Default 32473, IANA's documentation PEN (RFC 5612).
@@ -206,7 +208,7 @@ func (c *Client) Connected() bool { return c.connected.Load() }
 func (c *Client) Unreachable() uint64 { return c.unreachable.Load() }
 
 // Rejected implements delivery.Rejecter. Every record fits a template and
-// the MTU holds the largest record with the templates, so nothing is
+// the MTU holds the largest record, and each template set, so nothing is
 // refused today; the count exists for elements of variable length.
 func (c *Client) Rejected() uint64 { return c.rejected.Swap(0) }
 
@@ -266,8 +268,19 @@ func (c *Client) Send(ctx context.Context, batch []flow.Record) ([]flow.Record, 
 		withTemplates := c.target.Network == "udp" && (c.needTemplates ||
 			now.Sub(c.templatesAt) >= c.opts.TemplateRefresh ||
 			c.sinceTemplates >= c.opts.TemplateRefreshMessages)
-		msg, n := c.enc.message(batch[i:], withTemplates, exportTime(now), c.seq)
-		if err := c.write(ctx, msg, n, withTemplates); err != nil {
+		tpl := 0
+		if withTemplates {
+			if c.enc.head == nil {
+				// The MTU is too small for the templates and a record:
+				// they go first, in messages of their own.
+				if err := c.writeTemplates(ctx, now); err != nil {
+					return batch[i:], err
+				}
+			}
+			tpl = len(c.enc.head)
+		}
+		msg, n := c.enc.message(batch[i:], tpl > 0, exportTime(now), c.seq)
+		if err := c.write(ctx, msg, n, tpl); err != nil {
 			return batch[i:], err
 		}
 		if withTemplates {
@@ -318,9 +331,19 @@ func (c *Client) refused(err error) {
 	}
 }
 
-// write writes one message of n records, which carries the template set if
-// withTemplates. A failed write closes a TCP connection.
-func (c *Client) write(ctx context.Context, msg []byte, n int, withTemplates bool) error {
+// writeTemplates writes the template sets in messages of their own.
+func (c *Client) writeTemplates(ctx context.Context, now time.Time) error {
+	for i, body := range c.enc.tplMsgs {
+		if err := c.write(ctx, c.enc.templatesOnly(i, exportTime(now), c.seq), 0, len(body)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// write writes one message of n records, whose first tpl bytes after the
+// header are template sets. A failed write closes a TCP connection.
+func (c *Client) write(ctx context.Context, msg []byte, n, tpl int) error {
 	if err := c.conn.SetWriteDeadline(time.Now().Add(c.opts.WriteTimeout)); err != nil {
 		return c.fail(fmt.Errorf("ipfix %s: set deadline: %w", c.target, err), 0)
 	}
@@ -344,10 +367,6 @@ func (c *Client) write(ctx context.Context, msg []byte, n int, withTemplates boo
 	}
 	c.seq += uint32(n)
 	if c.raw != nil {
-		tpl := 0
-		if withTemplates {
-			tpl = len(c.enc.templateSet)
-		}
 		c.win.push(msg[headerLen+tpl:], n, len(msg))
 	}
 	if c.raw != nil && !c.connected.Load() {
@@ -410,15 +429,14 @@ func (c *Client) ensureConn(ctx context.Context) error {
 	// A new transport session: sequence numbers restart (RFC 7011 §3.1)
 	// and the templates precede everything else.
 	c.seq = 0
-	msg := c.enc.templatesOnly(exportTime(c.opts.Now()), 0)
-	if err := c.write(ctx, msg, 0, true); err != nil {
+	if err := c.writeTemplates(ctx, c.opts.Now()); err != nil {
 		return err
 	}
 	records := 0
 	for len(c.win.pending) > 0 {
 		m := c.win.pending[0]
 		msg := c.enc.reframe(m.body, exportTime(c.opts.Now()), c.seq)
-		if err := c.write(ctx, msg, m.records, false); err != nil {
+		if err := c.write(ctx, msg, m.records, 0); err != nil {
 			return err
 		}
 		c.win.pending = c.win.pending[1:]

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"net"
 	"net/netip"
 	"strconv"
@@ -25,7 +26,8 @@ func mustAddr(s string) [16]byte { return netip.MustParseAddr(s).As16() }
 
 // sampleRecords covers every template and every special case of the
 // encoder: both directions, ICMP and ICMPv6, a non-IP flow, sampling 0,
-// the AE flag, and an IPv4 key cut short before its addresses.
+// the AE flag, an IPv4 key cut short before its addresses, a decoded
+// record and an estimate of each shape.
 func sampleRecords() []flow.Record {
 	base := func(k flow.Key, i int) flow.Record {
 		k.SrcMAC = [6]byte{0x02, 0, 0, 0, 0, byte(i)}
@@ -45,7 +47,22 @@ func sampleRecords() []flow.Record {
 		base(flow.Key{IfIndex: 5, EtherType: 0x0806, Direction: flow.Ingress, VlanID: 7}, 5),
 		base(flow.Key{IfIndex: 6, EtherType: flow.EtherTypeIPv4, Proto: 6, Direction: flow.Ingress}, 6), // cut short: no addresses
 		base(flow.Key{SrcAddr: mustAddr("::ffff:203.0.113.9"), DstAddr: mustAddr("::ffff:198.51.100.1"), IfIndex: 1 << 31, EtherType: flow.EtherTypeIPv4, SrcPort: 65535, DstPort: 1, Proto: 132, Direction: flow.Egress}, 7),
+		accurate(base(flow.Key{SrcAddr: mustAddr("::ffff:10.1.2.4"), DstAddr: mustAddr("::ffff:192.0.2.53"), IfIndex: 7, EtherType: flow.EtherTypeIPv4, SrcPort: 41000, DstPort: 53, Proto: 17, Direction: flow.Ingress}, 8), flow.Decoded),
+		accurate(base(flow.Key{SrcAddr: mustAddr("::ffff:10.1.2.5"), DstAddr: mustAddr("::ffff:192.0.2.80"), IfIndex: 7, EtherType: flow.EtherTypeIPv4, SrcPort: 41001, DstPort: 80, Proto: 6, Direction: flow.Egress, VlanID: 12}, 9), flow.Estimated),
+		accurate(base(flow.Key{SrcAddr: mustAddr("2001:db8::9"), DstAddr: mustAddr("2001:db8::443"), IfIndex: 9, EtherType: flow.EtherTypeIPv6, SrcPort: 50000, DstPort: 443, Proto: 6, Direction: flow.Ingress}, 10), flow.Estimated),
+		accurate(base(flow.Key{IfIndex: 5, EtherType: 0x88cc, Direction: flow.Egress}, 11), flow.Estimated),
 	}
+}
+
+// accurate gives r accuracy a, and an estimate bounds derived from its
+// counts: a tenth of them, held with the confidence of a count-min sketch
+// of 4 rows.
+func accurate(r flow.Record, a flow.Accuracy) flow.Record {
+	r.Accuracy = a
+	if a == flow.Estimated {
+		r.MaxErrorPackets, r.MaxErrorBytes, r.ErrorConfidence = r.Packets/10, r.Bytes/10, -math.Expm1(-4)
+	}
+	return r
 }
 
 // numbered returns n records, alternating IPv4 and IPv6 when mixed, each
@@ -131,7 +148,9 @@ func send(t *testing.T, c *Client, batch []flow.Record) {
 func TestEveryFieldDecodes(t *testing.T) {
 	col := listenUDP(t, "udp4", "127.0.0.1:0")
 	clock := &fakeClock{now: t0.Add(90 * time.Second)}
-	c := newClient(t, "ipfix+udp://"+col.LocalAddr().String(), Options{ObservationDomain: 77, Now: clock.Now})
+	// One message for all of them: on loopback, 9000 bytes are one
+	// datagram.
+	c := newClient(t, "ipfix+udp://"+col.LocalAddr().String(), Options{ObservationDomain: 77, MTU: 9000, Now: clock.Now})
 	recs := sampleRecords()
 	send(t, c, recs)
 
@@ -144,7 +163,7 @@ func TestEveryFieldDecodes(t *testing.T) {
 	if m.domain != 77 || m.seq != 0 || m.exportTime != uint32(t0.Unix()+90) {
 		t.Fatalf("header: domain %d seq %d export time %d", m.domain, m.seq, m.exportTime)
 	}
-	if fmt.Sprint(m.templates) != "[256 257 258]" {
+	if fmt.Sprint(m.templates) != "[256 257 258 259 260 261]" {
 		t.Fatalf("templates %v", m.templates)
 	}
 	if len(m.records) != len(recs) {
@@ -196,10 +215,12 @@ func TestTemplatesMatchEncoder(t *testing.T) {
 			t.Errorf("template %d: %d bytes encoded, %d declared", ti, got, templates()[ti].recordLen)
 		}
 	}
-	if n := len(appendTemplateSet(nil, templates(), testPEN)); n != 332 {
-		t.Errorf("template set is %d bytes, documented as 332", n)
+	for i, set := range templateSets(templates(), testPEN) {
+		if want := []int{356, 428}[i]; len(set) != want {
+			t.Errorf("template set %d is %d bytes, documented as %d", i, len(set), want)
+		}
 	}
-	for i, want := range []int{100, 124, 82} {
+	for i, want := range []int{101, 125, 83, 125, 149, 107} {
 		if n := templates()[i].recordLen; n != want {
 			t.Errorf("template %d: records of %d bytes, documented as %d", templates()[i].id, n, want)
 		}
@@ -220,21 +241,28 @@ func TestSplitsWithinMTU(t *testing.T) {
 			send(t, c, recs)
 
 			// Expected layout, computed from the sizes: 16-byte header,
-			// 332 bytes of templates in the first message only, a
-			// 4-byte set header at each change of template, records of
-			// 100 (IPv4) and 124 (IPv6) bytes.
+			// 784 bytes of templates (two sets, 356 and 428 bytes) in the
+			// first message only, a 4-byte set header at each change of
+			// template, records of 101 (IPv4) and 125 (IPv6) bytes. Under
+			// 16 + 784 + 4 + 149 = 953 bytes (the largest record, an IPv6
+			// estimate) the templates go first in messages of their own,
+			// one set each.
 			var sizes []int
-			size, cur := 16+332, -1
+			size, cur := 16+784, -1
+			tplMsgs := 0
+			if mtu < 953 {
+				sizes, size, tplMsgs = []int{16 + 356, 16 + 428}, 16, 2
+			}
 			for i := range recs {
 				ti := i % 2
-				need := []int{100, 124}[ti]
+				need := []int{101, 125}[ti]
 				if ti != cur {
 					need += 4
 				}
 				if size+need > mtu {
 					sizes = append(sizes, size)
 					size, cur = 16, -1
-					need = []int{100, 124}[ti] + 4
+					need = []int{101, 125}[ti] + 4
 				}
 				size += need
 				cur = ti
@@ -254,7 +282,12 @@ func TestSplitsWithinMTU(t *testing.T) {
 				if m.seq != uint32(next) {
 					t.Fatalf("message %d: sequence %d, want %d", i, m.seq, next)
 				}
-				if (i == 0) != (len(m.templates) == 3) {
+				switch {
+				case i < tplMsgs:
+					if len(m.templates) != 3 || len(m.records) != 0 {
+						t.Fatalf("message %d: templates %v and %d records, want 3 templates alone", i, m.templates, len(m.records))
+					}
+				case (i == 0) != (len(m.templates) == 6):
 					t.Fatalf("message %d: templates %v", i, m.templates)
 				}
 				for _, r := range m.records {
@@ -329,7 +362,7 @@ func TestUDPPortUnreachable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(m.templates) != 3 || len(m.records) != 3 || !c.Connected() {
+	if len(m.templates) != 6 || len(m.records) != 3 || !c.Connected() {
 		t.Fatalf("after recovery: templates %v, %d records, connected %v", m.templates, len(m.records), c.Connected())
 	}
 }

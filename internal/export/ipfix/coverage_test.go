@@ -95,10 +95,11 @@ func TestElementsAreTheRegistrys(t *testing.T) {
 // TestMessagesNeverExceedTheMTU encodes every shape of record at the
 // smallest MTU the client accepts, the defaults and the largest: no
 // message is larger, and every message holds a record, the first one
-// with the templates.
+// with the templates where they ride; where they do not, each message of
+// templates alone fits too.
 func TestMessagesNeverExceedTheMTU(t *testing.T) {
 	if low := minMaxLen(DefaultEnterpriseNumber); low > minMessageLen {
-		t.Fatalf("templates plus the largest record take %d bytes, over the %d-byte minimum MTU", low, minMessageLen)
+		t.Fatalf("a template set, or the largest record, takes %d bytes, over the %d-byte minimum MTU", low, minMessageLen)
 	}
 	var recs []flow.Record
 	for range 50 {
@@ -108,6 +109,14 @@ func TestMessagesNeverExceedTheMTU(t *testing.T) {
 	}
 	for _, mtu := range []int{minMessageLen, DefaultMTUUDP, DefaultMTUTCP, maxMessageLen} {
 		e := newEncoder(1, mtu, DefaultEnterpriseNumber)
+		if (e.head == nil) != (mtu == minMessageLen) {
+			t.Errorf("MTU %d: templates ride %v", mtu, e.head != nil)
+		}
+		for i := range e.tplMsgs {
+			if msg := e.templatesOnly(i, 0, 0); len(msg) > mtu {
+				t.Fatalf("MTU %d: template message %d of %d bytes", mtu, i, len(msg))
+			}
+		}
 		first := true
 		for rest := recs; len(rest) > 0; first = false {
 			msg, n := e.message(rest, first, 0, 0)

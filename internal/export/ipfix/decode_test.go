@@ -3,6 +3,7 @@ package ipfix
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"strconv"
@@ -29,6 +30,8 @@ var fieldNames = map[[2]uint32]string{
 	{0, 152}: "flowStartMilliseconds", {0, 153}: "flowEndMilliseconds", {0, 256}: "ethernetType",
 	{0, 58}: "vlanId", {0, 59}: "postVlanId", {0, 243}: "dot1qVlanId",
 	{testPEN, 1}: "loupeSamplingRate", {testPEN, 6}: "loupeSegmentDeltaCount", {testPEN, 7}: "loupeWireOctetDeltaCount", {testPEN, 8}: "loupeAggregatePrefix",
+	{testPEN, 9}: "loupeAccuracy", {testPEN, 10}: "loupeMaxErrorPacketDeltaCount", {testPEN, 11}: "loupeMaxErrorOctetDeltaCount",
+	{testPEN, 12}: "loupeErrorConfidence",
 }
 
 type fieldSpec struct {
@@ -174,6 +177,8 @@ func formatValue(name string, v []byte) string {
 		return a.String()
 	case "sourceMacAddress", "destinationMacAddress":
 		return net.HardwareAddr(v).String()
+	case "loupeErrorConfidence": // float64: IEEE 754 binary64, big-endian
+		return strconv.FormatFloat(math.Float64frombits(binary.BigEndian.Uint64(v)), 'g', -1, 64)
 	}
 	var u uint64
 	for _, c := range v {
@@ -205,7 +210,7 @@ func expectFields(r *flow.Record) (uint16, map[string]string) {
 		"ingressInterface": u(uint64(in)), "egressInterface": u(uint64(out)), "flowDirection": u(uint64(r.Direction)),
 		"loupeSamplingRate": u(uint64(samp)), "vlanId": u(uint64(vin)), "postVlanId": u(uint64(vout)),
 		"dot1qVlanId": u(uint64(r.VlanID)), "loupeSegmentDeltaCount": u(r.Segments), "loupeWireOctetDeltaCount": u(r.WireBytes),
-		"loupeAggregatePrefix": u(uint64(r.AggPrefix)),
+		"loupeAggregatePrefix": u(uint64(r.AggPrefix)), "loupeAccuracy": u(uint64(r.Accuracy)),
 	}
 	var tpl uint16
 	switch r.EtherType {
@@ -235,6 +240,11 @@ func expectFields(r *flow.Record) (uint16, map[string]string) {
 		f["ipDiffServCodePoint"], f[icmpName] = u(uint64(r.DSCP)), u(uint64(icmp))
 	default:
 		tpl = 258
+	}
+	if r.Accuracy == flow.Estimated {
+		tpl += 3 // the estimate template of the shape: the bounds follow
+		f["loupeMaxErrorPacketDeltaCount"], f["loupeMaxErrorOctetDeltaCount"] = u(r.MaxErrorPackets), u(r.MaxErrorBytes)
+		f["loupeErrorConfidence"] = strconv.FormatFloat(r.ErrorConfidence, 'g', -1, 64)
 	}
 	return tpl, f
 }

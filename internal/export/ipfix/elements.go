@@ -69,12 +69,22 @@ func enterpriseElement(e flow.EnterpriseElement) Element {
 	return Element{ID: e.ID, Name: e.Name, Type: e.Type, Length: e.Length, Enterprise: true, Status: e.Status, Description: e.Doc}
 }
 
-// Template IDs. Data sets use IDs ≥ 256 (RFC 7011 §3.4.3).
+// Template IDs. Data sets use IDs ≥ 256 (RFC 7011 §3.4.3). An estimate
+// (a record whose counters the count-min sketch estimated) travels in the
+// estimate template of its shape, which adds its error bounds: the other
+// records, nearly all of them, do not carry 24 bytes of zeros each.
 const (
-	TemplateIPv4  uint16 = 256
-	TemplateIPv6  uint16 = 257
-	TemplateNonIP uint16 = 258
+	TemplateIPv4          uint16 = 256
+	TemplateIPv6          uint16 = 257
+	TemplateNonIP         uint16 = 258
+	TemplateIPv4Estimate  uint16 = 259
+	TemplateIPv6Estimate  uint16 = 260
+	TemplateNonIPEstimate uint16 = 261
 )
+
+// shapes is the number of record shapes (IPv4, IPv6, non-IP): templates
+// 256 + shape, and 256 + shapes + shape for estimates.
+const shapes = 3
 
 // template is one template's field list in wire order, and the length of a
 // data record it describes.
@@ -84,12 +94,15 @@ type template struct {
 	recordLen int
 }
 
-// templates returns the three templates Loupe sends. The field order is the
+// templates returns the six templates Loupe sends: one per shape, then one
+// per shape for estimates, by template ID. The field order is the
 // encoder's write order (encode.go); a test checks that both agree. Every
-// template ends with the same tail (tailElements), which putTail writes.
+// template ends with the same tail, which putTail writes, and an estimate
+// template with the error bounds after it.
 func templates() []template {
-	sampling, segments, wireBytes, aggregate := enterprise(1), enterprise(6), enterprise(7), enterprise(8)
-	tail := []Element{sampling, ieVlanID, iePostVlanID, ieDot1qVlanID, segments, wireBytes, aggregate}
+	sampling, segments, wireBytes, aggregate, accuracy := enterprise(1), enterprise(6), enterprise(7), enterprise(8), enterprise(9)
+	tail := []Element{sampling, ieVlanID, iePostVlanID, ieDot1qVlanID, segments, wireBytes, aggregate, accuracy}
+	bounds := []Element{enterprise(10), enterprise(11), enterprise(12)}
 	v4 := append([]Element{
 		ieSrcIPv4, ieDstIPv4, ieSrcPort, ieDstPort, ieProtocol,
 		ieOctetDeltaCount, iePacketDeltaCount, ieFlowStartMillis, ieFlowEndMillis,
@@ -108,6 +121,10 @@ func templates() []template {
 		ieIngressInterface, ieEgressInterface, ieFlowDirection,
 	}, tail...)
 	out := []template{{id: TemplateIPv4, fields: v4}, {id: TemplateIPv6, fields: v6}, {id: TemplateNonIP, fields: nonIP}}
+	for i := range shapes {
+		est := append(slices.Clip(out[i].fields), bounds...)
+		out = append(out, template{id: TemplateIPv4Estimate + uint16(i), fields: est})
+	}
 	for i := range out {
 		for _, f := range out[i].fields {
 			out[i].recordLen += int(f.Length)

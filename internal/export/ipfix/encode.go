@@ -2,6 +2,8 @@ package ipfix
 
 import (
 	"encoding/binary"
+	"math"
+	"slices"
 	"time"
 
 	"loupe/internal/flow"
@@ -24,30 +26,62 @@ const (
 // allocates nothing: at 200 000 records/s, a per-field allocation (as a
 // generic element-value library needs) costs more than the encoding itself.
 type encoder struct {
-	domain      uint32
-	maxLen      int
-	templateSet []byte // the template set of all three templates, built once
-	buf         []byte
-	lens        [3]int // data record length per template: v4, v6, non-IP
+	domain uint32
+	maxLen int
+	// head is every template set, to ride at the head of a data message
+	// (message), or nil where they and one record of the largest
+	// template do not fit in maxLen: the templates then travel in
+	// messages of their own (tplMsgs), sent just before. Built once.
+	head    []byte
+	tplMsgs [][]byte // the template sets, as many a message as fit
+	buf     []byte
+	lens    [2 * shapes]int // data record length per template, by index
 }
 
 func newEncoder(domain uint32, maxLen int, pen uint32) *encoder {
 	e := &encoder{domain: domain, maxLen: maxLen, buf: make([]byte, 0, maxLen)}
-	e.templateSet = appendTemplateSet(nil, templates(), pen)
-	for i, t := range templates() {
+	ts := templates()
+	biggest := 0
+	for i, t := range ts {
 		e.lens[i] = t.recordLen
+		biggest = max(biggest, t.recordLen)
+	}
+	sets := templateSets(ts, pen)
+	var all []byte
+	for _, set := range sets {
+		all = append(all, set...)
+		if n := len(e.tplMsgs); n > 0 && headerLen+len(e.tplMsgs[n-1])+len(set) <= maxLen {
+			e.tplMsgs[n-1] = append(e.tplMsgs[n-1], set...)
+		} else {
+			e.tplMsgs = append(e.tplMsgs, slices.Clone(set))
+		}
+	}
+	if headerLen+len(all)+setHeaderLen+biggest <= maxLen {
+		e.head = all
 	}
 	return e
 }
 
+// templateSets returns the template sets Loupe sends: the records'
+// templates, then the estimates'. Two sets rather than one, so that a
+// small MTU can carry them in two messages.
+func templateSets(ts []template, pen uint32) [][]byte {
+	return [][]byte{appendTemplateSet(nil, ts[:shapes], pen), appendTemplateSet(nil, ts[shapes:], pen)}
+}
+
 // minMaxLen is the smallest message size the encoder can work with: a
-// message carrying every template and one record of the largest template.
+// message carrying a template set, and one carrying a record of the
+// largest template.
 func minMaxLen(pen uint32) int {
+	ts := templates()
 	n := 0
-	for _, t := range templates() {
-		n = max(n, t.recordLen)
+	for _, t := range ts {
+		n = max(n, headerLen+setHeaderLen+t.recordLen)
 	}
-	return headerLen + len(appendTemplateSet(nil, templates(), pen)) + setHeaderLen + n
+	for _, set := range templateSets(ts, pen) {
+		n = max(n, headerLen+len(set))
+	}
+	return n
 }
 
 // appendTemplateSet appends one template set (§3.4.1) holding ts.
@@ -73,27 +107,32 @@ func appendTemplateSet(b []byte, ts []template, pen uint32) []byte {
 	return b
 }
 
-// templateIndex picks the template of r: 0 IPv4, 1 IPv6, 2 non-IP.
+// templateIndex picks the template of r, its ID less 256: 0 IPv4, 1 IPv6,
+// 2 non-IP, and 3 to 5 the same for an estimate.
 func templateIndex(r *flow.Record) int {
+	i := 2
 	switch r.EtherType {
 	case flow.EtherTypeIPv4:
-		return 0
+		i = 0
 	case flow.EtherTypeIPv6:
-		return 1
+		i = 1
 	}
-	return 2
+	if r.Estimated() {
+		i += shapes
+	}
+	return i
 }
 
 // message encodes as many records of recs as fit into one message of at
-// most maxLen bytes, starting with the template set if withTemplates, and
-// returns the message (valid until the next call) and the number of records
-// it holds. Consecutive records of one template share a data set; sets are
+// most maxLen bytes, starting with the template sets if withTemplates
+// (only where they ride: head), and returns the message (valid until the
+// next call) and the number of records it holds. Consecutive records of one template share a data set; sets are
 // not padded (padding is optional, §3.3.1, and buys a decoder nothing).
 // exportTime and seq go into the header as given.
 func (e *encoder) message(recs []flow.Record, withTemplates bool, exportTime, seq uint32) (msg []byte, n int) {
 	b := e.buf[:headerLen]
 	if withTemplates {
-		b = append(b, e.templateSet...)
+		b = append(b, e.head...)
 	}
 	setStart, cur := -1, -1
 	for n < len(recs) {
@@ -125,9 +164,10 @@ func (e *encoder) message(recs []flow.Record, withTemplates bool, exportTime, se
 	return b, n
 }
 
-// templatesOnly encodes a message holding only the template set.
-func (e *encoder) templatesOnly(exportTime, seq uint32) []byte {
-	b := append(e.buf[:headerLen], e.templateSet...)
+// templatesOnly encodes template message i of tplMsgs: a message holding
+// only template sets.
+func (e *encoder) templatesOnly(i int, exportTime, seq uint32) []byte {
+	b := append(e.buf[:headerLen], e.tplMsgs[i]...)
 	e.buf = b
 	putHeader(b, exportTime, seq, e.domain)
 	return b
@@ -159,8 +199,9 @@ func appendRecord(b []byte, ti, n int, r *flow.Record) []byte {
 	b = append(b, make([]byte, n)...) // compiled to a grow + clear, no allocation once b has room
 	p := b[off : off+n]
 	be := binary.BigEndian
+	estimate := ti >= shapes
 	var o int
-	switch ti {
+	switch ti % shapes {
 	case 0:
 		if isMapped(&r.SrcAddr) {
 			copy(p[0:4], r.SrcAddr[mappedPrefixLen:])
@@ -182,7 +223,7 @@ func appendRecord(b []byte, ti, n int, r *flow.Record) []byte {
 		be.PutUint64(p[30:], millis(r.FirstSeen))
 		be.PutUint64(p[38:], millis(r.LastSeen))
 		putInterfaces(p[46:], r)
-		putTail(p[55:], r)
+		putTail(p[55:], r, estimate)
 		return b
 	}
 	var icmp uint16
@@ -206,18 +247,21 @@ func appendRecord(b []byte, ti, n int, r *flow.Record) []byte {
 	be.PutUint16(q[60:], r.EtherType)
 	q[62] = r.DSCP
 	be.PutUint16(q[63:], icmp)
-	putTail(q[65:], r)
+	putTail(q[65:], r, estimate)
 	return b
 }
 
-// putTail writes the elements every template ends with (27 bytes):
+// putTail writes the elements every template ends with (28 bytes):
 // loupeSamplingRate, vlanId, postVlanId, dot1qVlanId, loupeSegmentDeltaCount,
-// loupeWireOctetDeltaCount and loupeAggregatePrefix (0 for a flow). The VLAN goes into vlanId for ingress
+// loupeWireOctetDeltaCount, loupeAggregatePrefix (0 for a flow) and
+// loupeAccuracy; for an estimate template, its bounds follow (24 bytes):
+// loupeMaxErrorPacketDeltaCount, loupeMaxErrorOctetDeltaCount and
+// loupeErrorConfidence. The VLAN goes into vlanId for ingress
 // records and postVlanId for egress ones, as the ifindex goes into
 // ingressInterface or egressInterface: pmacct, for one, reads the VLAN of
 // an egress record from postVlanId. dot1qVlanId carries it in both
 // directions, for collectors that read only the frame's tag.
-func putTail(p []byte, r *flow.Record) {
+func putTail(p []byte, r *flow.Record, estimate bool) {
 	be := binary.BigEndian
 	be.PutUint32(p[0:], sampling(r.Sampling))
 	if r.Direction == flow.Egress {
@@ -229,6 +273,14 @@ func putTail(p []byte, r *flow.Record) {
 	be.PutUint64(p[10:], r.Segments)
 	be.PutUint64(p[18:], r.WireBytes)
 	p[26] = r.AggPrefix
+	p[27] = uint8(r.Accuracy)
+	if estimate {
+		be.PutUint64(p[28:], r.MaxErrorPackets)
+		be.PutUint64(p[36:], r.MaxErrorBytes)
+		// float64 is IEEE 754 binary64 in network byte order (RFC 7011
+		// §6.1.3).
+		be.PutUint64(p[44:], math.Float64bits(r.ErrorConfidence))
+	}
 }
 
 // putInterfaces writes ingressInterface, egressInterface and flowDirection

@@ -39,14 +39,18 @@ func TestNfacctdDecodesUDP(t *testing.T) {
 }
 
 // nfacctdAggregate is nfacctd's default list plus the VLAN (its own
-// primitives vlan, in_vlan and out_vlan) and Loupe's segment and wire-byte
-// elements, which nfacctd only knows as custom primitives.
+// primitives vlan, in_vlan and out_vlan) and Loupe's segment, wire-byte,
+// accuracy and error-bound elements, which nfacctd only knows as custom
+// primitives.
 var nfacctdAggregate = append(append([]string(nil), nfacctd.DefaultAggregate...),
-	"vlan", "loupe_segments", "loupe_wire_bytes")
+	"vlan", "loupe_segments", "loupe_wire_bytes", "loupe_accuracy", "loupe_max_error_packets", "loupe_max_error_bytes")
 
 var nfacctdPrimitives = []nfacctd.Primitive{
 	{Name: "loupe_segments", PEN: testPEN, FieldType: 6, Len: 8, Semantics: "u_int"},
 	{Name: "loupe_wire_bytes", PEN: testPEN, FieldType: 7, Len: 8, Semantics: "u_int"},
+	{Name: "loupe_accuracy", PEN: testPEN, FieldType: 9, Len: 1, Semantics: "u_int"},
+	{Name: "loupe_max_error_packets", PEN: testPEN, FieldType: 10, Len: 8, Semantics: "u_int"},
+	{Name: "loupe_max_error_bytes", PEN: testPEN, FieldType: 11, Len: 8, Semantics: "u_int"},
 }
 
 // assertNfacctd matches nfacctd's objects to records by packet count (the
@@ -100,8 +104,10 @@ func nfacctdExpect(r *flow.Record) map[string]string {
 	// tcp_flags (it prints 0 for every record with the 2-byte RFC 7125
 	// element, whatever the flags),
 	// tos (it reads ipClassOfService 5, not ipDiffServCodePoint 195),
-	// sampling_rate (from its own sampling elements, not loupeSamplingRate).
-	// tshark checks those fields.
+	// sampling_rate (from its own sampling elements, not loupeSamplingRate),
+	// loupeErrorConfidence (a float64, which custom primitives cannot
+	// print). tshark checks those fields. A record of a template without
+	// the error bounds (every record but an estimate) prints them as 0.
 	return map[string]string{
 		"ip_proto": u(uint64(r.Proto)), "sampling_direction": map[flow.Direction]string{flow.Ingress: "i", flow.Egress: "e"}[r.Direction],
 		"ip_src": src, "ip_dst": dst, "port_src": sp, "port_dst": dp,
@@ -112,5 +118,6 @@ func nfacctdExpect(r *flow.Record) map[string]string {
 		"timestamp_start": ms(r.FirstSeen), "timestamp_end": ms(r.LastSeen),
 		"vlan":           u(uint64(r.VlanID)),
 		"loupe_segments": u(r.Segments), "loupe_wire_bytes": u(r.WireBytes),
+		"loupe_accuracy": u(uint64(r.Accuracy)), "loupe_max_error_packets": u(r.MaxErrorPackets), "loupe_max_error_bytes": u(r.MaxErrorBytes),
 	}
 }

@@ -50,7 +50,7 @@ type session struct {
 	messages  int
 	lostUnrd  []int // records in bytes the kernel accepted but the collector never read
 	err       error
-	templates bool // the first message held the three templates and nothing else
+	templates bool // the first message held the six templates and nothing else
 }
 
 // readMessage reads one message from a stream.
@@ -75,7 +75,7 @@ func (s *session) consume(d *decoder, msg []byte) error {
 		return err
 	}
 	if s.messages == 0 {
-		s.templates = len(m.templates) == 3 && len(m.records) == 0
+		s.templates = len(m.templates) == 6 && len(m.records) == 0
 	}
 	if m.seq != uint32(len(s.ids)) {
 		return fmt.Errorf("message %d: sequence %d after %d records", s.messages, m.seq, len(s.ids))

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os/exec"
 	"strconv"
@@ -21,8 +22,9 @@ import (
 
 // peerRecords returns n records for the real-collector tests: IPv4 and
 // IPv6 alternating, with ICMP/ICMPv6 every fifth, ARP every fiftieth,
-// both directions, 64-bit byte counts, VLAN-tagged but every seventh, and
-// distinct values in every field.
+// both directions, 64-bit byte counts, VLAN-tagged but every seventh, one
+// in nine decoded from the sketch and one in eleven estimated (so in the
+// estimate templates, ARP among them), and distinct values in every field.
 // The packet count identifies a record (1..n).
 func peerRecords(n int) []flow.Record {
 	recs := numbered(n, true)
@@ -54,6 +56,13 @@ func peerRecords(n int) []flow.Record {
 		r.Sampling = uint32(1 + i%4)
 		r.FirstSeen = t0.Add(time.Duration(i) * time.Millisecond)
 		r.LastSeen = t0.Add(time.Second + time.Duration(2*i)*time.Millisecond)
+		switch {
+		case i%9 == 4:
+			r.Accuracy = flow.Decoded
+		case i%11 == 6:
+			r.Accuracy, r.MaxErrorPackets, r.MaxErrorBytes = flow.Estimated, uint64(i)+3, 1<<35+uint64(i)
+			r.ErrorConfidence = 1 - 1/float64(i+2)
+		}
 	}
 	return recs
 }
@@ -123,11 +132,18 @@ func tsharkExpect(recs []flow.Record) map[string][]string {
 		add("post_vlanid", strconv.Itoa(int(vout)))
 		add("dot1q_vlan_id", strconv.Itoa(int(r.VlanID)))
 		// tshark does not know Loupe's elements: it shows their bytes, in
-		// template order (sampling, segments, wire bytes, aggregate prefix).
+		// template order (sampling, segments, wire bytes, aggregate prefix,
+		// accuracy, and an estimate's bounds and confidence).
 		add("enterprise_private_entry", hexColons(binary.BigEndian.AppendUint32(nil, r.Sampling)))
 		add("enterprise_private_entry", hexColons(binary.BigEndian.AppendUint64(nil, r.Segments)))
 		add("enterprise_private_entry", hexColons(binary.BigEndian.AppendUint64(nil, r.WireBytes)))
 		add("enterprise_private_entry", hexColons([]byte{r.AggPrefix}))
+		add("enterprise_private_entry", hexColons([]byte{byte(r.Accuracy)}))
+		if r.Accuracy == flow.Estimated {
+			add("enterprise_private_entry", hexColons(binary.BigEndian.AppendUint64(nil, r.MaxErrorPackets)))
+			add("enterprise_private_entry", hexColons(binary.BigEndian.AppendUint64(nil, r.MaxErrorBytes)))
+			add("enterprise_private_entry", hexColons(binary.BigEndian.AppendUint64(nil, math.Float64bits(r.ErrorConfidence))))
+		}
 	}
 	return want
 }

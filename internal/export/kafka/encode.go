@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"encoding/binary"
+	"math"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -37,6 +38,10 @@ const (
 	fieldWireBytes protowire.Number = 51
 	fieldVlanID    protowire.Number = 52
 	fieldAggPrefix protowire.Number = 53
+	fieldAccuracy  protowire.Number = 54
+	fieldMaxErrPkt protowire.Number = 55
+	fieldMaxErrByt protowire.Number = 56
+	fieldErrConf   protowire.Number = 57
 	keyLenIPv4                      = 24 + 2*4          // untagged IPv4 flow
 	keyLenMax                       = 24 + 2*16 + 2 + 1 // an aggregate, 16-byte addresses
 )
@@ -73,6 +78,14 @@ func AppendProto(b []byte, r *flow.Record) []byte {
 	b = appendUvarint(b, fieldWireBytes, r.WireBytes)
 	b = appendUvarint(b, fieldVlanID, uint64(r.VlanID))
 	b = appendUvarint(b, fieldAggPrefix, uint64(r.AggPrefix))
+	// loupe.flow.v1.Accuracy numbers the accuracies as flow does: exact,
+	// the zero value, is left out.
+	b = appendUvarint(b, fieldAccuracy, uint64(r.Accuracy))
+	b = appendUvarint(b, fieldMaxErrPkt, r.MaxErrorPackets)
+	b = appendUvarint(b, fieldMaxErrByt, r.MaxErrorBytes)
+	// A double is left out when it is +0.0, as proto.Marshal does (-0.0
+	// is written: its bits are not zero).
+	b = appendFixed64(b, fieldErrConf, math.Float64bits(r.ErrorConfidence))
 	return b
 }
 

@@ -31,7 +31,13 @@ func edgeRecords() []flow.Record {
 	}
 	// An IPv4 header cut short before the addresses: no address fields.
 	cut := flow.Record{Key: flow.Key{EtherType: flow.EtherTypeIPv4, Proto: 6, SrcAddr: [16]byte{1, 2, 3}}, Packets: 1}
-	return []flow.Record{{}, maxed, cut}
+	// An estimate whose bounds are as large as they get, held for sure.
+	est := maxed
+	est.Accuracy, est.MaxErrorPackets, est.MaxErrorBytes, est.ErrorConfidence = flow.Estimated, math.MaxUint64, math.MaxUint64, 1
+	// An aggregate, decoded from the sketch.
+	agg := flow.Record{Key: flow.Key{EtherType: flow.EtherTypeIPv6, Proto: 17, SrcAddr: netip.MustParseAddr("2001:db8::").As16(), AggPrefix: 128},
+		Packets: 2, Accuracy: flow.Decoded}
+	return []flow.Record{{}, maxed, cut, est, agg}
 }
 
 // TestProtoEncodingMatchesGenerated proves the hand-written encoder writes

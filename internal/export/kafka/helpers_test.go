@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/netip"
 	"strings"
 	"testing"
@@ -74,6 +75,13 @@ func testRecords(flows, perFlow int) []flow.Record {
 				r.TCPFlags = uint16(flow.TCPSyn | flow.TCPAck | (f%2)<<8)
 				r.DSCP = uint8(f % 64)
 			}
+			switch f % 7 {
+			case 3: // decoded from the sketch's flow set
+				r.Accuracy = flow.Decoded
+			case 5: // estimated by a count-min sketch of 4 rows
+				r.Accuracy, r.MaxErrorPackets, r.MaxErrorBytes = flow.Estimated, uint64(i%9)+1, uint64(i%9)*1500+7
+				r.ErrorConfidence = -math.Expm1(-4)
+			}
 			out = append(out, r)
 		}
 	}
@@ -125,6 +133,21 @@ func fromProto(m *flowpb.FlowRecord) (flow.Record, error) {
 		return r, fmt.Errorf("vlan_id %d", m.GetVlanId())
 	}
 	r.VlanID = uint16(m.GetVlanId())
+	if m.GetAggregatePrefix() > 128 {
+		return r, fmt.Errorf("aggregate_prefix %d", m.GetAggregatePrefix())
+	}
+	r.AggPrefix = uint8(m.GetAggregatePrefix())
+	switch m.GetAccuracy() {
+	case flowpb.Accuracy_ACCURACY_EXACT:
+		r.Accuracy = flow.Exact
+	case flowpb.Accuracy_ACCURACY_DECODED:
+		r.Accuracy = flow.Decoded
+	case flowpb.Accuracy_ACCURACY_ESTIMATED:
+		r.Accuracy = flow.Estimated
+	default:
+		return r, fmt.Errorf("accuracy %v", m.GetAccuracy())
+	}
+	r.MaxErrorPackets, r.MaxErrorBytes, r.ErrorConfidence = m.GetMaxErrorPackets(), m.GetMaxErrorBytes(), m.GetErrorConfidence()
 	return r, nil
 }
 
@@ -149,6 +172,12 @@ func toProto(r *flow.Record) *flowpb.FlowRecord {
 		Segments:  r.Segments,
 		WireBytes: r.WireBytes,
 		VlanId:    uint32(r.VlanID),
+
+		AggregatePrefix: uint32(r.AggPrefix),
+		Accuracy:        flowpb.Accuracy(r.Accuracy),
+		MaxErrorPackets: r.MaxErrorPackets,
+		MaxErrorBytes:   r.MaxErrorBytes,
+		ErrorConfidence: r.ErrorConfidence,
 	}
 	if !r.FirstSeen.IsZero() {
 		m.FirstSeenUnixNano = uint64(r.FirstSeen.UnixNano())

@@ -40,6 +40,10 @@ const (
 	AttrEthType    = "loupe.eth_type"
 	AttrVlanID     = "loupe.vlan.id"
 	AttrAggPrefix  = "loupe.aggregate.prefix_length"
+	AttrAccuracy   = "loupe.accuracy"
+	AttrMaxErrPkts = "loupe.max_error.packets"
+	AttrMaxErrByts = "loupe.max_error.bytes"
+	AttrErrConf    = "loupe.max_error.confidence"
 
 	// EventName is every flow log record's event name.
 	EventName = "loupe.flow"
@@ -85,6 +89,10 @@ const (
 	aEthType
 	aVlanID
 	aAggPrefix
+	aAccuracy
+	aMaxErrPkts
+	aMaxErrByts
+	aErrConf
 	nAttrs
 )
 
@@ -98,7 +106,8 @@ var attrKeys = [nAttrs]string{
 	aStart: AttrFlowStart, aTCPFlags: AttrTCPFlags,
 	aDSCP: AttrDSCP, aSampling: AttrSampling, aIfIndex: AttrIfIndex,
 	aSrcMAC: AttrSrcMAC, aDstMAC: AttrDstMAC, aEthType: AttrEthType, aVlanID: AttrVlanID,
-	aAggPrefix: AttrAggPrefix,
+	aAggPrefix: AttrAggPrefix, aAccuracy: AttrAccuracy, aMaxErrPkts: AttrMaxErrPkts, aMaxErrByts: AttrMaxErrByts,
+	aErrConf: AttrErrConf,
 }
 
 // Transport is the network.transport value of an IP protocol number: the

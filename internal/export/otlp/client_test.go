@@ -150,6 +150,8 @@ func TestMetricsAreCumulativeTotals(t *testing.T) {
 		"loupe.network.io By eth0/receive/-":                        42,
 		"loupe.network.io By -/transmit/sctp":                       900,
 		"loupe.network.io By eth0/receive/gre":                      5000,
+		"loupe.network.io By eth0/receive/udp":                      480,    // decoded: exact
+		"loupe.network.io By veth1a2b/transmit/tcp":                 150000, // an estimate, summed as counted
 		"loupe.network.packet.count {packet} eth0/receive/tcp":      10,
 		"loupe.network.packet.count {packet} veth1a2b/transmit/udp": 3,
 		"loupe.network.packet.count {packet} eth0/transmit/icmp":    2,
@@ -157,6 +159,8 @@ func TestMetricsAreCumulativeTotals(t *testing.T) {
 		"loupe.network.packet.count {packet} eth0/receive/-":        1,
 		"loupe.network.packet.count {packet} -/transmit/sctp":       5,
 		"loupe.network.packet.count {packet} eth0/receive/gre":      4,
+		"loupe.network.packet.count {packet} eth0/receive/udp":      6,
+		"loupe.network.packet.count {packet} veth1a2b/transmit/tcp": 120,
 	}
 	checkPoints(t, col.lastMetrics(t), withWireMetrics(want), start, uint64(t0.Add(time.Second).UnixNano()))
 

@@ -106,6 +106,11 @@ func TestMetricsCoverage(t *testing.T) {
 		"aggregate_prefix": summed + ": an aggregate's packets add to its interface's sums as a flow's do",
 		"first_seen":       "the sums are cumulative since the exporter started", "last_seen": "the sums are cumulative since the exporter started",
 		"eth_type@arp": "only IP versus non-IP shows (network.transport is set for IP flows)",
+		"accuracy": "summed over: an estimate's counts add to the sums as counted, as sampled counts do unscaled; " +
+			"a label would split every stream in up to three whose sum is what a dashboard wants",
+		"max_error_packets": "not a count of traffic: a bound on an estimate's overcount (the log records carry it)",
+		"max_error_bytes":   "not a count of traffic: a bound on an estimate's overcount (the log records carry it)",
+		"error_confidence":  "not a count: a probability (the log records carry it)",
 	}
 	flowtest.Coverage{Encode: metricParts, Excluded: excluded}.Check(t)
 }

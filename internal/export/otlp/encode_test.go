@@ -32,6 +32,7 @@ func worstRecord() flow.Record {
 		Segments: math.MaxInt64, WireBytes: math.MaxInt64,
 		FirstSeen: time.Unix(0, math.MaxInt64), LastSeen: time.Unix(0, math.MaxInt64),
 		Sampling: math.MaxUint32, TCPFlags: 0x1ff, DSCP: 63,
+		Accuracy: flow.Estimated, MaxErrorPackets: math.MaxInt64, MaxErrorBytes: math.MaxInt64, ErrorConfidence: 0.9816843611112658,
 	}
 }
 

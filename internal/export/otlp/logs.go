@@ -2,6 +2,7 @@ package otlp
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -15,7 +16,7 @@ import (
 
 // maxRecordBytes bounds the encoded size of one log record, attributes
 // included (a test measures the worst case against it).
-const maxRecordBytes = 800
+const maxRecordBytes = 1000
 
 // Field numbers of the OTLP messages the encoder writes
 // (opentelemetry/proto/{collector/logs,logs,common}/v1/*.proto).
@@ -33,6 +34,7 @@ const (
 	fKeyValueValue       = 2
 	fAnyString           = 1 // AnyValue.string_value
 	fAnyInt              = 3 // AnyValue.int_value
+	fAnyDouble           = 4 // AnyValue.double_value (fixed64)
 )
 
 // logEncoder writes ExportLogsServiceRequests in protobuf wire format
@@ -179,6 +181,15 @@ func (e *logEncoder) appendRecord(b []byte, r *flow.Record, observed uint64) []b
 	if r.AggPrefix != 0 {
 		b = e.appendInt(b, aAggPrefix, int64(r.AggPrefix))
 	}
+	// Always, as in JSON: a query for exact records needs no "absent".
+	b = appendStr(b, e.keys[aAccuracy], r.Accuracy.String())
+	if r.Estimated() {
+		// int_value is signed: a bound past 2^63 - 1 bytes, more than
+		// any link carries in an eviction interval, is sent as that.
+		b = e.appendInt(b, aMaxErrPkts, int64(min(r.MaxErrorPackets, math.MaxInt64)))
+		b = e.appendInt(b, aMaxErrByts, int64(min(r.MaxErrorBytes, math.MaxInt64)))
+		b = e.appendDouble(b, aErrConf, r.ErrorConfidence)
+	}
 	if observed != 0 {
 		b = protowire.AppendTag(b, fLogObserved, protowire.Fixed64Type)
 		b = protowire.AppendFixed64(b, observed)
@@ -232,12 +243,26 @@ func (e *logEncoder) appendInt(b []byte, attr int, v int64) []byte {
 	return appendVarint(b, uint64(v))
 }
 
+// appendDouble appends a floating-point attribute: { key, value {
+// double_value } }.
+func (e *logEncoder) appendDouble(b []byte, attr int, v float64) []byte {
+	key := e.keys[attr]
+	const anyLen = 1 + 8
+	kvLen := len(key) + 1 + 1 + anyLen
+	b = append(b, tagAttributes)
+	b = appendVarint(b, uint64(kvLen))
+	b = append(b, key...)
+	b = append(b, tagKeyValueValue, anyLen, tagAnyDouble)
+	return protowire.AppendFixed64(b, math.Float64bits(v))
+}
+
 // One-byte tags of the attribute fields (field numbers under 16).
 const (
 	tagAttributes    = fLogAttributes<<3 | byte(protowire.BytesType)
 	tagKeyValueValue = fKeyValueValue<<3 | byte(protowire.BytesType)
 	tagAnyString     = fAnyString<<3 | byte(protowire.BytesType)
 	tagAnyInt        = fAnyInt<<3 | byte(protowire.VarintType)
+	tagAnyDouble     = fAnyDouble<<3 | byte(protowire.Fixed64Type)
 )
 
 // appendVarint is protowire.AppendVarint in a form the compiler inlines:

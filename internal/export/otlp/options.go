@@ -28,8 +28,9 @@ const (
 	// MaxRequestRecordsLimit bounds MaxRequestRecords so that one logs
 	// request stays under gRPC's default 4 MiB receive limit, which
 	// collectors keep unless configured otherwise: a record encodes to at
-	// most maxRecordBytes (800; a test asserts it), so 4 000 of them stay
-	// under 3.1 MiB, leaving room for a large resource.
+	// most maxRecordBytes (1 000; a test asserts it: 915 for an estimate
+	// with every attribute at its longest), so 4 000 of them stay under
+	// 3.5 MiB, leaving room for a large resource.
 	MaxRequestRecordsLimit = 4000
 )
 

@@ -42,7 +42,12 @@ func TestCoverage(t *testing.T) {
 			"src_port@ipv6-icmpv6": "ICMPv6 type and code are not ports", "dst_port@ipv6-icmpv6": "ICMPv6 type and code are not ports",
 			"tcp_flags": "not a count: a union of flags does not add up", "sampling": "not a count: counters are summed as counted",
 			"aggregate_prefix": summed + ": an aggregate's packets add to the totals as a flow's do",
-			"first_seen":       "counters are cumulative since the agent started", "last_seen": "counters are cumulative since the agent started",
+			"accuracy": summed + ": an estimate's counts add to the totals as counted (as sampled counts do, unscaled); " +
+				"a label would split every series in up to three whose sum is what a query wants",
+			"max_error_packets": "not a count of traffic: a bound on an estimate's overcount",
+			"max_error_bytes":   "not a count of traffic: a bound on an estimate's overcount",
+			"error_confidence":  "not a count: a probability",
+			"first_seen":        "counters are cumulative since the agent started", "last_seen": "counters are cumulative since the agent started",
 		},
 	}.Check(t)
 }

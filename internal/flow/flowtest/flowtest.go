@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"maps"
+	"math"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -28,8 +29,10 @@ type Base struct {
 var T0 = time.Date(2026, 11, 21, 10, 0, 0, 123456789, time.UTC)
 
 // Bases returns one record of each shape an encoder treats differently:
-// IPv4 and IPv6, transport ports and ICMP type/code, both directions, and
-// a non-IP flow. Every field that applies to a shape is non-zero in it.
+// IPv4 and IPv6, transport ports and ICMP type/code, both directions, a
+// non-IP flow, an aggregate, and a record of each accuracy. Every field
+// that applies to a shape is non-zero in it (but for the zero values of
+// the enumerations: ingress, exact).
 func Bases() []Base {
 	mac1 := [6]byte{0x02, 0x42, 0xac, 0x11, 0x00, 0x02}
 	mac2 := [6]byte{0xfe, 0xed, 0xfa, 0xce, 0xbe, 0xef}
@@ -64,14 +67,25 @@ func Bases() []Base {
 		VlanID: 100, Proto: flow.ProtoTCP, Direction: flow.Egress, AggPrefix: 24}, "eth0", 6)
 	agg.SrcMAC, agg.DstMAC = [6]byte{}, [6]byte{}
 	agg.TCPFlags = flow.TCPAck
-	return []Base{{"ipv4-tcp", tcp}, {"ipv6-udp", udp}, {"ipv4-icmp", icmp}, {"ipv6-icmpv6", icmp6}, {"arp", arp}, {"ipv4-aggregate", agg}}
+	// Counts decoded from the sketch's flow set: exact, no bounds.
+	dec := rec(flow.Key{SrcAddr: addr("10.0.0.9"), DstAddr: addr("192.0.2.53"), IfIndex: 7, EtherType: flow.EtherTypeIPv4,
+		SrcPort: 41000, DstPort: 53, VlanID: 100, Proto: flow.ProtoUDP, Direction: flow.Ingress}, "eth0", 7)
+	dec.Accuracy = flow.Decoded
+	// Counts estimated by a count-min sketch of 4 rows, with its bounds.
+	est := rec(flow.Key{SrcAddr: addr("2001:db8::7"), DstAddr: addr("2001:db8:ffff::443"), IfIndex: 9, EtherType: flow.EtherTypeIPv6,
+		SrcPort: 50000, DstPort: 443, VlanID: 200, Proto: flow.ProtoTCP, Direction: flow.Egress}, "veth1a2b", 8)
+	est.TCPFlags = flow.TCPPsh | flow.TCPAck
+	est.Accuracy, est.MaxErrorPackets, est.MaxErrorBytes, est.ErrorConfidence = flow.Estimated, 17, 25000, -math.Expm1(-4)
+	return []Base{{"ipv4-tcp", tcp}, {"ipv6-udp", udp}, {"ipv4-icmp", icmp}, {"ipv6-icmpv6", icmp6}, {"arp", arp}, {"ipv4-aggregate", agg},
+		{"ipv4-udp-decoded", dec}, {"ipv6-tcp-estimated", est}}
 }
 
 // Vary changes field f of r, and nothing else, to another value valid for
 // r: integers by one (within their width), the direction to the other
-// one, the last byte of a MAC or an address (which stays in its family),
-// times by a millisecond (the coarsest resolution an encoder has), the
-// interface name by a letter.
+// one, the accuracy to the next (exact, decoded, estimated, exact), the
+// last byte of a MAC or an address (which stays in its family), times by
+// a millisecond (the coarsest resolution an encoder has), the interface
+// name by a letter, a probability halfway to 1.
 func Vary(f *flow.Field, r *flow.Record) {
 	switch f.Type {
 	case flow.TypeUint:
@@ -94,6 +108,15 @@ func Vary(f *flow.Field, r *flow.Record) {
 		f.Addr(r)[15]++
 	case flow.TypeTime:
 		*f.Time(r) = f.Time(r).Add(time.Millisecond)
+	case flow.TypeAccuracy:
+		f.SetUint(r, (f.Uint(r)+1)%3)
+	case flow.TypeFloat:
+		v := f.Float(r)
+		if *v == 1 {
+			*v = 0.5
+		} else {
+			*v = 1 - (1-*v)/2
+		}
 	default:
 		panic(fmt.Sprintf("flowtest: field %s has type %v, which Vary does not know", f.Name, f.Type))
 	}
@@ -103,7 +126,7 @@ func Vary(f *flow.Field, r *flow.Record) {
 // flow.Field.Applies) is zero, as in every record the datapath produces.
 func Consistent(r *flow.Record) bool {
 	for _, f := range flow.Fields() {
-		if !f.AppliesTo(&r.Key) && !isZero(&f, r) {
+		if !f.AppliesTo(r) && !isZero(&f, r) {
 			return false
 		}
 	}
@@ -118,8 +141,10 @@ func isZero(f *flow.Field, r *flow.Record) bool {
 // Value formats field f of r exactly: every bit of the field shows.
 func Value(f *flow.Field, r *flow.Record) string {
 	switch f.Type {
-	case flow.TypeUint, flow.TypeDirection:
+	case flow.TypeUint, flow.TypeDirection, flow.TypeAccuracy:
 		return strconv.FormatUint(f.Uint(r), 10)
+	case flow.TypeFloat:
+		return strconv.FormatFloat(*f.Float(r), 'g', -1, 64)
 	case flow.TypeString:
 		return strconv.Quote(*f.Str(r))
 	case flow.TypeMAC:
@@ -196,7 +221,7 @@ func (c Coverage) Check(t testing.TB) {
 		changed := map[string]bool{}
 		for i, b := range bases {
 			base, out0 := b.Rec, outs[i]
-			if !f.AppliesTo(&base.Key) {
+			if !f.AppliesTo(&base) {
 				continue
 			}
 			if _, ok := c.Excluded[f.Name+"@"+b.Name]; ok {

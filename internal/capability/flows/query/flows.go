@@ -119,16 +119,41 @@ func plural(n uint64, one, many string) string {
 	return many
 }
 
+// The cells of a row of the flows table, in order. VLAN and ACCURACY are
+// optional: shown when a row has one (a VLAN ID, counts that are not
+// exact), or always when following (the rows to come are unknown).
+const (
+	cellTime = iota
+	cellIface
+	cellDir
+	cellVLAN
+	cellProto
+	cellSrc
+	cellDst
+	cellPackets
+	cellBytes
+	cellFlags
+	cellAccuracy
+	numCells
+)
+
+var (
+	flowHead  = [numCells]string{"", "IFACE", "DIR", "VLAN", "PROTO", "SOURCE", "DESTINATION", "PACKETS", "BYTES", "TCP FLAGS", "ACCURACY"}
+	flowRight = [numCells]bool{cellVLAN: true, cellPackets: true, cellBytes: true}
+)
+
+func optionalCell(c int) bool { return c == cellVLAN || c == cellAccuracy }
+
 // flowTable is the table form of records. Rows are rendered as they come
-// (cells, not records, are kept). The VLAN column is there when a row has
-// a VLAN ID, or always when following (the rows to come are unknown).
+// (cells, not records, are kept).
 type flowTable struct {
 	w       io.Writer
 	f       format
 	first   bool // the time column is first_seen
-	always  bool // always show the VLAN column
-	anyVLAN bool
-	pending [][]string
+	always  bool // always show the optional columns
+	any     [numCells]bool
+	keep    []int // the cells shown, once the header is out
+	pending [][numCells]string
 	t       *table
 }
 
@@ -145,14 +170,18 @@ func (ft *flowTable) add(r *flow.Record) {
 	vlan := ""
 	if r.VlanID != 0 {
 		vlan = strconv.Itoa(int(r.VlanID))
-		ft.anyVLAN = true
 	}
-	ft.pending = append(ft.pending, []string{ft.f.time(ts), r.Iface, r.Direction.String(), vlan, protoColumn(r), src, dst,
-		strconv.FormatUint(r.Packets, 10), ft.f.bytes(r.Bytes), tcpFlags(r)})
+	est := r.Estimated()
+	row := [numCells]string{ft.f.time(ts), r.Iface, r.Direction.String(), vlan, protoColumn(r), src, dst,
+		approx(strconv.FormatUint(r.Packets, 10), est), approx(ft.f.bytes(r.Bytes), est), tcpFlags(r),
+		ft.f.accuracy(r.Accuracy, r.MaxErrorPackets, r.MaxErrorBytes, r.ErrorConfidence)}
+	for c, v := range row {
+		if v != "" {
+			ft.any[c] = true
+		}
+	}
+	ft.pending = append(ft.pending, row)
 }
-
-// vlanCell is the index of the VLAN cell in a pending row.
-const vlanCell = 3
 
 // flush prints the rows added since the last flush, and the header before
 // the first.
@@ -161,30 +190,34 @@ func (ft *flowTable) flush() error {
 		if len(ft.pending) == 0 && !ft.always {
 			return nil
 		}
-		tcol := "LAST SEEN"
+		head := flowHead
+		head[cellTime] = "LAST SEEN"
 		if ft.first {
-			tcol = "FIRST SEEN"
+			head[cellTime] = "FIRST SEEN"
 		}
-		head := []string{tcol, "IFACE", "DIR", "VLAN", "PROTO", "SOURCE", "DESTINATION", "PACKETS", "BYTES", "TCP FLAGS"}
-		right := []bool{false, false, false, true, false, false, false, true, true, false}
-		if !ft.always && !ft.anyVLAN {
-			head = append(head[:vlanCell:vlanCell], head[vlanCell+1:]...)
-			right = append(right[:vlanCell:vlanCell], right[vlanCell+1:]...)
+		var names []string
+		var right []bool
+		for c := range numCells {
+			if !optionalCell(c) || ft.always || ft.any[c] {
+				ft.keep = append(ft.keep, c)
+				names, right = append(names, head[c]), append(right, flowRight[c])
+			}
 		}
-		ft.t = newTable(ft.w, head, right)
+		ft.t = newTable(ft.w, names, right)
 		if ft.always {
 			// Following, the header goes out before any row: make it as
 			// wide as common rows, so that they line up under it (an
 			// IPv6 address or a long name still widens its column).
 			timeWidth := len(ft.f.time(time.Unix(0, 0)))
-			ft.t.widen([]int{timeWidth, 8, 7, 4, 8, 21, 21, 7, 10, 9})
+			ft.t.widen([]int{timeWidth, 8, 7, 4, 8, 21, 21, 7, 10, 9, 8})
 		}
 	}
 	for _, row := range ft.pending {
-		if len(ft.t.head) < len(row) {
-			row = append(row[:vlanCell:vlanCell], row[vlanCell+1:]...)
+		cells := make([]string, len(ft.keep))
+		for i, c := range ft.keep {
+			cells[i] = row[c]
 		}
-		ft.t.add(row...)
+		ft.t.add(cells...)
 	}
 	ft.pending = ft.pending[:0]
 	return ft.t.flush()

@@ -3,6 +3,7 @@ package query
 import (
 	"fmt"
 	"io"
+	"math"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -101,6 +102,37 @@ func (f format) time(t time.Time) string {
 		return t.UTC().Format(flow.TimeLayout)
 	}
 	return t.Local().Format("2006-01-02 15:04:05.000")
+}
+
+// accuracy is the ACCURACY cell of counts: empty when exact, "decoded"
+// for exact counts decoded from the sketch, and for an estimate how far
+// over the truth its counts may be, and with what confidence:
+// "over by <=17 pkts, <=24.4 KiB (98.1%)" (the percentage rounded down,
+// so that it never claims more than it has).
+func (f format) accuracy(a flow.Accuracy, maxErrPackets, maxErrBytes uint64, confidence float64) string {
+	switch a {
+	case flow.Exact:
+		return ""
+	case flow.Estimated:
+		conf := strconv.FormatFloat(confidence, 'g', -1, 64)
+		if !f.raw {
+			conf = strconv.FormatFloat(math.Floor(confidence*1000)/10, 'f', 1, 64) + "%"
+		}
+		bytes := f.bytes(maxErrBytes)
+		if f.raw {
+			bytes += " B" // a bare number next to the packets' would be read as packets
+		}
+		return fmt.Sprintf("over by <=%d pkts, <=%s (%s)", maxErrPackets, bytes, conf)
+	}
+	return a.String()
+}
+
+// approx marks an estimated count.
+func approx(count string, estimated bool) string {
+	if estimated {
+		return "~" + count
+	}
+	return count
 }
 
 // etherTypeNames names the EtherTypes of non-IP flows a host commonly sees.

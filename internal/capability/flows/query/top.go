@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"slices"
 	"strconv"
 	"time"
 
@@ -88,6 +89,12 @@ func printTopTable(w io.Writer, group store.GroupBy, rows []store.TopEntry, f fo
 	}
 	head = append(head, "BYTES", "PACKETS", "FLOWS")
 	right = append(right, true, true, true)
+	// ACCURACY when a group's sums are not all exact: its estimates'
+	// bounds, summed.
+	withAccuracy := slices.ContainsFunc(rows, func(e store.TopEntry) bool { return e.Error.Accuracy != flow.Exact })
+	if withAccuracy {
+		head, right = append(head, "ACCURACY"), append(right, false)
+	}
 	t := newTable(w, head, right)
 	for _, r := range rows {
 		var cells []string
@@ -107,7 +114,12 @@ func printTopTable(w io.Writer, group store.GroupBy, rows []store.TopEntry, f fo
 		default:
 			cells = []string{strconv.Itoa(int(r.Port)), flow.ProtoName(r.Proto)}
 		}
-		cells = append(cells, f.bytes(r.Bytes), strconv.FormatUint(r.Packets, 10), strconv.FormatUint(r.Flows, 10))
+		e := &r.Error
+		est := e.Accuracy == flow.Estimated
+		cells = append(cells, approx(f.bytes(r.Bytes), est), approx(strconv.FormatUint(r.Packets, 10), est), strconv.FormatUint(r.Flows, 10))
+		if withAccuracy {
+			cells = append(cells, f.accuracy(e.Accuracy, e.MaxErrorPackets, e.MaxErrorBytes, e.Confidence()))
+		}
 		t.add(cells...)
 	}
 	t.flush()
@@ -115,7 +127,9 @@ func printTopTable(w io.Writer, group store.GroupBy, rows []store.TopEntry, f fo
 
 // appendTopJSON appends one row of `top --json`: the grouping's fields,
 // named as in a record's JSON (src_addr, dst_addr, src_port, dst_port,
-// proto; port for the service port), then bytes, packets and flows.
+// proto; port for the service port), then bytes, packets and flows, and
+// the accuracy of the sums as a record says it: accuracy, and for an
+// estimate max_error_packets, max_error_bytes and error_confidence.
 func appendTopJSON(b []byte, group store.GroupBy, e *store.TopEntry) []byte {
 	addr := func(b []byte, name string, a netip.Addr) []byte {
 		b = append(b, '"')
@@ -155,6 +169,16 @@ func appendTopJSON(b []byte, group store.GroupBy, e *store.TopEntry) []byte {
 	b = num(b, "bytes", e.Bytes)
 	b = num(b, "packets", e.Packets)
 	b = num(b, "flows", e.Flows)
+	b = append(b, `"accuracy":"`...)
+	b = append(b, e.Error.Accuracy.String()...)
+	b = append(b, `",`...)
+	if e.Error.Accuracy == flow.Estimated {
+		b = num(b, "max_error_packets", e.Error.MaxErrorPackets)
+		b = num(b, "max_error_bytes", e.Error.MaxErrorBytes)
+		b = append(b, `"error_confidence":`...)
+		b = strconv.AppendFloat(b, e.Error.Confidence(), 'g', -1, 64)
+		b = append(b, ',')
+	}
 	b[len(b)-1] = '}'
 	return b
 }
