@@ -224,7 +224,7 @@ func TestDecodeEvent(t *testing.T) {
 	in := loupeFlowEvent{
 		Key: loupeFlowKey{SrcAddr: [16]uint8{1, 2, 3}, DstAddr: [16]uint8{15: 9}, SrcMac: [6]uint8{1, 2, 3, 4, 5, 6},
 			DstMac: [6]uint8{7, 8, 9, 10, 11, 12}, Ifindex: 0x01020304, EthType: 0x86dd, SrcPort: 443, DstPort: 55555,
-			VlanId: 4094, Proto: 6, Direction: 1},
+			VlanId: 4094, Proto: 6, Direction: 1, AggPrefix: 24},
 		Stats: loupeFlowStats{Packets: 3, Bytes: 4000, ExtraSegments: 6, ExtraWireBytes: 321, FirstSeen: 111, LastSeen: 222,
 			TcpFlags: 0x1ff, Sampling: 7, Dscp: 46},
 		Reason: 2, Err: -16,
@@ -247,7 +247,7 @@ func TestDecodeEvent(t *testing.T) {
 	if got.Key != wantKey || got.Stats != wantStats || got.Reason != flow.ReasonMapBusy || got.Errno != 16 {
 		t.Fatalf("decoded %+v", got)
 	}
-	if got.Key.VlanID != 4094 || got.Stats.Segments != 9 || got.Stats.WireBytes != 4321 {
+	if got.Key.VlanID != 4094 || got.Key.AggPrefix != 24 || got.Stats.Segments != 9 || got.Stats.WireBytes != 4321 {
 		t.Fatalf("decoded vlan %d segments %d wire bytes %d", got.Key.VlanID, got.Stats.Segments, got.Stats.WireBytes)
 	}
 	if _, err := decodeEvent(buf.Bytes()[:eventSize-1]); err == nil {

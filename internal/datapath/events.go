@@ -64,15 +64,15 @@ func (e *Events) Close() error { return e.r.close() }
 
 const eventSize = int(unsafe.Sizeof(loupeFlowEvent{}))
 
-// decodeEvent decodes a struct flow_event in the host's byte order, field
-// by field (no reflection: a flood of diverted packets is when this is hot).
-func decodeEvent(b []byte) (flow.Event, error) {
-	if len(b) < eventSize {
-		return flow.Event{}, fmt.Errorf("flow event: %d bytes, want %d", len(b), eventSize)
-	}
+// flowKeySize is the size of struct flow_key.
+const flowKeySize = int(unsafe.Sizeof(loupeFlowKey{}))
+
+// keyFromBytes decodes a struct flow_key in the host's byte order, field by
+// field (no reflection: floods of diverted packets and spilled flows are
+// when this is hot). b holds at least flowKeySize bytes.
+func keyFromBytes(k *flow.Key, b []byte) {
 	ne := binary.NativeEndian
-	var ev flow.Event
-	k := &ev.Key
+	_ = b[flowKeySize-1]
 	copy(k.SrcAddr[:], b[0:16])
 	copy(k.DstAddr[:], b[16:32])
 	copy(k.SrcMAC[:], b[32:38])
@@ -84,7 +84,20 @@ func decodeEvent(b []byte) (flow.Event, error) {
 	k.VlanID = ne.Uint16(b[54:])
 	k.Proto = b[56]
 	k.Direction = flow.Direction(b[57])
-	// 58-59: the key's padding; 60-63: the event's, before 8-byte aligned stats.
+	k.AggPrefix = b[58]
+	// 59: the key's padding.
+}
+
+// decodeEvent decodes a struct flow_event in the host's byte order, field
+// by field (no reflection: a flood of diverted packets is when this is hot).
+func decodeEvent(b []byte) (flow.Event, error) {
+	if len(b) < eventSize {
+		return flow.Event{}, fmt.Errorf("flow event: %d bytes, want %d", len(b), eventSize)
+	}
+	ne := binary.NativeEndian
+	var ev flow.Event
+	keyFromBytes(&ev.Key, b)
+	// 60-63: the event's padding, before 8-byte aligned stats.
 	s := b[64:]
 	ev.Stats = flow.Stats{
 		Packets:   ne.Uint64(s[0:]),
