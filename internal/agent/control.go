@@ -104,5 +104,13 @@ func (c *control) status(version string, units []capability.Unit, dp *datapath.D
 		CPUs:       dp.CPUs(),
 		Pinned:     dp.Pinned(),
 	}
+	st.Datapath.MemoryBytes, _, _ = dp.MemoryBytes()
+	if plan := dp.Plan(); plan.Budget > 0 {
+		st.Datapath.MemoryBudget = plan.Budget
+		st.Datapath.SketchBytes = plan.SketchBytes
+	}
+	if p, ok := dp.SketchParams(); ok {
+		st.Datapath.SketchFlows = p.FlowSet.Capacity()
+	}
 	return st
 }

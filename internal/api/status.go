@@ -55,6 +55,14 @@ type DatapathStatus struct {
 	FlowBudget int    `json:"flow_budget"`
 	CPUs       int    `json:"cpus"`
 	Pinned     bool   `json:"pinned"`
+	// MemoryBytes is what every map takes, as the kernel accounts it;
+	// MemoryBudget the budget it is held to (memory; 0: none).
+	MemoryBytes  uint64 `json:"memory_bytes"`
+	MemoryBudget uint64 `json:"memory_budget_bytes,omitempty"`
+	// SketchBytes is the sketches' kernel memory (0: sketch mode off),
+	// SketchFlows the flows one CPU's sketch decodes per interval.
+	SketchBytes uint64 `json:"sketch_bytes,omitempty"`
+	SketchFlows int    `json:"sketch_capacity_flows,omitempty"`
 }
 
 // StatusRoute serves GET /api/v1/status with the document snapshot

@@ -107,7 +107,9 @@ func planMemory(budget, other, ring uint64, flowBudget int, table *ebpf.MapSpec,
 // bytes, and whether there is one.
 func sketchIn(bytes uint64, ncpu int, cost sketchCost) (int, bool) {
 	hi := int(min(bytes/uint64(2*ncpu), 1<<40))
-	fits := func(b int) bool { c, ok := cost(b); return ok && c <= bytes }
+	// A budget too small to hold a sketch fits, for the search: what it
+	// looks for is the last budget below the first that costs too much.
+	fits := func(b int) bool { c, ok := cost(b); return !ok || c <= bytes }
 	lo := 0
 	for lo < hi {
 		mid := lo + (hi-lo+1)/2
@@ -117,7 +119,8 @@ func sketchIn(bytes uint64, ncpu int, cost sketchCost) (int, bool) {
 			hi = mid - 1
 		}
 	}
-	return lo, lo > 0 && fits(lo)
+	c, ok := cost(lo)
+	return lo, lo > 0 && ok && c <= bytes
 }
 
 // minFlowBudget is the smallest flow budget (the configuration's lower

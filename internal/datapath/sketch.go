@@ -418,3 +418,94 @@ func (d *retiredDrain) Sketch() (*SketchHalf, error) {
 	}
 	return s.read(d.idx)
 }
+
+// Spill decodes the half that goes with this table (flow.SketchDrain).
+func (t *tableDrain) Spill() (flow.Spill, error) { return spillOf(t) }
+
+// Spill decodes the retired set's half that goes with this table.
+func (d *retiredDrain) Spill() (flow.Spill, error) { return spillOf(d) }
+
+// spillOf reads and decodes the sketch half of a drain: zero when it has
+// none.
+func spillOf(d SketchDrain) (flow.Spill, error) {
+	h, err := d.Sketch()
+	if err != nil || h == nil {
+		return flow.Spill{}, err
+	}
+	return h.Decode()
+}
+
+// Decode decodes the half into what the evictor makes records of: every
+// flow the flow sets give back, the count-min sketch to estimate the rest
+// with, and the exact totals per interface and direction (what no slot
+// held apart goes to interface 0).
+func (h *SketchHalf) Decode() (flow.Spill, error) {
+	total := h.Total()
+	if total.Packets == 0 {
+		return flow.Spill{}, nil
+	}
+	res, err := sketch.Decode(h.Params.FlowSet, h.FlowSet)
+	if err != nil {
+		return flow.Spill{}, fmt.Errorf("decode the sketch: %w", err)
+	}
+	cm, err := sketch.NewCountMin(h.Params.CountMin, h.CountMin)
+	if err != nil {
+		return flow.Spill{}, fmt.Errorf("read the count-min sketch: %w", err)
+	}
+	filter, err := sketch.NewFilter(h.Params.FlowSet, h.Filter)
+	if err != nil {
+		return flow.Spill{}, fmt.Errorf("read the flow filter: %w", err)
+	}
+	s := flow.Spill{
+		Decoded:    spillFlows(res.Flows),
+		Unverified: spillFlows(res.Unverified),
+		Undecoded:  res.Undecoded,
+		Estimate: func(k *flow.Key) flow.Estimate {
+			var sk sketch.Key
+			keyToBytes(sk[:], k)
+			var e flow.Estimate
+			e.Packets, e.Bytes, e.MaxErrorPackets, e.MaxErrorBytes, e.Confidence = cm.Estimate(&sk)
+			return e
+		},
+		Seen: func(k *flow.Key) bool {
+			var sk sketch.Key
+			keyToBytes(sk[:], k)
+			return filter.Contains(&sk)
+		},
+	}
+	for _, t := range h.Spill {
+		s.Totals = append(s.Totals, flow.SpillTotal{IfIndex: t.IfIndex, Direction: t.Direction, Packets: t.Packets, Bytes: t.Bytes})
+	}
+	if h.Other.Packets > 0 {
+		s.Totals = append(s.Totals, flow.SpillTotal{Packets: h.Other.Packets, Bytes: h.Other.Bytes})
+	}
+	return s, nil
+}
+
+func spillFlows(fs []sketch.Flow) []flow.SpillFlow {
+	out := make([]flow.SpillFlow, len(fs))
+	for i := range fs {
+		keyFromBytes(&out[i].Key, fs[i].Key[:])
+		out[i].Packets, out[i].Bytes = fs[i].Packets, fs[i].Bytes
+	}
+	return out
+}
+
+// keyToBytes encodes k as keyFromBytes reads it; b holds at least
+// flowKeySize bytes, and the padding is left as it is (zero).
+func keyToBytes(b []byte, k *flow.Key) {
+	ne := binary.NativeEndian
+	_ = b[flowKeySize-1]
+	copy(b[0:16], k.SrcAddr[:])
+	copy(b[16:32], k.DstAddr[:])
+	copy(b[32:38], k.SrcMAC[:])
+	copy(b[38:44], k.DstMAC[:])
+	ne.PutUint32(b[44:], k.IfIndex)
+	ne.PutUint16(b[48:], k.EtherType)
+	ne.PutUint16(b[50:], k.SrcPort)
+	ne.PutUint16(b[52:], k.DstPort)
+	ne.PutUint16(b[54:], k.VlanID)
+	b[56] = k.Proto
+	b[57] = uint8(k.Direction)
+	b[58] = k.AggPrefix
+}

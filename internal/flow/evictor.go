@@ -93,6 +93,25 @@ type EvictorStats struct {
 	// AlreadyStored the tables earlier agents left whose mark the output
 	// already held, cleared without being emitted again.
 	Resumed, AlreadyStored uint64
+	// Sketch is what sketch mode gave records (spill.go).
+	Sketch SketchStats
+}
+
+// SketchStats count what the sketches behind full tables held, as the
+// evictor made records of it.
+type SketchStats struct {
+	// Records by accuracy ("decoded", "estimated"; the unattributed
+	// records are estimated).
+	Records map[string]uint64
+	// Packets and bytes that spilled into sketches (exact), and the part
+	// of them in unattributed records: flows the sketch could not name.
+	Packets, Bytes                         uint64
+	UnattributedPackets, UnattributedBytes uint64
+	// Incomplete counts sketch halves that did not decode completely
+	// (more flows than their capacity); Errors halves that could not be
+	// read or decoded at all (their traffic is then only in the
+	// datapath's spilled counters).
+	Incomplete, Errors uint64
 }
 
 // Evictor turns the datapath's tables and diverted packets into records.
@@ -131,6 +150,15 @@ type Evictor struct {
 	wallOffset int64
 	// lastFullWarn rate-limits the log line about a full table.
 	lastFullWarn time.Time
+
+	// heavy are the heaviest flows of the last interval that spilled,
+	// candidates for the count-min sketch when the next one does not
+	// decode (spill.go).
+	heavy heavyFlows
+
+	spillDecoded, spillEstimated, spillPackets, spillBytes atomic.Uint64
+	spillUnattrPackets, spillUnattrBytes                   atomic.Uint64
+	spillIncomplete, spillErrs                             atomic.Uint64
 
 	evictTimer, evictFull, evictShutdown               atomic.Uint64
 	flows, records, stale, outErrs                     atomic.Uint64
@@ -386,6 +414,11 @@ func (e *Evictor) settle(ctx context.Context, d Drain) (int, error) {
 	} else {
 		pending = make(map[Key]Stats)
 	}
+	// Every interval's heaviest flows are kept (a comparison a record),
+	// to be estimated if they spill next time and the sketch does not
+	// decode.
+	spill := e.spill(d)
+	e.heavy.begin()
 	n, err := d.Read(func(k *Key, perCPU []Stats) {
 		s, stale := MergePerCPU(perCPU, cutoff)
 		if stale > 0 {
@@ -397,6 +430,7 @@ func (e *Evictor) settle(ctx context.Context, d Drain) (int, error) {
 		}
 		if s.Packets > 0 {
 			e.emit(ctx, k, &s)
+			e.heavy.offer(k, s.Bytes)
 		}
 	})
 	if err != nil {
@@ -429,6 +463,7 @@ func (e *Evictor) settle(ctx context.Context, d Drain) (int, error) {
 	if running {
 		e.diverted.recycle(pending)
 	}
+	e.emitSpill(ctx, &spill, cutoff)
 	err = e.flushOutput(ctx, mark)
 	faultPoint(FaultAfterCommit, n)
 	// Cleared even when the flush failed: a sink that could not store the
@@ -475,14 +510,8 @@ func (e *Evictor) emitMap(ctx context.Context, pending map[Key]Stats) {
 }
 
 func (e *Evictor) emit(ctx context.Context, k *Key, s *Stats) {
-	name, ok := e.names[k.IfIndex]
-	if !ok {
-		name = e.cfg.IfaceName(k.IfIndex)
-		e.names[k.IfIndex] = name
-	}
-	e.batch = append(e.batch, Record{
+	e.emitRecord(ctx, Record{
 		Key:       *k,
-		Iface:     name,
 		Packets:   s.Packets,
 		Bytes:     s.Bytes,
 		Segments:  s.Segments,
@@ -493,6 +522,17 @@ func (e *Evictor) emit(ctx context.Context, k *Key, s *Stats) {
 		TCPFlags:  s.TCPFlags,
 		DSCP:      s.DSCP,
 	})
+}
+
+// emitRecord names r's interface and hands it to the output's next batch.
+func (e *Evictor) emitRecord(ctx context.Context, r Record) {
+	name, ok := e.names[r.IfIndex]
+	if !ok {
+		name = e.cfg.IfaceName(r.IfIndex)
+		e.names[r.IfIndex] = name
+	}
+	r.Iface = name
+	e.batch = append(e.batch, r)
 	if len(e.batch) == cap(e.batch) {
 		e.writeBatch(ctx)
 	}
@@ -535,6 +575,15 @@ func (e *Evictor) Stats() EvictorStats {
 			ReasonMapBusy.String(): e.eventsBusy.Load(),
 			ReasonOffPath.String(): e.eventsOffPath.Load(),
 			"other":                e.eventsOther.Load(),
+		},
+		Sketch: SketchStats{
+			Records:             map[string]uint64{Decoded.String(): e.spillDecoded.Load(), Estimated.String(): e.spillEstimated.Load()},
+			Packets:             e.spillPackets.Load(),
+			Bytes:               e.spillBytes.Load(),
+			UnattributedPackets: e.spillUnattrPackets.Load(),
+			UnattributedBytes:   e.spillUnattrBytes.Load(),
+			Incomplete:          e.spillIncomplete.Load(),
+			Errors:              e.spillErrs.Load(),
 		},
 		Stale:         e.stale.Load(),
 		OutputErrors:  e.outErrs.Load(),

@@ -92,6 +92,14 @@ func printStatus(w io.Writer, st api.Status) error {
 		pinned = "pinned"
 	}
 	fmt.Fprintf(tw, "datapath\t%s tables, flow budget %d, %d CPUs, %s\n", d.Tables, d.FlowBudget, d.CPUs, pinned)
+	memory := fmt.Sprintf("%d bytes of maps", d.MemoryBytes)
+	if d.MemoryBudget > 0 {
+		memory += fmt.Sprintf(" of a budget of %d", d.MemoryBudget)
+	}
+	if d.SketchBytes > 0 {
+		memory += fmt.Sprintf("; sketch %d bytes, %d flows per CPU and interval", d.SketchBytes, d.SketchFlows)
+	}
+	fmt.Fprintf(tw, "memory\t%s\n", memory)
 	if len(st.Capabilities) == 0 {
 		fmt.Fprintf(tw, "capabilities\tnone\n")
 	}

@@ -28,7 +28,8 @@ var doc = api.Status{
 	},
 	Interfaces: api.InterfaceStatus{Attached: 10, Mode: "tcx",
 		Names: []string{"eth0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9"}},
-	Datapath: api.DatapathStatus{Tables: "shared", FlowBudget: 131072, CPUs: 64, Pinned: true},
+	Datapath: api.DatapathStatus{Tables: "shared", FlowBudget: 131072, CPUs: 64, Pinned: true,
+		MemoryBytes: 40 << 20, MemoryBudget: 64 << 20, SketchBytes: 16 << 20, SketchFlows: 30000},
 }
 
 // agent serves doc on a socket and returns its path.
@@ -63,6 +64,7 @@ state       running
 uptime      1h2m3s (since 2026-03-04T05:06:07Z)
 interfaces  10 attached (tcx): eth0, v1, v2, v3, v4, v5, v6, v7 and 2 more
 datapath    shared tables, flow budget 131072, 64 CPUs, pinned
+memory      41943040 bytes of maps of a budget of 67108864; sketch 16777216 bytes, 30000 flows per CPU and interval
 flows       running  cache_active_timeout=5s evictions.map_full=0 evictions.timer=3 records=1234567 sinks=store,prometheus
 capture     disabled
 `

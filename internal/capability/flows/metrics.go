@@ -22,6 +22,9 @@ type collector struct {
 	retSegments, retRecords, retBytes            *prometheus.Desc
 	quarSegments, quarRecords                    *prometheus.Desc
 	resumed, alreadyStored                       *prometheus.Desc
+	sketchRecords, sketchPackets, sketchBytes    *prometheus.Desc
+	sketchUnattr, sketchUnattrBytes              *prometheus.Desc
+	sketchIncomplete, sketchErrors, sketchMemory *prometheus.Desc
 }
 
 func newCollector(u *Unit) *collector {
@@ -57,6 +60,15 @@ func newCollector(u *Unit) *collector {
 		quarRecords:     d("store_quarantined_records_total", "Flow records the quarantined segments held, as far as the manifest listed them."),
 		resumed:         d("restart_tables_resumed_total", "Kernel tables of a pin set of another layout (an upgrade, another flow budget or table kind) that this agent drained through their own BTF and emitted."),
 		alreadyStored:   d("restart_tables_already_stored_total", "Kernel tables an earlier agent left whose epoch the store already held: cleared without being emitted again."),
+		// Sketch mode (memory): what the sketches behind full tables held.
+		sketchRecords:     d("sketch_records_total", "Flow records made from the sketches behind full tables, by accuracy: decoded (exact counts), estimated (count-min estimates, and the unattributed remainder of each interface).", "accuracy"),
+		sketchPackets:     d("sketch_packets_total", "Packets that spilled into the sketches because the flow table was full, exactly."),
+		sketchBytes:       d("sketch_bytes_total", "Bytes of loupe_sketch_packets_total."),
+		sketchUnattr:      d("sketch_unattributed_packets_total", "Spilled packets no record could name a flow for (the sketch did not decode them), in per-interface unattributed records."),
+		sketchUnattrBytes: d("sketch_unattributed_bytes_total", "Bytes of loupe_sketch_unattributed_packets_total."),
+		sketchIncomplete:  d("sketch_decode_incomplete_total", "Sketch halves that held more flows than they decode (past about 0.8 flows per cell): raise memory."),
+		sketchErrors:      d("sketch_decode_errors_total", "Sketch halves that could not be read or decoded; their traffic is in loupe_datapath_events_total{event=\"spilled_packets\"} only."),
+		sketchMemory:      d("sketch_memory_bytes", "Kernel memory the sketches take, both halves on every CPU (0: sketch mode off)."),
 	}
 }
 
@@ -92,6 +104,16 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for reason, n := range es.Events {
 		counter(c.ringEvents, n, reason)
 	}
+	for acc, n := range es.Sketch.Records {
+		counter(c.sketchRecords, n, acc)
+	}
+	counter(c.sketchPackets, es.Sketch.Packets)
+	counter(c.sketchBytes, es.Sketch.Bytes)
+	counter(c.sketchUnattr, es.Sketch.UnattributedPackets)
+	counter(c.sketchUnattrBytes, es.Sketch.UnattributedBytes)
+	counter(c.sketchIncomplete, es.Sketch.Incomplete)
+	counter(c.sketchErrors, es.Sketch.Errors)
+	gauge(c.sketchMemory, float64(u.dp.Plan().SketchBytes))
 
 	for _, s := range u.fan.Stats() {
 		counter(c.sinkRecords, s.Stored.Records, s.Name)
