@@ -18,6 +18,9 @@
 #     rules     measurement rules: BPF ns per packet with 0, 10 and 10 000
 #               rules, measured, skipped, unmatched, cached and not,
 #               beside an earlier commit (BENCH_RULES_BASE)
+#     designs   the exact table, the sketch and the off-path ring buffer
+#               (the selective-measurement seed's Tables 1-3): ns/packet,
+#               kernel memory, accuracy against the trace, agent CPU
 #
 # Knobs (environment): BENCH_IPERF_ROUNDS (5), BENCH_IPERF_SECONDS (10),
 # BENCH_ROUNDS (3, bpfstats and tables), BENCH_RSS_SECONDS (30),
@@ -35,7 +38,7 @@ ROOT=$(dirname "$BENCH_DIR")
 cd "$ROOT"
 . scripts/env.sh
 
-ALL=(iperf bpfstats monitor tables rss store export capture rules)
+ALL=(iperf bpfstats monitor tables rss store export capture rules designs)
 
 usage() {
 	echo "usage: bench/run.sh [${ALL[*]}]..." >&2
