@@ -1,0 +1,135 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Socket signals: the smoothed RTT (tcp_probe) and the retransmitted
+ * segments (tcp_retransmit_skb) of a TCP socket, by its 5-tuple. */
+#ifndef LOUPE_SIGNALS_SOCK_H
+#define LOUPE_SIGNALS_SOCK_H
+
+#include "signals.h"
+
+#define AF_INET 2
+#define AF_INET6 10
+
+/* 1 when tcp_retransmit_skb carries the transmit's result as a third
+ * argument (Linux 6.17 on) and fires for failed attempts too; set from Go
+ * from the kernel's BTF before load. Without it the tracepoint fires for
+ * retransmits that left only, and reading a third argument would make the
+ * kernel refuse the attachment. */
+volatile const __u8 cfg_retransmit_err_arg = 0;
+
+/* sock_key fills k with the socket's 5-tuple, local end first. It returns
+ * 0, or -1 for a socket of another family. */
+static __always_inline int sock_key(const struct sock *sk, struct signal_key *k)
+{
+	__u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
+
+	k->proto = IPPROTO_TCP;
+	k->src_port = BPF_CORE_READ(sk, __sk_common.skc_num); /* host order already */
+	k->dst_port = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+	if (family == AF_INET) {
+		ipv4_mapped(k->src_addr, BPF_CORE_READ(sk, __sk_common.skc_rcv_saddr));
+		ipv4_mapped(k->dst_addr, BPF_CORE_READ(sk, __sk_common.skc_daddr));
+		return 0;
+	}
+	/* An IPv6 socket talking to an IPv4 peer holds IPv4-mapped
+	 * addresses already: the key is the one its packets get. */
+	if (family == AF_INET6 && bpf_core_field_exists(sk->__sk_common.skc_v6_daddr)) {
+		BPF_CORE_READ_INTO(&k->src_addr, sk, __sk_common.skc_v6_rcv_saddr);
+		BPF_CORE_READ_INTO(&k->dst_addr, sk, __sk_common.skc_v6_daddr);
+		return 0;
+	}
+	signal_count(SIGNAL_COUNTER_SOCK_FAMILY);
+	return -1;
+}
+
+/* sock_add adds one event to the socket's entry: an RTT sample (rtt_us
+ * non-zero) or retransmitted segments. */
+static __always_inline void sock_add(struct sock_signals *s, __u32 rtt_us, __u64 segs)
+{
+	if (segs)
+		__sync_fetch_and_add(&s->retrans_segs, segs);
+	if (!rtt_us)
+		return;
+	/* Plain stores: one socket's events are serialised by its lock. */
+	if (s->rtt_samples == 0 || rtt_us < s->rtt_min_us)
+		s->rtt_min_us = rtt_us;
+	if (rtt_us > s->rtt_max_us)
+		s->rtt_max_us = rtt_us;
+	s->rtt_last_us = rtt_us;
+	__sync_fetch_and_add(&s->rtt_samples, 1);
+}
+
+static __always_inline void sock_add_in(void *table, const struct signal_key *k, __u32 rtt_us, __u64 segs)
+{
+	struct sock_signals *s = bpf_map_lookup_elem(table, k);
+	long err;
+
+	if (s) {
+		sock_add(s, rtt_us, segs);
+		return;
+	}
+	struct sock_signals fresh = {
+		.retrans_segs = segs,
+		.rtt_samples = rtt_us ? 1 : 0,
+		.rtt_min_us = rtt_us,
+		.rtt_max_us = rtt_us,
+		.rtt_last_us = rtt_us,
+	};
+	/* NOEXIST: another socket of the same 5-tuple (in another network
+	 * namespace) may have inserted it an instant ago. */
+	err = bpf_map_update_elem(table, k, &fresh, BPF_NOEXIST);
+	if (err == 0)
+		return;
+	if (err == -EEXIST) {
+		s = bpf_map_lookup_elem(table, k);
+		if (s) {
+			sock_add(s, rtt_us, segs);
+			return;
+		}
+	}
+	map_failed(err, SIGNAL_COUNTER_SOCK_MAP_FULL, SIGNAL_COUNTER_SOCK_MAP_BUSY);
+}
+
+/* sock_observe counts an event of socket sk into the active table. */
+static __always_inline void sock_observe(const struct sock *sk, __u32 rtt_us, __u64 segs)
+{
+	struct signal_key k = {};
+
+	if (sock_key(sk, &k))
+		return;
+	/* Two call sites, each with its map known to the verifier: direct
+	 * calls instead of a lookup in an array of maps. */
+	if (signals_active_b())
+		sock_add_in(&sock_b, &k, rtt_us, segs);
+	else
+		sock_add_in(&sock_a, &k, rtt_us, segs);
+}
+
+/* rtt_observe: tcp_probe(struct sock *sk, const struct sk_buff *skb) fires
+ * for every segment an established socket receives, before the segment's
+ * ACK updates the estimate: srtt_us holds eight times the smoothed RTT in
+ * microseconds (0 until the first sample). */
+static __always_inline void rtt_observe(const struct sock *sk)
+{
+	__u32 srtt = BPF_CORE_READ((const struct tcp_sock *)sk, srtt_us) >> 3;
+
+	if (srtt)
+		sock_observe(sk, srtt, 0);
+}
+
+/* retransmit_observe: tcp_retransmit_skb(const struct sock *sk, const
+ * struct sk_buff *skb[, int err]) fires once per retransmitted buffer,
+ * which holds tcp_skb_pcount segments: the number the kernel adds to the
+ * socket's total_retrans and to TcpRetransSegs. */
+static __always_inline void retransmit_observe(const struct sock *sk, const struct sk_buff *skb, long err)
+{
+	const struct tcp_skb_cb *cb;
+	__u16 segs;
+
+	if (err)
+		return;
+	cb = (const void *)skb + bpf_core_field_offset(struct sk_buff, cb);
+	segs = BPF_CORE_READ(cb, tcp_gso_segs);
+	sock_observe(sk, 0, segs ? segs : 1);
+}
+
+#endif
