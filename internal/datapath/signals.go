@@ -79,7 +79,9 @@ type SignalsOptions struct {
 	// Tracepoints renames a signal's tracepoint: the tests name one the
 	// kernel does not have, to see that signal alone turn off.
 	Tracepoints map[Signal]string
-	Logger      *slog.Logger
+	// Logger is where the signals say what the kernel refused; the caller
+	// names the component.
+	Logger *slog.Logger
 }
 
 // SignalState says whether a signal is attached and, if not, why.
@@ -126,7 +128,7 @@ func LoadSignals(opts SignalsOptions) (*Signals, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Signals{opts: opts, log: opts.Logger.With("component", "signals")}
+	s := &Signals{opts: opts, log: opts.Logger}
 	anyOn := false
 	for _, sig := range AllSignals() {
 		s.state[sig] = SignalState{Reason: ReasonDisabled}
