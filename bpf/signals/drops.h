@@ -14,6 +14,7 @@
 #ifndef LOUPE_SIGNALS_DROPS_H
 #define LOUPE_SIGNALS_DROPS_H
 
+#include "core.h"
 #include "signals.h"
 
 /* As lib/parse.h: enough for every order RFC 8200 recommends. */
@@ -176,6 +177,49 @@ static __always_inline void drop_add_in(void *table, const struct drop_key *dk, 
 	map_failed(err, SIGNAL_COUNTER_DROP_MAP_FULL, SIGNAL_COUNTER_DROP_MAP_BUSY);
 }
 
+/* What drop_observe needs of a struct sk_buff. */
+struct skb_fields {
+	const __u8 *head;
+	const __u8 *data;
+	__u32 len;
+	__u32 tail; /* an offset from head on 64-bit kernels */
+	__u16 nh;   /* the network header's offset from head; ~0: never set */
+};
+
+/* The part of struct sk_buff read at once: from len to the end of data,
+ * 96 bytes here; network_header, tail and head lie in between. */
+#define SKB_SPAN_MAX 128
+
+#define SKB_BASE bpf_core_field_offset(struct sk_buff, len)
+#define SKB_SPAN_LEN (bpf_core_field_offset(struct sk_buff, data) + bpf_core_field_size(struct sk_buff, data) - SKB_BASE)
+#define SKB_SPAN_HAS(field) CORE_IN_SPAN(struct sk_buff, field, SKB_BASE, SKB_SPAN_LEN)
+#define SKB_SPAN_GET(span, field) CORE_FROM_SPAN(span, struct sk_buff, field, SKB_BASE)
+
+static __always_inline int skb_fields(const struct sk_buff *skb, struct skb_fields *f)
+{
+	__u8 span[SKB_SPAN_MAX];
+
+	if (SKB_SPAN_LEN <= SKB_SPAN_MAX && SKB_SPAN_HAS(network_header) && SKB_SPAN_HAS(tail) &&
+	    SKB_SPAN_HAS(head)) {
+		if (bpf_probe_read_kernel(span, SKB_SPAN_LEN, (const void *)skb + SKB_BASE)) {
+			signal_count(SIGNAL_COUNTER_READ_FAILED);
+			return -1;
+		}
+		f->len = SKB_SPAN_GET(span, len);
+		f->nh = SKB_SPAN_GET(span, network_header);
+		f->tail = SKB_SPAN_GET(span, tail);
+		f->head = SKB_SPAN_GET(span, head);
+		f->data = SKB_SPAN_GET(span, data);
+		return 0;
+	}
+	f->len = BPF_CORE_READ(skb, len);
+	f->nh = BPF_CORE_READ(skb, network_header);
+	f->tail = BPF_CORE_READ(skb, tail);
+	f->head = BPF_CORE_READ(skb, head);
+	f->data = BPF_CORE_READ(skb, data);
+	return 0;
+}
+
 /* drop_observe counts the buffer skb, dropped for reason, under its
  * 5-tuple. A buffer whose 5-tuple cannot be read (no network header, not
  * IP, its IP header cut short) counts under the zero key, so that the
@@ -183,17 +227,17 @@ static __always_inline void drop_add_in(void *table, const struct drop_key *dk, 
 static __always_inline void drop_observe(const struct sk_buff *skb, __u32 reason)
 {
 	struct drop_key dk = {.reason = reason};
-	const __u8 *head = BPF_CORE_READ(skb, head);
-	const __u8 *data = BPF_CORE_READ(skb, data);
-	__u16 nh = BPF_CORE_READ(skb, network_header);
-	__u32 end = BPF_CORE_READ(skb, tail); /* an offset from head on 64-bit kernels */
-	__u64 bytes = BPF_CORE_READ(skb, len);
+	struct skb_fields f = {};
 	union {
 		struct ipv4_wire v4; /* read first: no IP header is shorter */
 		struct ipv6_wire v6;
 	} ip;
+	__u64 bytes = 0;
 
-	if (nh == (__u16)~0U) {
+	if (skb_fields(skb, &f))
+		goto count;
+	bytes = f.len;
+	if (f.nh == (__u16)~0U) {
 		/* Never set: freed before any layer looked for IP. */
 		signal_count(SIGNAL_COUNTER_DROP_NO_HEADER);
 		goto count;
@@ -202,16 +246,16 @@ static __always_inline void drop_observe(const struct sk_buff *skb, __u32 reason
 	 * the way out and past it once the receive path pulled it: counting
 	 * from the network header gives every drop the same measure, the IP
 	 * packet. */
-	bytes += data - (head + nh);
-	if (read_at(&ip.v4, sizeof(ip.v4), head, nh, end))
+	bytes += f.data - (f.head + f.nh);
+	if (read_at(&ip.v4, sizeof(ip.v4), f.head, f.nh, f.tail))
 		goto count;
 	switch (ip.v4.version_ihl >> 4) {
 	case 4:
-		drop_ipv4(&dk.key, &ip.v4, head, nh, end);
+		drop_ipv4(&dk.key, &ip.v4, f.head, f.nh, f.tail);
 		break;
 	case 6:
-		if (read_at(&ip.v6, sizeof(ip.v6), head, nh, end) == 0)
-			drop_ipv6(&dk.key, &ip.v6, head, nh, end);
+		if (read_at(&ip.v6, sizeof(ip.v6), f.head, f.nh, f.tail) == 0)
+			drop_ipv6(&dk.key, &ip.v6, f.head, f.nh, f.tail);
 		break;
 	default:
 		signal_count(SIGNAL_COUNTER_DROP_NOT_IP);

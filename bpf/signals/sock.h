@@ -4,6 +4,7 @@
 #ifndef LOUPE_SIGNALS_SOCK_H
 #define LOUPE_SIGNALS_SOCK_H
 
+#include "core.h"
 #include "signals.h"
 
 #define AF_INET 2
@@ -16,25 +17,86 @@
  * kernel refuse the attachment. */
 volatile const __u8 cfg_retransmit_err_arg = 0;
 
+/* What a socket's key is made of, in struct sock_common. */
+struct sock_ends {
+	__be32 daddr;
+	__be32 saddr;
+	__be16 dport;
+	__u16 num; /* the local port, host order */
+	__u16 family;
+};
+
+/* The head of struct sock_common read at once: the IPv4 addresses, the
+ * hash, the ports and the family (18 bytes here). */
+#define SOCK_HEAD_LEN 24
+
+#define SOCK_HEAD_HAS(field) CORE_IN_SPAN(struct sock_common, field, 0, SOCK_HEAD_LEN)
+#define SOCK_HEAD_GET(head, field) CORE_FROM_SPAN(head, struct sock_common, field, 0)
+
+static __always_inline void sock_ends(const struct sock *sk, struct sock_ends *e)
+{
+	const struct sock_common *skc = &sk->__sk_common;
+	__u8 head[SOCK_HEAD_LEN];
+
+	if (SOCK_HEAD_HAS(skc_daddr) && SOCK_HEAD_HAS(skc_rcv_saddr) && SOCK_HEAD_HAS(skc_dport) &&
+	    SOCK_HEAD_HAS(skc_num) && SOCK_HEAD_HAS(skc_family)) {
+		if (bpf_probe_read_kernel(head, sizeof(head), skc)) {
+			signal_count(SIGNAL_COUNTER_READ_FAILED);
+			return;
+		}
+		e->daddr = SOCK_HEAD_GET(head, skc_daddr);
+		e->saddr = SOCK_HEAD_GET(head, skc_rcv_saddr);
+		e->dport = SOCK_HEAD_GET(head, skc_dport);
+		e->num = SOCK_HEAD_GET(head, skc_num);
+		e->family = SOCK_HEAD_GET(head, skc_family);
+		return;
+	}
+	e->daddr = BPF_CORE_READ(skc, skc_daddr);
+	e->saddr = BPF_CORE_READ(skc, skc_rcv_saddr);
+	e->dport = BPF_CORE_READ(skc, skc_dport);
+	e->num = BPF_CORE_READ(skc, skc_num);
+	e->family = BPF_CORE_READ(skc, skc_family);
+}
+
+/* sock_v6 reads an IPv6 socket's addresses: one read where the remote one
+ * is followed by the local one, as in every kernel so far. */
+static __always_inline void sock_v6(const struct sock_common *skc, struct signal_key *k)
+{
+	__u8 both[32];
+
+	if (bpf_core_field_offset(struct sock_common, skc_v6_rcv_saddr) ==
+	    bpf_core_field_offset(struct sock_common, skc_v6_daddr) + 16) {
+		if (bpf_probe_read_kernel(both, sizeof(both), &skc->skc_v6_daddr)) {
+			signal_count(SIGNAL_COUNTER_READ_FAILED);
+			return;
+		}
+		__builtin_memcpy(k->dst_addr, both, 16);
+		__builtin_memcpy(k->src_addr, both + 16, 16);
+		return;
+	}
+	BPF_CORE_READ_INTO(&k->src_addr, skc, skc_v6_rcv_saddr);
+	BPF_CORE_READ_INTO(&k->dst_addr, skc, skc_v6_daddr);
+}
+
 /* sock_key fills k with the socket's 5-tuple, local end first. It returns
  * 0, or -1 for a socket of another family. */
 static __always_inline int sock_key(const struct sock *sk, struct signal_key *k)
 {
-	__u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	struct sock_ends e = {};
 
+	sock_ends(sk, &e);
 	k->proto = IPPROTO_TCP;
-	k->src_port = BPF_CORE_READ(sk, __sk_common.skc_num); /* host order already */
-	k->dst_port = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
-	if (family == AF_INET) {
-		ipv4_mapped(k->src_addr, BPF_CORE_READ(sk, __sk_common.skc_rcv_saddr));
-		ipv4_mapped(k->dst_addr, BPF_CORE_READ(sk, __sk_common.skc_daddr));
+	k->src_port = e.num;
+	k->dst_port = bpf_ntohs(e.dport);
+	if (e.family == AF_INET) {
+		ipv4_mapped(k->src_addr, e.saddr);
+		ipv4_mapped(k->dst_addr, e.daddr);
 		return 0;
 	}
 	/* An IPv6 socket talking to an IPv4 peer holds IPv4-mapped
 	 * addresses already: the key is the one its packets get. */
-	if (family == AF_INET6 && bpf_core_field_exists(sk->__sk_common.skc_v6_daddr)) {
-		BPF_CORE_READ_INTO(&k->src_addr, sk, __sk_common.skc_v6_rcv_saddr);
-		BPF_CORE_READ_INTO(&k->dst_addr, sk, __sk_common.skc_v6_daddr);
+	if (e.family == AF_INET6 && bpf_core_field_exists(sk->__sk_common.skc_v6_daddr)) {
+		sock_v6(&sk->__sk_common, k);
 		return 0;
 	}
 	signal_count(SIGNAL_COUNTER_SOCK_FAMILY);
