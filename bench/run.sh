@@ -17,9 +17,13 @@
 #               packets/s written to pcapng against tcpdump
 #     rules     measurement rules: BPF ns per packet with 0, 10 and 10 000
 #               rules, measured, skipped, unmatched
+#     signals   kernel signals: BPF ns per tracepoint event under iperf3, with
+#               random drops, and under a flood of dropped frames; iperf3
+#               with the agent, flows alone against flows and signals
 #
 # Knobs (environment): BENCH_IPERF_ROUNDS (5), BENCH_IPERF_SECONDS (10),
 # BENCH_ROUNDS (3, bpfstats and tables), BENCH_RSS_SECONDS (30),
+# BENCH_SIGNALS_ROUNDS (3), BENCH_SIGNALS_SECONDS (8),
 # BENCH_EXPORT_RECORDS (2000000), BENCH_CAPTURE_* (see bench/capture.sh),
 # BENCH_BASE (the commit bpfstats compares with, built from a temporary git
 # worktree; default 0bf4c56, the last one before the capability seam; empty:
@@ -34,7 +38,7 @@ ROOT=$(dirname "$BENCH_DIR")
 cd "$ROOT"
 . scripts/env.sh
 
-ALL=(iperf bpfstats monitor tables rss store export capture rules)
+ALL=(iperf bpfstats monitor tables rss store export capture rules signals)
 
 usage() {
 	echo "usage: bench/run.sh [${ALL[*]}]..." >&2
