@@ -79,7 +79,7 @@ bench_signals() {
 		"every signal on, tables drained every second) are attached for one load at a time, and, in alternation, an empty" \
 		"program at each of the three tracepoints (\`hookbench signals -empty\`): the cost of a raw tracepoint's dispatch and of" \
 		"bpf_stats itself. ns/event = run_time_ns / run_cnt of each program from \`kernel.bpf_stats_enabled=1\`, counted from" \
-		"the program's load to the end of the load; rows only for the programs a load drives (at least 1 000 runs a round)." \
+		"the program's load to the end of the load; rows only for the programs a load drives." \
 		"The tracepoints are the machine's: runs include whatever else the machine did meanwhile." \
 		"$rounds rounds, loads in alternation; mean ± sample stdev over the rounds." \
 		"" \
@@ -93,18 +93,16 @@ bench_signals() {
 		"" \
 		"| load | program (tracepoint) | ns/event (mean ± sd) | empty program's ns/event | signal − empty (ns) | runs per round (mean) | frames sent per round |" \
 		"| --- | --- | ---: | ---: | ---: | ---: | ---: |"
-	local sig m sd em runs sentm
-	for load in tcp retrans drops-1 drops-10000; do
-		for sig in rtt retransmits drops; do
-			runs=$(awk -F'\t' -v l="$load" -v s="$sig" '$2 == l && $3 == "signals" && $4 == s {c += $5; n++} END {printf "%.0f", n ? c / n : 0}' "$tsv")
-			# Only the programs the load drives: a handful of runs from
-			# the rest of the machine say nothing of the cost.
-			((runs >= 1000)) || continue
-			read -r m sd < <(awk -F'\t' -v l="$load" -v s="$sig" '$2 == l && $3 == "signals" && $4 == s && $5 > 0 {print $6 / $5}' "$tsv" | mean_sd)
-			read -r em _ < <(awk -F'\t' -v l="$load" -v s="$sig" '$2 == l && $3 == "empty" && $4 == s && $5 > 0 {print $6 / $5}' "$tsv" | mean_sd)
-			sentm=$(awk -F'\t' -v l="$load" -v s="$sig" '$2 == l && $3 == "signals" && $4 == s && $8 != "-" {c += $8; n++} END {if (n) printf "%.0f", c / n; else print "-"}' "$tsv")
-			say "| $load | $sig ($(signal_tp "$sig")) | $(fmt %.1f "$m") ± $(fmt %.1f "$sd") | $(fmt %.1f "$em") | $(fmt %.1f "$(calc "$m - $em")") | $runs | $sentm |"
-		done
+	local row sig m sd em runs sentm
+	# The programs each load drives; the others' runs are the rest of the
+	# machine's, a handful, and say nothing of the cost.
+	for row in "tcp rtt" "retrans rtt" "retrans retransmits" "retrans drops" "drops-1 drops" "drops-10000 drops"; do
+		read -r load sig <<<"$row"
+		runs=$(awk -F'\t' -v l="$load" -v s="$sig" '$2 == l && $3 == "signals" && $4 == s {c += $5; n++} END {printf "%.0f", n ? c / n : 0}' "$tsv")
+		read -r m sd < <(awk -F'\t' -v l="$load" -v s="$sig" '$2 == l && $3 == "signals" && $4 == s && $5 > 0 {print $6 / $5}' "$tsv" | mean_sd)
+		read -r em _ < <(awk -F'\t' -v l="$load" -v s="$sig" '$2 == l && $3 == "empty" && $4 == s && $5 > 0 {print $6 / $5}' "$tsv" | mean_sd)
+		sentm=$(awk -F'\t' -v l="$load" -v s="$sig" '$2 == l && $3 == "signals" && $4 == s && $8 != "-" {c += $8; n++} END {if (n) printf "%.0f", c / n; else print "-"}' "$tsv")
+		say "| $load | $sig ($(signal_tp "$sig")) | $(fmt %.1f "$m") ± $(fmt %.1f "$sd") | $(fmt %.1f "$em") | $(fmt %.1f "$(calc "$m - $em")") | $runs | $sentm |"
 	done
 	say "" \
 		"iperf3 through the same pair: untraced, the agent in B with flows alone (\`loupe run --iface $IF_B --store none" \

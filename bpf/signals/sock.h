@@ -11,8 +11,8 @@
 #define AF_INET6 10
 
 /* 1 when tcp_retransmit_skb carries the transmit's result as a third
- * argument (Linux 6.17 on) and fires for failed attempts too; set from Go
- * from the kernel's BTF before load. Without it the tracepoint fires for
+ * argument (a 2025 change, which this 6.18 kernel has) and fires for failed
+ * attempts too; set from Go from the kernel's BTF before load. Without it the tracepoint fires for
  * retransmits that left only, and reading a third argument would make the
  * kernel refuse the attachment. */
 volatile const __u8 cfg_retransmit_err_arg = 0;

@@ -333,8 +333,8 @@ type DropCount struct {
 }
 
 // SignalValues are one 5-tuple's signals over one interval. A signal that
-// is off, or saw nothing of the 5-tuple, is absent: RTT nil, Retransmits 0
-// with RetransmitEvents false, Drops empty.
+// saw nothing of the 5-tuple is absent: RTT nil, Retransmits 0, Drops
+// empty; State tells a signal that is off from one that measured zero.
 type SignalValues struct {
 	RTT *RTT
 	// Retransmits is the segments retransmitted, the unit of the
