@@ -7,9 +7,10 @@
  * bpf_probe_read_kernel: a tracepoint has no direct packet access, so the
  * TC parser (lib/parse.h) cannot run here. Only what a 5-tuple needs is
  * read: the IP header, IPv6 extension headers (as many as parse.h walks),
- * and the first four bytes of the transport header. The transport header
- * is found from the IP header, not from skb->transport_header, which the
- * receive path sets only once IP has looked at the packet.
+ * and the first four bytes of the transport header, most often in one read
+ * (struct drop_win). The transport header is found from the IP header, not
+ * from skb->transport_header, which the receive path sets only once IP has
+ * looked at the packet.
  */
 #ifndef LOUPE_SIGNALS_DROPS_H
 #define LOUPE_SIGNALS_DROPS_H
@@ -39,25 +40,65 @@ static __always_inline int drop_noise(__u32 reason)
 	return 0;
 }
 
-/* read_at copies n bytes at off from the buffer's head, if they lie
- * within its linear data (end: the tail's offset). It returns 0, 1 if they
- * do not (counted as truncated), or -1 if the read failed (counted). */
-static __always_inline int read_at(void *dst, __u32 n, const __u8 *head, __u32 off, __u32 end)
+/* The first bytes from the network header, read at once: the IP header
+ * and the ports behind it in every IPv4 packet without options and every
+ * IPv6 packet without extension headers. What lies further (options,
+ * extension headers) is read where it is. */
+#define DROP_WIN 64
+
+struct drop_win {
+	const __u8 *head; /* the buffer */
+	__u32 nh;         /* the network header's offset in it */
+	__u32 end;        /* the end of its linear data */
+	__u32 n;          /* bytes copied into b */
+	__u8 b[DROP_WIN];
+};
+
+/* win_open copies up to DROP_WIN bytes from the network header, as many as
+ * the linear data holds. It returns 0, or -1 (counted) when not even an
+ * IPv4 header is there or the read failed. */
+static __always_inline int win_open(struct drop_win *w)
 {
-	if (off + n > end) {
+	__u32 n = w->end > w->nh ? w->end - w->nh : 0;
+
+	if (n > DROP_WIN)
+		n = DROP_WIN;
+	if (n < sizeof(struct ipv4_wire)) {
 		signal_count(SIGNAL_COUNTER_DROP_TRUNCATED);
-		return 1;
+		return -1;
 	}
-	if (bpf_probe_read_kernel(dst, n, head + off)) {
+	if (bpf_probe_read_kernel(w->b, n, w->head + w->nh)) {
+		signal_count(SIGNAL_COUNTER_READ_FAILED);
+		return -1;
+	}
+	w->n = n;
+	return 0;
+}
+
+/* win_read copies size bytes at rel from the network header into dst: from
+ * the window when they are in it, else from the buffer, if they lie within
+ * its linear data. It returns 0, or -1 (counted) when they do not or the
+ * read failed. */
+static __always_inline int win_read(void *dst, __u32 size, const struct drop_win *w, __u32 rel)
+{
+	if (rel <= DROP_WIN - size && rel + size <= w->n) {
+		__builtin_memcpy(dst, w->b + rel, size);
+		return 0;
+	}
+	if (w->nh + rel + size > w->end) {
+		signal_count(SIGNAL_COUNTER_DROP_TRUNCATED);
+		return -1;
+	}
+	if (bpf_probe_read_kernel(dst, size, w->head + w->nh + rel)) {
 		signal_count(SIGNAL_COUNTER_READ_FAILED);
 		return -1;
 	}
 	return 0;
 }
 
-/* drop_ports reads the transport header's first bytes at off into k:
+/* drop_ports reads the transport header's first bytes at rel into k:
  * ports, or ICMP's type and code, as the flow key has them. */
-static __always_inline void drop_ports(struct signal_key *k, const __u8 *head, __u32 off, __u32 end, int v4)
+static __always_inline void drop_ports(struct signal_key *k, const struct drop_win *w, __u32 rel, int v4)
 {
 	struct ports_wire ports;
 	struct icmp_wire icmp;
@@ -67,7 +108,7 @@ static __always_inline void drop_ports(struct signal_key *k, const __u8 *head, _
 	case IPPROTO_UDP:
 	case IPPROTO_UDPLITE:
 	case IPPROTO_SCTP:
-		if (read_at(&ports, sizeof(ports), head, off, end))
+		if (win_read(&ports, sizeof(ports), w, rel))
 			return;
 		k->src_port = bpf_ntohs(ports.src);
 		k->dst_port = bpf_ntohs(ports.dst);
@@ -77,43 +118,48 @@ static __always_inline void drop_ports(struct signal_key *k, const __u8 *head, _
 		/* As the TC parser: ICMP only inside IPv4, ICMPv6 inside IPv6. */
 		if ((k->proto == IPPROTO_ICMP) != v4)
 			return;
-		if (read_at(&icmp, sizeof(icmp), head, off, end))
+		if (win_read(&icmp, sizeof(icmp), w, rel))
 			return;
 		k->src_port = icmp.type;
 		k->dst_port = icmp.code;
 	}
 }
 
-/* drop_ipv4 fills k from the IPv4 header ip, at l3. */
-static __always_inline void drop_ipv4(struct signal_key *k, const struct ipv4_wire *ip, const __u8 *head,
-				      __u32 l3, __u32 end)
+/* drop_ipv4 fills k from the IPv4 packet in w. */
+static __always_inline void drop_ipv4(struct signal_key *k, const struct drop_win *w)
 {
-	__u32 ihl = ip->version_ihl & 0x0F;
+	struct ipv4_wire ip;
+	__u32 ihl;
 
-	ipv4_mapped(k->src_addr, ip->saddr);
-	ipv4_mapped(k->dst_addr, ip->daddr);
-	k->proto = ip->protocol;
+	__builtin_memcpy(&ip, w->b, sizeof(ip)); /* win_open made sure it is there */
+	ipv4_mapped(k->src_addr, ip.saddr);
+	ipv4_mapped(k->dst_addr, ip.daddr);
+	k->proto = ip.protocol;
+	ihl = ip.version_ihl & 0x0F;
 	/* A bad header length or a later fragment: no transport header to
 	 * read, the drop counts under the addresses and protocol. */
-	if (ihl < 5 || (bpf_ntohs(ip->frag_off) & IPV4_OFFSET_MASK))
+	if (ihl < 5 || (bpf_ntohs(ip.frag_off) & IPV4_OFFSET_MASK))
 		return;
-	drop_ports(k, head, l3 + ihl * 4, end, 1);
+	drop_ports(k, w, ihl * 4, 1);
 }
 
-/* drop_ipv6 fills k from the IPv6 header ip6, at l3, and the extension
- * headers after it. */
-static __always_inline void drop_ipv6(struct signal_key *k, const struct ipv6_wire *ip6, const __u8 *head,
-				      __u32 l3, __u32 end)
+/* drop_ipv6 fills k from the IPv6 packet in w: its header, the extension
+ * headers after it. It returns -1 when its fixed header is cut short. */
+static __always_inline int drop_ipv6(struct signal_key *k, const struct drop_win *w)
 {
 	union {
 		struct ipv6_ext_wire ext;
 		struct ipv6_frag_wire frag; /* 8 bytes: every extension header has them */
 	} h;
-	__u32 off = l3 + sizeof(*ip6);
-	__u8 nexthdr = ip6->nexthdr;
+	struct ipv6_wire ip6;
+	__u32 rel = sizeof(ip6);
+	__u8 nexthdr;
 
-	__builtin_memcpy(k->src_addr, ip6->saddr, 16);
-	__builtin_memcpy(k->dst_addr, ip6->daddr, 16);
+	if (win_read(&ip6, sizeof(ip6), w, 0))
+		return -1;
+	__builtin_memcpy(k->src_addr, ip6.saddr, 16);
+	__builtin_memcpy(k->dst_addr, ip6.daddr, 16);
+	nexthdr = ip6.nexthdr;
 	for (int i = 0; i < DROP_MAX_IPV6_EXT_HDRS; i++) {
 		switch (nexthdr) {
 		case IPPROTO_HOPOPTS:
@@ -125,28 +171,29 @@ static __always_inline void drop_ipv6(struct signal_key *k, const struct ipv6_wi
 			break;
 		default:
 			k->proto = nexthdr;
-			drop_ports(k, head, off, end, 0);
-			return;
+			drop_ports(k, w, rel, 0);
+			return 0;
 		}
-		if (read_at(&h, sizeof(h), head, off, end))
+		if (win_read(&h, sizeof(h), w, rel))
 			break;
 		if (nexthdr == IPPROTO_FRAGMENT) {
 			if (bpf_ntohs(h.frag.frag_off) & IPV6_FRAG_OFFSET_MASK) {
 				/* A later fragment: no transport header. */
 				k->proto = h.frag.nexthdr;
-				return;
+				return 0;
 			}
-			off += sizeof(h.frag);
+			rel += sizeof(h.frag);
 		} else if (nexthdr == IPPROTO_AH) {
-			off += ((__u32)h.ext.hdrlen + 2) * 4; /* AH: 4-octet units, minus 2 */
+			rel += ((__u32)h.ext.hdrlen + 2) * 4; /* AH: 4-octet units, minus 2 */
 		} else {
-			off += ((__u32)h.ext.hdrlen + 1) * 8; /* the others: 8-octet units, minus 1 */
+			rel += ((__u32)h.ext.hdrlen + 1) * 8; /* the others: 8-octet units, minus 1 */
 		}
 		nexthdr = h.ext.nexthdr;
 	}
 	/* Still inside the extension chain, or cut short: the header we
 	 * stopped at stands for the protocol, as in the TC parser. */
 	k->proto = nexthdr;
+	return 0;
 }
 
 /* drop_add_in adds one dropped buffer of bytes to dk's entry in table. */
@@ -228,10 +275,7 @@ static __always_inline void drop_observe(const struct sk_buff *skb, __u32 reason
 {
 	struct drop_key dk = {.reason = reason};
 	struct skb_fields f = {};
-	union {
-		struct ipv4_wire v4; /* read first: no IP header is shorter */
-		struct ipv6_wire v6;
-	} ip;
+	struct drop_win w = {};
 	__u64 bytes = 0;
 
 	if (skb_fields(skb, &f))
@@ -247,15 +291,18 @@ static __always_inline void drop_observe(const struct sk_buff *skb, __u32 reason
 	 * from the network header gives every drop the same measure, the IP
 	 * packet. */
 	bytes += f.data - (f.head + f.nh);
-	if (read_at(&ip.v4, sizeof(ip.v4), f.head, f.nh, f.tail))
+	w.head = f.head;
+	w.nh = f.nh;
+	w.end = f.tail;
+	if (win_open(&w))
 		goto count;
-	switch (ip.v4.version_ihl >> 4) {
+	switch (w.b[0] >> 4) {
 	case 4:
-		drop_ipv4(&dk.key, &ip.v4, f.head, f.nh, f.tail);
+		drop_ipv4(&dk.key, &w);
 		break;
 	case 6:
-		if (read_at(&ip.v6, sizeof(ip.v6), f.head, f.nh, f.tail) == 0)
-			drop_ipv6(&dk.key, &ip.v6, f.head, f.nh, f.tail);
+		if (drop_ipv6(&dk.key, &w))
+			__builtin_memset(&dk.key, 0, sizeof(dk.key));
 		break;
 	default:
 		signal_count(SIGNAL_COUNTER_DROP_NOT_IP);

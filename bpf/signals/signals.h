@@ -85,7 +85,7 @@ enum signal_counter {
 	SIGNAL_COUNTER_DROP_NO_HEADER,    /* dropped buffer without a network header: unattributed */
 	SIGNAL_COUNTER_DROP_NOT_IP,       /* network header neither IPv4 nor IPv6: unattributed */
 	SIGNAL_COUNTER_DROP_TRUNCATED,    /* a header past the buffer's linear data: fewer fields */
-	SIGNAL_COUNTER_READ_FAILED,       /* reading a dropped buffer's headers failed: fewer fields */
+	SIGNAL_COUNTER_READ_FAILED,       /* a kernel read failed: a socket's event is lost, a drop has fewer fields */
 	SIGNAL_COUNTER_MAX,
 };
 

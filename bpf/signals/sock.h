@@ -11,10 +11,10 @@
 #define AF_INET6 10
 
 /* 1 when tcp_retransmit_skb carries the transmit's result as a third
- * argument (a 2025 change, which this 6.18 kernel has) and fires for failed
- * attempts too; set from Go from the kernel's BTF before load. Without it the tracepoint fires for
- * retransmits that left only, and reading a third argument would make the
- * kernel refuse the attachment. */
+ * argument (a 2025 change, which this 6.18 kernel has) and fires for
+ * failed attempts too; set from Go from the kernel's BTF before load.
+ * Without it the tracepoint fires for retransmits that left only, and
+ * reading a third argument would make the kernel refuse the attachment. */
 volatile const __u8 cfg_retransmit_err_arg = 0;
 
 /* What a socket's key is made of, in struct sock_common. */
@@ -33,7 +33,8 @@ struct sock_ends {
 #define SOCK_HEAD_HAS(field) CORE_IN_SPAN(struct sock_common, field, 0, SOCK_HEAD_LEN)
 #define SOCK_HEAD_GET(head, field) CORE_FROM_SPAN(head, struct sock_common, field, 0)
 
-static __always_inline void sock_ends(const struct sock *sk, struct sock_ends *e)
+/* sock_ends fills e; it returns 0, or -1 (counted) when the read failed. */
+static __always_inline int sock_ends(const struct sock *sk, struct sock_ends *e)
 {
 	const struct sock_common *skc = &sk->__sk_common;
 	__u8 head[SOCK_HEAD_LEN];
@@ -42,20 +43,21 @@ static __always_inline void sock_ends(const struct sock *sk, struct sock_ends *e
 	    SOCK_HEAD_HAS(skc_num) && SOCK_HEAD_HAS(skc_family)) {
 		if (bpf_probe_read_kernel(head, sizeof(head), skc)) {
 			signal_count(SIGNAL_COUNTER_READ_FAILED);
-			return;
+			return -1;
 		}
 		e->daddr = SOCK_HEAD_GET(head, skc_daddr);
 		e->saddr = SOCK_HEAD_GET(head, skc_rcv_saddr);
 		e->dport = SOCK_HEAD_GET(head, skc_dport);
 		e->num = SOCK_HEAD_GET(head, skc_num);
 		e->family = SOCK_HEAD_GET(head, skc_family);
-		return;
+		return 0;
 	}
 	e->daddr = BPF_CORE_READ(skc, skc_daddr);
 	e->saddr = BPF_CORE_READ(skc, skc_rcv_saddr);
 	e->dport = BPF_CORE_READ(skc, skc_dport);
 	e->num = BPF_CORE_READ(skc, skc_num);
 	e->family = BPF_CORE_READ(skc, skc_family);
+	return 0;
 }
 
 /* sock_v6 reads an IPv6 socket's addresses: one read where the remote one
@@ -79,12 +81,13 @@ static __always_inline void sock_v6(const struct sock_common *skc, struct signal
 }
 
 /* sock_key fills k with the socket's 5-tuple, local end first. It returns
- * 0, or -1 for a socket of another family. */
+ * 0, or -1 for a socket of another family or one that could not be read. */
 static __always_inline int sock_key(const struct sock *sk, struct signal_key *k)
 {
 	struct sock_ends e = {};
 
-	sock_ends(sk, &e);
+	if (sock_ends(sk, &e))
+		return -1;
 	k->proto = IPPROTO_TCP;
 	k->src_port = e.num;
 	k->dst_port = bpf_ntohs(e.dport);
