@@ -4,7 +4,9 @@
 GO ?= go
 VMLINUX_ROOTS = "struct __sk_buff" __u8 __u16 __u32 __u64 __s8 __s16 __s32 __s64 \
 	__be16 __be32 __wsum __sum16 "enum bpf_map_type" BPF_NOEXIST BPF_F_NO_PREALLOC \
-	BPF_RB_FORCE_WAKEUP BPF_F_CURRENT_CPU TCX_NEXT
+	BPF_RB_FORCE_WAKEUP BPF_F_CURRENT_CPU TCX_NEXT \
+	"struct bpf_raw_tracepoint_args" "struct sk_buff" "struct tcp_sock" "struct tcp_skb_cb" \
+	"enum skb_drop_reason"
 
 .PHONY: build generate check-generated vmlinux headers test bench clean
 
@@ -27,7 +29,8 @@ vmlinux:
 
 # Re-pin the libbpf headers from the installed libbpf-dev.
 headers:
-	cp /usr/include/bpf/bpf_helpers.h /usr/include/bpf/bpf_helper_defs.h /usr/include/bpf/bpf_endian.h bpf/include/bpf/
+	cp /usr/include/bpf/bpf_helpers.h /usr/include/bpf/bpf_helper_defs.h /usr/include/bpf/bpf_endian.h \
+		/usr/include/bpf/bpf_core_read.h bpf/include/bpf/
 
 test:
 	./scripts/test.sh

@@ -18,12 +18,17 @@
 #     rules     measurement rules: BPF ns per packet with 0, 10 and 10 000
 #               rules, measured, skipped, unmatched, cached and not,
 #               beside an earlier commit (BENCH_RULES_BASE)
+#     signals   kernel signals: BPF ns per tracepoint event under iperf3, with
+#               random drops, and under a flood of dropped frames; iperf3
+#               with the agent, flows alone against flows and signals
 #     designs   the exact table, the sketch and the off-path ring buffer
 #               (the selective-measurement seed's Tables 1-3): ns/packet,
 #               kernel memory, accuracy against the trace, agent CPU
 #
 # Knobs (environment): BENCH_IPERF_ROUNDS (5), BENCH_IPERF_SECONDS (10),
 # BENCH_ROUNDS (3, bpfstats and tables), BENCH_RSS_SECONDS (30),
+# BENCH_SIGNALS_ROUNDS (3), BENCH_SIGNALS_SECONDS (8), BENCH_DESIGNS_ROUNDS (3),
+# BENCH_DESIGNS_WORKLOADS ("seed 10x 1M"),
 # BENCH_EXPORT_RECORDS (2000000), BENCH_CAPTURE_* (see bench/capture.sh),
 # BENCH_BASE (the commit bpfstats compares with, built from a temporary git
 # worktree; default 0bf4c56, the last one before the capability seam; empty:
@@ -38,7 +43,7 @@ ROOT=$(dirname "$BENCH_DIR")
 cd "$ROOT"
 . scripts/env.sh
 
-ALL=(iperf bpfstats monitor tables rss store export capture rules designs)
+ALL=(iperf bpfstats monitor tables rss store export capture rules signals designs)
 
 usage() {
 	echo "usage: bench/run.sh [${ALL[*]}]..." >&2

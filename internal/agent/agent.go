@@ -25,6 +25,7 @@ import (
 	"loupe/internal/capability/capture"
 	"loupe/internal/capability/flows"
 	rulesunit "loupe/internal/capability/rules"
+	signalsunit "loupe/internal/capability/signals"
 	"loupe/internal/config"
 	"loupe/internal/datapath"
 	"loupe/internal/ifnames"
@@ -74,13 +75,16 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown,
 	if cfg.Rules.On() {
 		units = append(units, rulesunit.New(cfg.Rules, log))
 	}
+	// On by default; each signal degrades alone, so the unit never stops
+	// the start.
+	units = append(units, signalsunit.New(cfg.Signals, cfg.CacheActiveTimeout, log))
 	dp, err := datapath.Load(datapath.Options{
 		FlowBudget:   flowBudget(cfg),
 		Memory:       cfg.Memory,
 		Tables:       tables,
 		RingBufSize:  int(cfg.RingbufSize),
 		PinDir:       pinDir,
-		Capabilities: unitNames(units),
+		Capabilities: hookCapabilities(units),
 		Capture:      cfg.Capture.Sizes(),
 		Logger:       log,
 	})
@@ -102,7 +106,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown,
 	}
 	if total, tbl, err := dp.MemoryBytes(); err == nil {
 		log.Info("datapath loaded", "component", "datapath", "tables", tables, "flow_budget", dp.Options().FlowBudget,
-			"cpus", dp.CPUs(), "capabilities", strings.Join(unitNames(units), ","),
+			"cpus", dp.CPUs(), "capabilities", strings.Join(hookCapabilities(units), ","),
 			"table_memory_bytes", tbl, "total_memory_bytes", total)
 	}
 	if plan := dp.Plan(); plan.Budget > 0 {
@@ -249,10 +253,14 @@ func unpin(dp *datapath.Datapath, evErr error, log *slog.Logger) {
 	log.Info("pinned maps removed", "component", "datapath")
 }
 
-func unitNames(units []capability.Unit) []string {
-	names := make([]string, len(units))
-	for i, u := range units {
-		names[i] = u.Name()
+// hookCapabilities names the units whose kernel half is a switch of the
+// entry programs: every unit but the standalone ones.
+func hookCapabilities(units []capability.Unit) []string {
+	var names []string
+	for _, u := range units {
+		if _, ok := u.(capability.Standalone); !ok {
+			names = append(names, u.Name())
+		}
 	}
 	return names
 }

@@ -12,6 +12,11 @@
 //     from the loaded datapath, runs its readers, serves its metrics and
 //     status, owns its configuration section and its outputs.
 //
+// A capability whose kernel half never runs at the hooks has an object of
+// its own instead, which its unit loads and attaches itself (the kernel
+// signals: raw tracepoints, bpf/signals.c); it says so by implementing
+// Standalone, and the entry programs are built without it.
+//
 // The agent (internal/agent) loads the datapath with the switches of the
 // enabled units on, opens every unit, attaches the programs, runs the units,
 // and on shutdown detaches first, then stops the units in reverse order, so
@@ -65,6 +70,14 @@ type Unit interface {
 // the server enforces it.
 type RouteProvider interface {
 	Routes() []api.Route
+}
+
+// Standalone is implemented by a unit whose kernel half is an object of its
+// own, loaded and attached by the unit in Open, not a switch of the entry
+// programs: the agent leaves it out of the capabilities the entry programs
+// are built with, so that it costs the TC hooks nothing.
+type Standalone interface {
+	Standalone()
 }
 
 // Host is what the agent gives every unit.

@@ -59,6 +59,7 @@ import (
 	"loupe/internal/api"
 	"loupe/internal/capability/capture"
 	rulesunit "loupe/internal/capability/rules"
+	signalsunit "loupe/internal/capability/signals"
 	"loupe/internal/config/check"
 	"loupe/internal/export/promflow"
 	"loupe/internal/export/targets"
@@ -98,6 +99,8 @@ type Config struct {
 	Capture capture.Config `yaml:"capture"`
 	// Rules is the rules capability's section, owned by its package.
 	Rules rulesunit.Config `yaml:"rules"`
+	// Signals is the kernel signals' section, owned by their package.
+	Signals signalsunit.Config `yaml:"signals"`
 	// Exporters are export, delivery, ipfix, kafka and otlp, owned by the
 	// exporter packages.
 	targets.Exporters `yaml:",inline"`
@@ -133,6 +136,7 @@ func Default() Config {
 		Control:    api.DefaultConfig(),
 		Capture:    capture.DefaultConfig(),
 		Rules:      rulesunit.DefaultConfig(),
+		Signals:    signalsunit.DefaultConfig(),
 		Exporters:  targets.Default(),
 		Prometheus: promflow.DefaultConfig(),
 		LogLevel:   "info",

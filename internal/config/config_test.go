@@ -18,6 +18,7 @@ import (
 	"loupe/internal/api"
 	"loupe/internal/capability/capture"
 	rulesunit "loupe/internal/capability/rules"
+	signalsunit "loupe/internal/capability/signals"
 	"loupe/internal/config/check"
 	"loupe/internal/export/delivery"
 	"loupe/internal/export/ipfix"
@@ -98,7 +99,8 @@ func TestDefault(t *testing.T) {
 		Capture: capture.Config{MaxTriggersPerSec: 100, Connections: 16384, KeepPackets: 4, KeepBytes: 2048,
 			KeepSlots: 1024, IdleTimeout: 30 * time.Second, MaxAge: time.Hour, HTTPMaxSeries: 4096, BufferSize: 4 << 20,
 			FileMaxSize: 100 << 20, FileMaxAge: time.Hour, MaxFiles: 100, MaxSize: 1 << 30},
-		Rules: rulesunit.Config{Reload: 2 * time.Second, MaxSeries: 1000},
+		Rules:   rulesunit.Config{Reload: 2 * time.Second, MaxSeries: 1000},
+		Signals: signalsunit.Config{RTT: true, Retransmits: true, Drops: true, TableSize: 16384},
 		Exporters: targets.Exporters{
 			Delivery: delivery.Config{QueueSize: 65536, BatchSize: 4096, MaxLinger: time.Second,
 				RetryMax: 30 * time.Second, ShutdownTimeout: 5 * time.Second},
@@ -194,6 +196,10 @@ func keyCases() []keyCase {
 		{"rules.enabled", "true", func(c *Config) { c.Rules.Enabled = true }},
 		{"rules.reload_interval", "5s", func(c *Config) { c.Rules.Reload = 5 * time.Second }},
 		{"rules.max_series", "10", func(c *Config) { c.Rules.MaxSeries = 10 }},
+		{"signals.rtt", "false", func(c *Config) { c.Signals.RTT = false }},
+		{"signals.retransmits", "false", func(c *Config) { c.Signals.Retransmits = false }},
+		{"signals.drops", "false", func(c *Config) { c.Signals.Drops = false }},
+		{"signals.table_size", "1024", func(c *Config) { c.Signals.TableSize = 1024 }},
 		{"export", "json:/var/log/flows.json,json:-", func(c *Config) { c.Export = []string{"json:/var/log/flows.json", "json:-"} }},
 		{"delivery.queue_size", "1000", func(c *Config) { c.Delivery.QueueSize = 1000 }},
 		{"delivery.batch_size", "100", func(c *Config) { c.Delivery.BatchSize = 100 }},

@@ -363,5 +363,5 @@ var captureCounterNames = [loupeCaptureCounterCAPTURE_COUNTER_MAX]string{
 
 // CaptureCounters reads and sums the capture capability's per-CPU counters.
 func (d *Datapath) CaptureCounters() ([]Counter, error) {
-	return d.sumCounters(d.objs.CaptureCounters, captureCounterNames[:])
+	return sumCounters(d.objs.CaptureCounters, captureCounterNames[:], d.ncpu)
 }

@@ -37,14 +37,14 @@ var counterNames = [loupeCounterCOUNTER_MAX]string{
 
 // Counters reads and sums the per-CPU datapath counters.
 func (d *Datapath) Counters() ([]Counter, error) {
-	return d.sumCounters(d.objs.Counters, counterNames[:])
+	return sumCounters(d.objs.Counters, counterNames[:], d.ncpu)
 }
 
 // sumCounters reads a per-CPU array of counters named by names, summing
-// each over the CPUs.
-func (d *Datapath) sumCounters(m *ebpf.Map, names []string) ([]Counter, error) {
+// each over the ncpu possible CPUs.
+func sumCounters(m *ebpf.Map, names []string, ncpu int) ([]Counter, error) {
 	out := make([]Counter, len(names))
-	perCPU := make([]uint64, d.ncpu)
+	perCPU := make([]uint64, ncpu)
 	for i, name := range names {
 		if err := m.Lookup(uint32(i), &perCPU); err != nil {
 			return nil, fmt.Errorf("read counter %s: %w", name, err)

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -137,10 +136,8 @@ type Datapath struct {
 	adopted bool       // the set was pinned by an earlier agent
 	retired []string   // pin sets of another layout, to drain (Leftovers)
 
-	// grace is an array-of-maps that no program uses: updating it makes
-	// the kernel wait for an RCU grace period (maybe_wait_bpf_programs),
-	// which is how a swap waits out the programs still running.
-	grace, graceInner *ebpf.Map
+	// grace is how a swap waits out the programs still running.
+	grace *grace
 
 	// captureSel is the capture config slot in force (SetCaptureConfig).
 	captureMu  sync.Mutex
@@ -267,7 +264,7 @@ func Load(opts Options) (*Datapath, error) {
 		d.Close()
 		return nil, err
 	}
-	if err := d.createGrace(); err != nil {
+	if d.grace, err = newGrace(d.log); err != nil {
 		d.Close()
 		return nil, err
 	}
@@ -333,21 +330,6 @@ func loadErr(err error) error {
 		return fmt.Errorf("load flow program: %w (CAP_PERFMON is missing)", err)
 	}
 	return fmt.Errorf("load flow program: %w", err)
-}
-
-func (d *Datapath) createGrace() error {
-	inner := &ebpf.MapSpec{Name: "loupe_grace_in", Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1}
-	var err error
-	if d.graceInner, err = ebpf.NewMap(inner); err != nil {
-		return fmt.Errorf("create grace-period map: %w", err)
-	}
-	d.grace, err = ebpf.NewMap(&ebpf.MapSpec{
-		Name: "loupe_grace", Type: ebpf.ArrayOfMaps, KeySize: 4, ValueSize: 4, MaxEntries: 1, InnerMap: inner,
-	})
-	if err != nil {
-		return fmt.Errorf("create grace-period map: %w", err)
-	}
-	return nil
 }
 
 func boolByte(b bool) uint8 {
@@ -419,20 +401,8 @@ func (d *Datapath) Rotate() (flow.Drain, error) {
 }
 
 // waitGrace returns once every program that could have read the table
-// switch before now has finished: updating an array-of-maps returns after
-// an RCU grace period (maybe_wait_bpf_programs).
-func (d *Datapath) waitGrace() {
-	if err := d.grace.Update(uint32(0), d.graceInner, ebpf.UpdateAny); err != nil {
-		// A program runs for microseconds, so waiting far longer is a
-		// safe, if unproven, grace period.
-		d.log.Warn("waiting for running programs failed; waiting a fixed time instead", "wait", graceFallback, "err", err)
-		time.Sleep(graceFallback)
-	}
-}
-
-// graceFallback is how long a swap waits when the kernel refuses the
-// grace-period map update.
-const graceFallback = 50 * time.Millisecond
+// switch before now has finished.
+func (d *Datapath) waitGrace() { d.grace.wait() }
 
 func keyFromBPF(k *flow.Key, b *loupeFlowKey) {
 	*k = flow.Key{
@@ -487,13 +457,7 @@ func (d *Datapath) MemoryBytes() (total, tables uint64, err error) {
 // them alive in the kernel until they are closed too, and pinned maps stay
 // pinned for the next agent: only Unpin removes them.
 func (d *Datapath) Close() error {
-	var errs []error
-	for _, m := range []*ebpf.Map{d.grace, d.graceInner} {
-		if m != nil {
-			errs = append(errs, m.Close())
-		}
-	}
-	errs = append(errs, d.objs.Close())
+	errs := []error{d.grace.close(), d.objs.Close()}
 	if d.pins != nil {
 		d.pins.close(false)
 		d.pins = nil

@@ -258,7 +258,15 @@ func TestDecodeEvent(t *testing.T) {
 // TestCounterNamesMatchGenerated keeps the name table in step with enum
 // counter: every generated constant has a name, in order.
 func TestCounterNamesMatchGenerated(t *testing.T) {
-	f, err := parser.ParseFile(token.NewFileSet(), "loupe_bpfel.go", nil, 0)
+	checkCounterNames(t, "loupe_bpfel.go", "loupeCounterCOUNTER_", counterNames[:])
+}
+
+// checkCounterNames checks names against the constants of a counter enum
+// that bpf2go generated into file, each starting with prefix: one name per
+// constant, in order, the constant's name in lower case.
+func checkCounterNames(t *testing.T, file, prefix string, names []string) {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), file, nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,20 +274,20 @@ func TestCounterNamesMatchGenerated(t *testing.T) {
 	ast.Inspect(f, func(n ast.Node) bool {
 		if vs, ok := n.(*ast.ValueSpec); ok {
 			for _, id := range vs.Names {
-				if strings.HasPrefix(id.Name, "loupeCounterCOUNTER_") && id.Name != "loupeCounterCOUNTER_MAX" {
+				if strings.HasPrefix(id.Name, prefix) && id.Name != prefix+"MAX" {
 					consts = append(consts, id.Name)
 				}
 			}
 		}
 		return true
 	})
-	if len(consts) != len(counterNames) {
-		t.Fatalf("%d generated counters, %d names", len(consts), len(counterNames))
+	if len(consts) != len(names) {
+		t.Fatalf("%d generated counters, %d names", len(consts), len(names))
 	}
 	for i, c := range consts {
-		want := strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(c, "loupeCounterCOUNTER_")), "_", "")
-		if got := strings.ReplaceAll(counterNames[i], "_", ""); got != want {
-			t.Errorf("counter %d: name %q for %s", i, counterNames[i], c)
+		want := strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(c, prefix)), "_", "")
+		if got := strings.ReplaceAll(names[i], "_", ""); got != want {
+			t.Errorf("counter %d: name %q for %s", i, names[i], c)
 		}
 	}
 }

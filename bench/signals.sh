@@ -1,0 +1,138 @@
+# Benchmark 10: the kernel signals (RTT, retransmits, drops with reason).
+#   a) BPF ns per event of each tracepoint program, from bpf_stats, under a
+#      known load on a veth pair between two namespaces, one load per run
+#      (hookbench signals attaches the three programs alone, as the agent
+#      does, and prints their counters when stopped):
+#        tcp      iperf3 TCP (tcp_probe: every segment an established
+#                 socket receives; TSO/GSO on, so super-packets)
+#        retrans  the same with an nftables rule in B dropping 1 % of the
+#                 data at random (tcp_retransmit_skb; kfree_skb with
+#                 NETFILTER_DROP)
+#        drops    bench/cmd/flood's 64-byte UDP frames into A's end, which
+#                 B drops (OTHERHOST: their MAC is no interface's), every
+#                 frame one kfree_skb attributed to its 5-tuple; 1 and
+#                 10 000 flows
+#   b) iperf3 throughput: untraced, the agent in B with flows alone (every
+#      signal switched off), and with flows and every signal, in
+#      alternation.
+# The tracepoints are the whole machine's: other work on the machine adds
+# its events to the counts (the tables show how many runs each load made).
+# Knobs: BENCH_SIGNALS_ROUNDS (3), BENCH_SIGNALS_SECONDS (8).
+# Sourced by bench/run.sh.
+
+bench_signals() {
+	local rounds=${BENCH_SIGNALS_ROUNDS:-3} secs=${BENCH_SIGNALS_SECONDS:-8}
+	local tsv=$WORK/signals.tsv ipt=$WORK/signals-iperf.tsv r load prog log srv pid agent cfg gbps sent
+	new_pair
+	local client=(ip netns exec "$NS_A" timeout $((secs + 30)) iperf3 -c 198.18.0.2 -t "$secs" -A 0,0 -J)
+	local flood=(taskset -c 1 ip netns exec "$NS_A" "$BIN/flood" -iface "$IF_A" -duration "${secs}s")
+	local nft_drop='table inet lsgbench { chain in { type filter hook input priority 0; tcp dport 5201 numgen random mod 100 < 1 drop; }; }'
+	start_bg srv TERM "$WORK/iperf3-server.log" ip netns exec "$NS_B" iperf3 -s -B 198.18.0.2 --forceflush
+	wait_log "$WORK/iperf3-server.log" "Server listening" 10 "$srv"
+	bpf_stats_enable
+	: >"$tsv"
+	: >"$ipt"
+	for ((r = 1; r <= rounds; r++)); do
+		for load in tcp retrans drops-1 drops-10000; do
+			for prog in empty signals; do
+				local hb=("$BIN/hookbench" signals)
+				[[ $prog == empty ]] && hb+=(-empty)
+				log=$WORK/sig-$r-$load-$prog.log
+				start_bg pid TERM "$log" "${hb[@]}"
+				wait_log "$log" '^attached' 10 "$pid"
+				case $load in
+				tcp) "${client[@]}" >"$WORK/iperf-sig-$r-$load-$prog.json" ;;
+				retrans)
+					echo "$nft_drop" | ip netns exec "$NS_B" nft -f -
+					"${client[@]}" >"$WORK/iperf-sig-$r-$load-$prog.json"
+					ip netns exec "$NS_B" nft delete table inet lsgbench
+					;;
+				drops-*)
+					"${flood[@]}" -flows "${load#drops-}" >"$WORK/flood-$r-$load-$prog.log" 2>&1
+					;;
+				esac
+				stop_bg "$pid"
+				sent=-
+				[[ $load == drops-* ]] && sent=$(awk '/^sent/ {print $2}' "$WORK/flood-$r-$load-$prog.log")
+				awk -v r="$r" -v l="$load" -v p="$prog" -v s="$sent" \
+					'$1 == "stats" {print r "\t" l "\t" p "\t" $2 "\t" $4 "\t" $5 "\t" $6 "\t" s}' "$log" >>"$tsv"
+				echo "bench: signals round $r, $load, $prog: $(awk '$1 == "stats" && $4 > 0 {printf "%s %.1f ns/event over %d runs; ", $2, $5 / $4, $4}' "$log")" >&2
+			done
+		done
+		for cfg in untraced flows signals; do
+			local off=()
+			[[ $cfg == flows ]] && off=(--signals-rtt=false --signals-retransmits=false --signals-drops=false)
+			[[ $cfg == untraced ]] || start_agent agent "$NS_B" "$WORK/agent-sig-$r-$cfg.log" --iface "$IF_B" --store none --pin-dir none --control none "${off[@]}"
+			"${client[@]}" >"$WORK/iperf-$r-$cfg.json"
+			[[ $cfg == untraced ]] || stop_agent "$agent"
+			gbps=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"] / 1e9)' "$WORK/iperf-$r-$cfg.json")
+			printf '%s\t%s\t%s\n' "$r" "$cfg" "$gbps" >>"$ipt"
+			echo "bench: signals round $r, iperf3 with $cfg: $(fmt %.2f "$gbps") Gbit/s" >&2
+		done
+	done
+	bpf_stats_restore
+	stop_bg "$srv"
+	del_pair
+
+	section_begin signals "10. Kernel signals: BPF ns per tracepoint event, and iperf3 with and without them"
+	say "A veth pair between two namespaces, A → B. The three signal programs (\`hookbench signals\`: datapath.LoadSignals," \
+		"every signal on, tables drained every second) are attached for one load at a time, and, in alternation, an empty" \
+		"program at each of the three tracepoints (\`hookbench signals -empty\`): the cost of a raw tracepoint's dispatch and of" \
+		"bpf_stats itself. ns/event = run_time_ns / run_cnt of each program from \`kernel.bpf_stats_enabled=1\`, counted from" \
+		"the program's load to the end of the load; rows only for the programs a load drives." \
+		"The tracepoints are the machine's: runs include whatever else the machine did meanwhile." \
+		"$rounds rounds, loads in alternation; mean ± sample stdev over the rounds." \
+		"" \
+		'```' \
+		"sysctl -w kernel.bpf_stats_enabled=1" \
+		"hookbench signals [-empty]             # one per load; prints the counters when stopped" \
+		"${client[*]}                           # tcp" \
+		"echo '$nft_drop' | ip netns exec $NS_B nft -f -   # retrans: then the same iperf3" \
+		"${flood[*]} -flows 1|10000             # drops" \
+		'```' \
+		"" \
+		"| load | program (tracepoint) | ns/event (mean ± sd) | empty program's ns/event | signal − empty (ns) | runs per round (mean) | frames sent per round |" \
+		"| --- | --- | ---: | ---: | ---: | ---: | ---: |"
+	local row sig m sd em runs sentm
+	# The programs each load drives; the others' runs are the rest of the
+	# machine's, a handful, and say nothing of the cost.
+	for row in "tcp rtt" "retrans rtt" "retrans retransmits" "retrans drops" "drops-1 drops" "drops-10000 drops"; do
+		read -r load sig <<<"$row"
+		runs=$(awk -F'\t' -v l="$load" -v s="$sig" '$2 == l && $3 == "signals" && $4 == s {c += $5; n++} END {printf "%.0f", n ? c / n : 0}' "$tsv")
+		read -r m sd < <(awk -F'\t' -v l="$load" -v s="$sig" '$2 == l && $3 == "signals" && $4 == s && $5 > 0 {print $6 / $5}' "$tsv" | mean_sd)
+		read -r em _ < <(awk -F'\t' -v l="$load" -v s="$sig" '$2 == l && $3 == "empty" && $4 == s && $5 > 0 {print $6 / $5}' "$tsv" | mean_sd)
+		sentm=$(awk -F'\t' -v l="$load" -v s="$sig" '$2 == l && $3 == "signals" && $4 == s && $8 != "-" {c += $8; n++} END {if (n) printf "%.0f", c / n; else print "-"}' "$tsv")
+		say "| $load | $sig ($(signal_tp "$sig")) | $(fmt %.1f "$m") ± $(fmt %.1f "$sd") | $(fmt %.1f "$em") | $(fmt %.1f "$(calc "$m - $em")") | $runs | $sentm |"
+	done
+	say "" \
+		"iperf3 through the same pair: untraced, the agent in B with flows alone (\`loupe run --iface $IF_B --store none" \
+		"--signals-rtt=false --signals-retransmits=false --signals-drops=false\`), and the agent with flows and every signal" \
+		"(the default); $secs s each, in alternation, both ends pinned to CPU 0. Ratios are paired by round." \
+		"" \
+		"| configuration | runs (Gbit/s) | mean (Gbit/s) | ratio to untraced (mean ± sd) | ratio to flows alone (mean ± sd) |" \
+		"| --- | --- | ---: | ---: | ---: |"
+	local pm psd fm fsd
+	for cfg in untraced flows signals; do
+		read -r m _ < <(awk -F'\t' -v c="$cfg" '$2 == c {print $3}' "$ipt" | mean_sd)
+		runs=$(awk -F'\t' -v c="$cfg" '$2 == c {printf "%s%.2f", (n++ ? ", " : ""), $3}' "$ipt")
+		read -r pm psd < <(ratio_to "$ipt" untraced "$cfg")
+		read -r fm fsd < <(ratio_to "$ipt" flows "$cfg")
+		say "| $cfg | $runs | $(fmt %.2f "$m") | $(fmt %.3f "$pm") ± $(fmt %.3f "$psd") | $(fmt %.3f "$fm") ± $(fmt %.3f "$fsd") |"
+	done
+	section_end
+}
+
+# ratio_to TSV BASE CFG: mean and sd over the rounds of CFG's result over
+# BASE's in the same round.
+ratio_to() {
+	awk -F'\t' -v b="$2" -v c="$3" '$2 == b {u[$1] = $3} $2 == c {x[$1] = $3}
+		END {for (r in x) print x[r] / u[r]}' "$1" | mean_sd
+}
+
+signal_tp() {
+	case $1 in
+	rtt) echo tcp_probe ;;
+	retransmits) echo tcp_retransmit_skb ;;
+	drops) echo kfree_skb ;;
+	esac
+}
