@@ -14,7 +14,8 @@
 #         trace of a million flows.
 # Designs:
 #   empty   the empty program (the hook and bpf_stats' own cost);
-#   exact   per-CPU tables that hold every flow (--flow-budget 1048576);
+#   exact   per-CPU tables that hold every flow (--flow-budget: twice the
+#           workload's flows, at least 4096);
 #   sketch  --memory 16MiB --flow-budget 16: every flow but 16 spills, so
 #           a packet pays the sketch's insert (the seed's on-path SMON);
 #   memory  --memory 16MiB: tables and sketch split the budget, what an
@@ -24,8 +25,10 @@
 # Knobs: BENCH_DESIGNS_ROUNDS (3), BENCH_DESIGNS_WORKLOADS ("seed 10x 1M").
 # Sourced by bench/run.sh.
 
+# exact's flow budget is set per workload: twice its flows, so that the
+# table holds them all with room (a hash table this full stays fast).
 declare -A DESIGN_ARGS=(
-	[exact]="--map-type percpu --flow-budget 1048576"
+	[exact]="--map-type percpu"
 	[sketch]="--map-type percpu --memory 16MiB --flow-budget 16"
 	[memory]="--map-type percpu --memory 16MiB"
 	[offpath]="--map-type ringbuf --ringbuf-size 8MiB"
@@ -33,6 +36,13 @@ declare -A DESIGN_ARGS=(
 declare -A WORKLOAD_TRACE=([seed]="2550 200000" [10x]="25500 2000000" [1M]="1000000 3000000")
 declare -A WORKLOAD_REPLAY=([seed]="--pps 160000 --loop 5" [10x]="--topspeed --loop 1" [1M]="--topspeed --loop 1")
 declare -A WORKLOAD_LOOPS=([seed]=5 [10x]=1 [1M]=1)
+
+# exact_budget WORKLOAD: the exact design's flow budget.
+exact_budget() {
+	local flows
+	read -r flows _ <<<"${WORKLOAD_TRACE[$1]}"
+	echo $((2 * flows > 4096 ? 2 * flows : 4096))
+}
 
 bench_designs() {
 	local rounds=${BENCH_DESIGNS_ROUNDS:-3} workloads=(${BENCH_DESIGNS_WORKLOADS:-seed 10x 1M})
@@ -54,7 +64,9 @@ bench_designs() {
 					wait_log "$WORK/hook.log" '^attached' 10 "$pid"
 				else
 					# shellcheck disable=SC2086
-					start_agent pid "$NS_B" "$WORK/agent-designs.log" --iface "$IF_B" --store "$store" --cache-active-timeout 2s ${DESIGN_ARGS[$d]}
+					local extra=()
+					[[ $d != exact ]] || extra=(--flow-budget "$(exact_budget "$w")")
+					start_agent pid "$NS_B" "$WORK/agent-designs.log" --iface "$IF_B" --store "$store" --cache-active-timeout 2s ${DESIGN_ARGS[$d]} "${extra[@]}"
 					watch_usage watch "$pid" "$WORK/usage-designs"
 					mem=$(ip netns exec "$NS_B" curl -fsS --max-time 5 http://127.0.0.1:9464/metrics | awk '$1 == "loupe_bpf_map_memory_bytes{map=\"all\"}" {printf "%.0f", $2}')
 				fi
@@ -100,7 +112,7 @@ bench_designs() {
 		say "taskset -c 1 ip netns exec $NS_A tcpreplay -i $IF_A --preload-pcap ${WORKLOAD_REPLAY[$w]} $w.pcap"
 	done
 	for d in exact sketch memory offpath; do
-		say "ip netns exec $NS_B loupe run --iface $IF_B --store DIR --cache-active-timeout 2s ${DESIGN_ARGS[$d]}   # $d"
+		say "ip netns exec $NS_B loupe run --iface $IF_B --store DIR --cache-active-timeout 2s ${DESIGN_ARGS[$d]}$([[ $d != exact ]] || echo " --flow-budget 2×FLOWS")   # $d"
 	done
 	say '```' ""
 	local m em ratio
