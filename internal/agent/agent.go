@@ -78,9 +78,17 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown,
 	// On by default; each signal degrades alone, so the unit never stops
 	// the start.
 	units = append(units, signalsunit.New(cfg.Signals, cfg.CacheActiveTimeout, log))
+	// The memory budget pays for the kernel signals' tables too.
+	var reserved uint64
+	if cfg.Memory > 0 && cfg.Signals.Any() {
+		if reserved, err = datapath.SignalsMapBytes(cfg.Signals.TableSize); err != nil {
+			return err
+		}
+	}
 	dp, err := datapath.Load(datapath.Options{
 		FlowBudget:   flowBudget(cfg),
 		Memory:       cfg.Memory,
+		Reserved:     reserved,
 		Tables:       tables,
 		RingBufSize:  int(cfg.RingbufSize),
 		PinDir:       pinDir,

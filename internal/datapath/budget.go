@@ -33,7 +33,8 @@ type MemoryPlan struct {
 	SketchPerCPU int
 	SketchBytes  uint64
 	RingBytes    uint64 // the ring buffer
-	OtherBytes   uint64 // every map the budget does not size
+	OtherBytes   uint64 // every map the budget does not size (Reserved included)
+	Reserved     uint64 // of which maps outside the datapath's object (Options.Reserved)
 }
 
 // Unused is what the plan leaves of the budget.
@@ -214,6 +215,7 @@ func planFor(spec *ebpf.CollectionSpec, opts Options, ncpu int) (MemoryPlan, err
 		}
 		other += mapBytes(m, ncpu)
 	}
+	other += opts.Reserved
 	ring := mapBytes(spec.Maps[loupeMapFlowEvents], ncpu)
 	var cost sketchCost
 	if opts.SketchBytes == 0 && opts.sketchParams == nil {
@@ -232,7 +234,9 @@ func planFor(spec *ebpf.CollectionSpec, opts Options, ncpu int) (MemoryPlan, err
 		}
 		other += sketchMapBytes(spec, p, ncpu)
 	}
-	return planMemory(opts.Memory, other, ring, opts.FlowBudget, spec.Maps[loupeMapFlowsA], opts.Tables, ncpu, cost)
+	p, err := planMemory(opts.Memory, other, ring, opts.FlowBudget, spec.Maps[loupeMapFlowsA], opts.Tables, ncpu, cost)
+	p.Reserved = opts.Reserved
+	return p, err
 }
 
 // sketchMapBytes is what the sketch maps of p take in the kernel, both
@@ -264,7 +268,7 @@ func (d *Datapath) checkMemory() error {
 	if err != nil {
 		return err
 	}
-	if total > d.plan.Budget {
+	if total += d.plan.Reserved; total > d.plan.Budget {
 		return fmt.Errorf("memory budget %s: the maps take %s in the kernel, more than planned (%s); please report this",
 			formatBytes(d.plan.Budget), formatBytes(total), formatBytes(d.plan.Budget-d.plan.Unused()))
 	}

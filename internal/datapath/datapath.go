@@ -75,6 +75,9 @@ type Options struct {
 	// tables (unless FlowBudget is given, which wins) and the sketch are
 	// sized from what the other maps and the ring buffer leave (budget.go).
 	Memory uint64
+	// Reserved is kernel memory the budget also pays for, taken by maps
+	// outside this object (the kernel signals' tables).
+	Reserved uint64
 	// Tables selects per-CPU or shared flow tables.
 	Tables TableKind
 	// RingBufSize is the size of the diverted-packets ring buffer in

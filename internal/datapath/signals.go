@@ -516,3 +516,25 @@ func (s *Signals) Close() error {
 	s.grace = nil
 	return errors.Join(errs...)
 }
+
+// SignalsMapBytes estimates the kernel memory of the signals' maps with
+// tables of tableSize (mapBytes), for a memory budget that counts them
+// (Options.Reserved).
+func SignalsMapBytes(tableSize int) (uint64, error) {
+	spec, err := loadSignals()
+	if err != nil {
+		return 0, fmt.Errorf("parse signals program: %w", err)
+	}
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		return 0, err
+	}
+	for _, name := range []string{signalsMapSockA, signalsMapSockB, signalsMapDropsA, signalsMapDropsB} {
+		spec.Maps[name].MaxEntries = uint32(tableSize)
+	}
+	var total uint64
+	for _, m := range spec.Maps {
+		total += mapBytes(m, ncpu)
+	}
+	return total, nil
+}

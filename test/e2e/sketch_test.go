@@ -95,7 +95,7 @@ func floodID(f *floodFlow) [6]byte {
 // comes back with its exact counts (decoded) and the interface's totals
 // are exact.
 func TestSketchKeepsFloodsExact(t *testing.T) {
-	p, a := quietPair(t, []string{"--memory", "16MiB", "--flow-budget", "1024", "--cache-active-timeout", "1m"})
+	p, a := quietPair(t, []string{"--memory", "16MiB", "--flow-budget", "1024", "--cache-active-timeout", "1m", "--signals-table-size", "16"})
 	a.waitLog(5*time.Second, "memory budget split")
 	macA, macB := macOf(t, p.a, p.vethA), macOf(t, p.b, p.vethB)
 	rng := rand.New(rand.NewPCG(9, 9))
@@ -152,7 +152,7 @@ func TestSketchKeepsFloodsExact(t *testing.T) {
 // the flows the sketch cannot name are in an unattributed record; the
 // interface's totals stay exact; the failed decode is counted.
 func TestSketchOverCapacityStaysHonest(t *testing.T) {
-	p, a := quietPair(t, []string{"--memory", "4MiB", "--flow-budget", "1024", "--cache-active-timeout", "2s"})
+	p, a := quietPair(t, []string{"--memory", "4MiB", "--flow-budget", "1024", "--cache-active-timeout", "2s", "--signals-table-size", "16"})
 	a.waitLog(5*time.Second, "memory budget split")
 	macA, macB := macOf(t, p.a, p.vethA), macOf(t, p.b, p.vethB)
 	rng := rand.New(rand.NewPCG(7, 7))
