@@ -17,19 +17,23 @@ type Counter struct {
 // counterNames follows enum counter in bpf/lib/counters.h, indexed by the
 // generated constants; a test checks it against the generated code.
 var counterNames = [loupeCounterCOUNTER_MAX]string{
-	loupeCounterCOUNTER_MAP_FULL:      "map_full",
-	loupeCounterCOUNTER_MAP_BUSY:      "map_busy",
-	loupeCounterCOUNTER_RINGBUF_FULL:  "ringbuf_full",
-	loupeCounterCOUNTER_LOST_PACKETS:  "lost_packets",
-	loupeCounterCOUNTER_LOST_BYTES:    "lost_bytes",
-	loupeCounterCOUNTER_TRUNCATED_L2:  "truncated_l2",
-	loupeCounterCOUNTER_TRUNCATED_L3:  "truncated_l3",
-	loupeCounterCOUNTER_TRUNCATED_L4:  "truncated_l4",
-	loupeCounterCOUNTER_BAD_IPV4IHL:   "bad_ipv4_ihl",
-	loupeCounterCOUNTER_VLAN_DEPTH:    "vlan_depth",
-	loupeCounterCOUNTER_IPV6EXT_DEPTH: "ipv6_ext_depth",
-	loupeCounterCOUNTER_FRAGMENTS:     "fragments",
-	loupeCounterCOUNTER_PULLED:        "pulled",
+	loupeCounterCOUNTER_MAP_FULL:          "map_full",
+	loupeCounterCOUNTER_MAP_BUSY:          "map_busy",
+	loupeCounterCOUNTER_RINGBUF_FULL:      "ringbuf_full",
+	loupeCounterCOUNTER_LOST_PACKETS:      "lost_packets",
+	loupeCounterCOUNTER_LOST_BYTES:        "lost_bytes",
+	loupeCounterCOUNTER_TRUNCATED_L2:      "truncated_l2",
+	loupeCounterCOUNTER_TRUNCATED_L3:      "truncated_l3",
+	loupeCounterCOUNTER_TRUNCATED_L4:      "truncated_l4",
+	loupeCounterCOUNTER_BAD_IPV4IHL:       "bad_ipv4_ihl",
+	loupeCounterCOUNTER_VLAN_DEPTH:        "vlan_depth",
+	loupeCounterCOUNTER_IPV6EXT_DEPTH:     "ipv6_ext_depth",
+	loupeCounterCOUNTER_FRAGMENTS:         "fragments",
+	loupeCounterCOUNTER_PULLED:            "pulled",
+	loupeCounterCOUNTER_TUNNEL_TRUNCATED:  "tunnel_truncated",
+	loupeCounterCOUNTER_TUNNEL_BAD_HEADER: "tunnel_bad_header",
+	loupeCounterCOUNTER_TUNNEL_DEPTH:      "tunnel_depth",
+	loupeCounterCOUNTER_TUNNEL_TABLE_FULL: "tunnel_table_full",
 }
 
 // Counters reads and sums the per-CPU datapath counters.

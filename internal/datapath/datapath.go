@@ -153,6 +153,10 @@ func Load(opts Options) (*Datapath, error) {
 			t.Type = ebpf.Hash
 		}
 	}
+	// Each flow of a table has at most one entry in its tunnel table.
+	for _, name := range []string{loupeMapTunnelsA, loupeMapTunnelsB} {
+		spec.Maps[name].MaxEntries = uint32(opts.FlowBudget)
+	}
 	if opts.RingBufSize > 0 {
 		spec.Maps[loupeMapFlowEvents].MaxEntries = uint32(opts.RingBufSize)
 	}
@@ -395,7 +399,7 @@ func statsFromBPF(s *flow.Stats, b *loupeFlowStats) {
 // MemoryBytes is the kernel memory the datapath's maps use, as the kernel
 // accounts it (memlock in fdinfo), and the part of it that is flow tables.
 func (d *Datapath) MemoryBytes() (total, tables uint64, err error) {
-	maps := []*ebpf.Map{d.tables[0], d.tables[1], d.objs.FlowEvents, d.objs.Counters}
+	maps := []*ebpf.Map{d.tables[0], d.tables[1], d.objs.FlowEvents, d.objs.Counters, d.objs.TunnelsA, d.objs.TunnelsB}
 	for i, m := range maps {
 		info, err := m.Info()
 		if err != nil {

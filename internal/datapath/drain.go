@@ -85,8 +85,9 @@ func (t *tableDrain) readByIteration(fn func(k *flow.Key, perCPU []flow.Stats)) 
 	return total, nil
 }
 
-// Clear deletes every entry. The table is swapped out, so nothing adds to
-// it meanwhile; once cleared it may become the active table again.
+// Clear deletes every entry, and every entry of the tunnel table beside
+// it. The table is swapped out, so nothing adds to either meanwhile; once
+// cleared it may become the active table again.
 func (t *tableDrain) Clear() error {
 	d, m := t.d, t.d.tables[t.idx]
 	var cursor ebpf.MapBatchCursor
@@ -104,6 +105,9 @@ func (t *tableDrain) Clear() error {
 		if err != nil {
 			return fmt.Errorf("clear flow table: %w", err)
 		}
+	}
+	if err := d.clearTunnels(t.idx); err != nil {
+		return err
 	}
 	d.cleared[t.idx] = true
 	return nil

@@ -17,11 +17,12 @@ import (
 const layoutVersion = 1
 
 // pinnedMaps are the maps a pin set holds: what outlives the agent.
-var pinnedMaps = []string{loupeMapFlowsA, loupeMapFlowsB, loupeMapFlowState, loupeMapCounters, loupeMapFlowEvents, loupeMapEventLayout}
+var pinnedMaps = []string{loupeMapFlowsA, loupeMapFlowsB, loupeMapFlowState, loupeMapCounters, loupeMapFlowEvents, loupeMapEventLayout,
+	loupeMapTunnelsA, loupeMapTunnelsB}
 
 // layoutTypes are the structs shared with userspace whose layout a pin set
 // depends on.
-var layoutTypes = []string{"flow_key", "flow_stats", "flow_event", "table_state"}
+var layoutTypes = []string{"flow_key", "flow_stats", "flow_event", "table_state", "tunnel_info"}
 
 // layoutName names the layout of the maps spec describes, as sized: the
 // table kind, flow budget and ring-buffer size in clear, then a hash of

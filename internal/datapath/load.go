@@ -70,6 +70,7 @@ func (d *Datapath) pinnable() map[string]*ebpf.Map {
 	return map[string]*ebpf.Map{
 		loupeMapFlowsA: d.objs.FlowsA, loupeMapFlowsB: d.objs.FlowsB, loupeMapFlowState: d.objs.FlowState,
 		loupeMapCounters: d.objs.Counters, loupeMapFlowEvents: d.objs.FlowEvents, loupeMapEventLayout: d.objs.EventLayout,
+		loupeMapTunnelsA: d.objs.TunnelsA, loupeMapTunnelsB: d.objs.TunnelsB,
 	}
 }
 

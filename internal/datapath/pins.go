@@ -18,7 +18,8 @@ import (
 //
 //	links/<ifindex>-<ingress|egress>  TCX links (internal/attach)
 //	maps-<layout>-<set id>/           a pin set: flows_a, flows_b, flow_state,
-//	                                  counters, flow_events, event_layout
+//	                                  counters, flow_events, event_layout,
+//	                                  tunnels_a, tunnels_b
 //	tmp-maps-*                        a pin set being created (removed if left)
 //
 // (bpffs refuses names with a dot in them.)
