@@ -365,3 +365,43 @@ func TestTunnelTableFull(t *testing.T) {
 		t.Errorf("map_full moved by %d, want 1 (the packet went through the ring buffer)", got)
 	}
 }
+
+// TestTunnelTableMemory: the tunnel tables are not preallocated, so a host
+// without tunnels gives them only their buckets, and a tunnelled flow costs
+// its entry. Logs the bytes (the kernel's memlock accounting).
+func TestTunnelTableMemory(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	const budget, flows = 65536, 4096
+	dp := loadForTest(t, Options{FlowBudget: budget, RingBufSize: 1 << 16})
+	memlock := func() uint64 {
+		info, err := dp.objs.TunnelsA.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, ok := info.Memlock()
+		if !ok {
+			t.Skip("the kernel reports no memlock for maps")
+		}
+		return n
+	}
+	empty := memlock()
+	payload := make([]byte, 64)
+	for i := range flows {
+		in := innerFrame(t, true, false, false, payload)
+		in[14+20], in[14+20+1] = byte(i>>8), byte(i) // the inner source port
+		runProg(t, dp, flow.Ingress, udpTunnel(t, false, uint16(30000+i), portVXLAN, vxlanHeader(0x08, 42), in))
+	}
+	full := memlock()
+	_, tables, err := dp.MemoryBytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	perFlow := float64(full-empty) / flows
+	t.Logf("tunnel table, flow budget %d: %d bytes empty, %d with %d tunnelled flows (%.0f a flow); the two flow tables: %d",
+		budget, empty, full, flows, perFlow, tables)
+	// Preallocated, an entry (60-byte key, 56-byte value, the kernel's
+	// element header) would be there for each of the budget's flows.
+	if empty > budget*32 || perFlow < 116 || perFlow > 512 {
+		t.Errorf("tunnel table: %d bytes empty, %.0f a flow: not what a table without preallocation holds", empty, perFlow)
+	}
+}
