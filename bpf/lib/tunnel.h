@@ -73,9 +73,9 @@ enum tunnel_flag {
 	TUNNEL_F_ETH = 1 << 1, /* the inner packet has an Ethernet header: the key's MACs and VLAN are its */
 };
 
-/* What tunnel_decap returns when it did not take the packet out (the
- * packet stays keyed by its outer headers); otherwise the inner packet's
- * enum parse_result, PARSE_OK or PARSE_TRUNCATED_L4. */
+/* What tunnel_header and tunnel_inner return when the packet cannot be
+ * taken out (it stays keyed by its outer headers); otherwise they return
+ * the inner packet's enum parse_result, PARSE_OK or PARSE_TRUNCATED_L4. */
 enum decap_fail {
 	DECAP_NONE = -1,      /* not a payload the parser takes apart */
 	DECAP_BAD = -2,       /* a tunnel header that breaks its RFC */
@@ -114,7 +114,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);                   /* Key: 0 */
-	__type(value, struct tunnel_scratch); /* Value: the last tunnelled packet's outer side */
+	__type(value, struct tunnel_scratch); /* Value: the tunnel step's outcome for the packet at hand */
 } tunnel_scratch SEC(".maps");
 
 static __always_inline struct tunnel_scratch *tunnel_scratch_get(void)
