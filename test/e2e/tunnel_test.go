@@ -145,7 +145,8 @@ func attachIn(t *testing.T, ns *testutil.NS, ifname string, dp *datapath.Datapat
 // The veth sees the datagrams inside VXLAN, the VXLAN device sees them
 // bare: both must count them under the inner 5-tuple, the veth's with the
 // outer side beside it, the device's without, and the veth's bytes
-// exactly the encapsulation's more.
+// exactly the encapsulation's more. A TCP transfer over the overlay checks
+// the same of super-packets, segment by segment.
 func TestVXLANOverlay(t *testing.T) {
 	for _, c := range []struct {
 		name          string
@@ -193,6 +194,12 @@ func checkVXLANOverlay(t *testing.T, under6, pod6 bool, overhead uint64, tables 
 	bPort := netip.AddrPortFrom(o.podB, 40002)
 	udpFlow(t, o.a, o.b, aPort, bPort, out, size)
 	udpFlow(t, o.b, o.a, bPort, aPort, in, size)
+	// A TCP transfer: the VXLAN device hands the veth super-packets
+	// (GSO, UDP tunnel segmentation after the hook), whose segments each
+	// repeat the outer and the inner headers.
+	tcpTo := netip.AddrPortFrom(o.podB, 40003)
+	tcpServer(t, o.b, tcpTo, 0)
+	tcpFrom := netip.AddrPortFrom(o.podA, tcpExchange(t, o.a, tcpTo, 1<<20, 0))
 
 	d, err := dp.Rotate()
 	if err != nil {
@@ -218,11 +225,11 @@ func checkVXLANOverlay(t *testing.T, under6, pod6 bool, overhead uint64, tables 
 
 	// find returns the flow of the inner datagrams from src to dst at one
 	// hook, and fails the test if there is not exactly one.
-	find := func(ifindex uint32, dir flow.Direction, src, dst netip.AddrPort) (flow.Key, flow.Stats) {
+	find := func(ifindex uint32, dir flow.Direction, proto uint8, src, dst netip.AddrPort) (flow.Key, flow.Stats) {
 		t.Helper()
 		var keys []flow.Key
 		for k := range flows {
-			if k.IfIndex == ifindex && k.Direction == dir && k.Proto == 17 && k.SrcIP() == src.Addr() && k.DstIP() == dst.Addr() &&
+			if k.IfIndex == ifindex && k.Direction == dir && k.Proto == proto && k.SrcIP() == src.Addr() && k.DstIP() == dst.Addr() &&
 				k.SrcPort == src.Port() && k.DstPort == dst.Port() {
 				keys = append(keys, k)
 			}
@@ -246,8 +253,8 @@ func checkVXLANOverlay(t *testing.T, under6, pod6 bool, overhead uint64, tables 
 		{flow.Egress, aPort, bPort, out, macVxA, macVxB, o.underA, o.underB, macVethA, macVethB},
 		{flow.Ingress, bPort, aPort, in, macVxB, macVxA, o.underB, o.underA, macVethB, macVethA},
 	} {
-		vk, vs := find(vethIdx, h.dir, h.src, h.dst)
-		xk, xs := find(vxIdx, h.dir, h.src, h.dst)
+		vk, vs := find(vethIdx, h.dir, 17, h.src, h.dst)
+		xk, xs := find(vxIdx, h.dir, 17, h.src, h.dst)
 		if vs.Packets != h.n || xs.Packets != h.n {
 			t.Errorf("%s: %d packets at the veth, %d at the VXLAN device; the test sent %d", h.dir, vs.Packets, xs.Packets, h.n)
 		}
@@ -273,6 +280,23 @@ func checkVXLANOverlay(t *testing.T, under6, pod6 bool, overhead uint64, tables 
 			t.Errorf("%s: outer side\n got %+v\nwant %+v (any source port but 0)", h.dir, info, want)
 		}
 	}
+	// The TCP data, A to B: the same buffers at both hooks, the veth's each
+	// with the encapsulation once more in bytes, and once more for each
+	// segment in wire bytes.
+	_, vt := find(vethIdx, flow.Egress, 6, tcpFrom, tcpTo)
+	_, xt := find(vxIdx, flow.Egress, 6, tcpFrom, tcpTo)
+	t.Logf("tcp at the veth: %d packets, %d segments; at the VXLAN device: %d packets, %d segments",
+		vt.Packets, vt.Segments, xt.Packets, xt.Segments)
+	if vt.Packets != xt.Packets || vt.Segments != xt.Segments || vt.Bytes != xt.Bytes+vt.Packets*overhead ||
+		vt.WireBytes != xt.WireBytes+vt.Segments*overhead {
+		t.Errorf("tcp: veth %+v, VXLAN device %+v: want the same packets and segments, and %d bytes more a packet and a segment",
+			vt, xt, overhead)
+	}
+	if xt.WireBytes < 1<<20 || vt.Segments <= vt.Packets {
+		t.Errorf("tcp: %d wire bytes for a 1 MiB transfer, %d segments in %d packets: no super-packets crossed the hooks",
+			xt.WireBytes, vt.Segments, vt.Packets)
+	}
+
 	after, err := dp.Counters()
 	if err != nil {
 		t.Fatal(err)
