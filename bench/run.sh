@@ -24,6 +24,8 @@
 #     designs   the exact table, the sketch and the off-path ring buffer
 #               (the selective-measurement seed's Tables 1-3): ns/packet,
 #               kernel memory, accuracy against the trace, agent CPU
+#     tunnels   the parse's tunnel step: BPF ns per packet, tunnelled or not,
+#               against the commit before it; instruction counts
 #
 # Knobs (environment): BENCH_IPERF_ROUNDS (5), BENCH_IPERF_SECONDS (10),
 # BENCH_ROUNDS (3, bpfstats and tables), BENCH_RSS_SECONDS (30),
@@ -43,7 +45,7 @@ ROOT=$(dirname "$BENCH_DIR")
 cd "$ROOT"
 . scripts/env.sh
 
-ALL=(iperf bpfstats monitor tables rss store export capture rules signals designs)
+ALL=(iperf bpfstats monitor tables rss store export capture rules signals designs tunnels)
 
 usage() {
 	echo "usage: bench/run.sh [${ALL[*]}]..." >&2

@@ -53,6 +53,8 @@ const enum capture_counter *unused_capture_counter __attribute__((unused));
 const struct capture_event *unused_capture_event __attribute__((unused));
 const struct capture_pkt *unused_capture_pkt __attribute__((unused));
 const struct rule_stats *unused_rule_stats __attribute__((unused));
+const enum tunnel_type *unused_tunnel_type __attribute__((unused));
+const enum tunnel_flag *unused_tunnel_flag __attribute__((unused));
 
 /* The capabilities a build of the entry program contains (compile time). */
 #define CAP_FLOWS (1 << 0)

@@ -34,6 +34,7 @@
 #include "counters.h"
 #include "flow.h"
 #include "parse.h"
+#include "tunnel.h"
 #include "../rules/rules.h"
 #include "../sketch/sketch.h"
 
@@ -118,6 +119,27 @@ struct flow_table {
 	__type(key, struct flow_key);     /* Key: the flow */
 	__type(value, struct flow_stats); /* Value: its counters this interval */
 } flows_a SEC(".maps"), flows_b SEC(".maps");
+
+/* The outer side of the flows the hook saw inside a tunnel (lib/tunnel.h),
+ * one table beside each flow table: written with a flow's first packet in
+ * the table's interval, drained and cleared with the flow table.
+ *
+ * Beside the flow table rather than in struct flow_stats: a field there
+ * would add its 56 bytes to every flow's value, on every CPU's copy of a
+ * per-CPU table, and to every drain's copy, tunnelled or not; here only
+ * tunnelled flows have an entry, and only their first packet of an
+ * interval pays for it (an insert, where the flow's own insert is). Not
+ * preallocated, so that a host without tunnels gives it no memory; sized
+ * from Go like the flow tables (the flow budget). When it is full, the
+ * flow is counted all the same, without its outer side
+ * (COUNTER_TUNNEL_TABLE_FULL). */
+struct tunnel_table {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1);
+	__type(key, struct flow_key);       /* Key: the flow, as in the flow table */
+	__type(value, struct tunnel_info);  /* Value: its first packet's outer side this interval */
+} tunnels_a SEC(".maps"), tunnels_b SEC(".maps");
 
 /* Which table the programs write, and what userspace keeps about both. */
 struct {
@@ -238,6 +260,29 @@ static __always_inline struct flow_stats fresh_stats(const struct pkt *p, __u16 
 	return st;
 }
 
+/* tunnel_note keeps the outer side of the packet the tunnel step just took
+ * out of its tunnel (the tunnel scratch) for the flow of key, in the tunnel
+ * table beside flow table idx (0: flows_a, 1: flows_b).
+ *
+ * A global function: run on a tunnelled flow's first packet of an interval
+ * only, and checked by the verifier once rather than at each of the places
+ * a packet is accounted (a flow, a sample, an aggregate, each table). */
+__noinline int tunnel_note(const struct flow_key *key, __u32 idx)
+{
+	const struct tunnel_scratch *s = tunnel_scratch_get();
+	long err;
+
+	if (!key || !s)
+		return 0;
+	if (idx)
+		err = bpf_map_update_elem(&tunnels_b, key, &s->info, BPF_ANY);
+	else
+		err = bpf_map_update_elem(&tunnels_a, key, &s->info, BPF_ANY);
+	if (err)
+		counter_inc(COUNTER_TUNNEL_TABLE_FULL);
+	return 0;
+}
+
 /* spill counts a packet of len bytes the full table refused into the
  * sketch of half (sketch/sketch.h), instead of the ring buffer: the flow set
  * and count-min sketch, the exact spill totals of its interface, and the
@@ -297,6 +342,12 @@ static __always_inline void account_in(void *table, __u32 half, const struct flo
 			return;
 		}
 	}
+
+	/* The flow's first packet in this table: before the insert, so that
+	 * a packet the table refuses (the ring buffer's) has it too. A
+	 * spilled flow has none: the sketch keeps no outer side. */
+	if (p->tunnel)
+		tunnel_note(key, half);
 
 	/* A new flow. The clock is read after the table was picked, so that
 	 * every first_seen in a table is later than the moment userspace

@@ -27,6 +27,10 @@ enum counter {
 	COUNTER_PULLED,            /* headers beyond the linear area: skb data pulled */
 	COUNTER_SPILLED_PACKETS,   /* flow table full: packet counted into the sketch (sketch mode) */
 	COUNTER_SPILLED_BYTES,     /* ...and its bytes */
+	COUNTER_TUNNEL_TRUNCATED,  /* tunnel header or inner L2/L3 header cut short: keyed by the outer headers */
+	COUNTER_TUNNEL_BAD_HEADER, /* tunnel header against its RFC: keyed by the outer headers */
+	COUNTER_TUNNEL_DEPTH,      /* a tunnel inside a tunnel: keyed by the first inner packet */
+	COUNTER_TUNNEL_TABLE_FULL, /* a tunnelled flow's outer side not kept: side table full */
 	COUNTER_MAX,
 };
 

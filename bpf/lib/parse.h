@@ -15,6 +15,10 @@
  * (struct pkt_offsets), TCP sequence numbers and flags, so that what needs
  * the header length (a GSO packet's wire bytes) or the payload (a capability
  * scanning HTTP) never walks the headers a second time.
+ *
+ * A tunnel's transport (UDP to a VXLAN or Geneve port, GRE, IP in IP) is
+ * only recognised here (PARSE_ENCAP); lib/tunnel.h reads the tunnel's header
+ * and the packet inside it with the same functions, one level deep.
  */
 #ifndef LOUPE_PARSE_H
 #define LOUPE_PARSE_H
@@ -38,6 +42,16 @@ enum parse_result {
 	PARSE_TRUNCATED_L2,
 	PARSE_TRUNCATED_L3,
 	PARSE_TRUNCATED_L4,
+	/* A tunnel's header, or the inner packet's Ethernet or IP header, cut
+	 * short: the packet is keyed by its outer headers (lib/tunnel.h). */
+	PARSE_TRUNCATED_TUNNEL,
+	/* PARSE_ENCAP + enum tunnel_type: the transport the parse read whole
+	 * is a tunnel's, whose header starts at off.payload; the tunnel step
+	 * (lib/tunnel.h) replaces it with a final result. A result rather than
+	 * a field of pkt: the test the parse's caller makes of the result
+	 * anyway (is it PARSE_OK) is then the only one a packet that is not
+	 * tunnelled pays, and no byte of pkt is stored to mark it. */
+	PARSE_ENCAP = 8,
 };
 
 /* Anomalies seen on the way, counted by the caller once the parse is final. */
@@ -45,8 +59,27 @@ enum parse_flag {
 	PARSE_F_BAD_IHL = 1 << 0,
 	PARSE_F_VLAN_DEPTH = 1 << 1,
 	PARSE_F_EXT_DEPTH = 1 << 2,
-	PARSE_F_FRAGMENT = 1 << 3, /* non-first fragment: no transport header */
+	PARSE_F_FRAGMENT = 1 << 3,     /* non-first fragment: no transport header */
+	PARSE_F_TUNNEL_BAD = 1 << 4,   /* a tunnel header that breaks its RFC: keyed by the outer headers */
+	PARSE_F_TUNNEL_DEPTH = 1 << 5, /* a tunnel inside the tunnel: keyed by the first inner packet */
 };
+
+/* The encapsulations the parser takes apart (lib/tunnel.h). */
+enum tunnel_type {
+	TUNNEL_NONE = 0,
+	TUNNEL_VXLAN = 1,  /* UDP to 4789 (IANA) or 8472 (Linux's default, flannel) */
+	TUNNEL_GENEVE = 2, /* UDP to 6081 */
+	TUNNEL_GRE = 3,    /* IP protocol 47, version 0 */
+	TUNNEL_IPIP = 4,   /* IP protocol 4 (IPv4 inside) or 41 (IPv6 inside), in IPv4 or IPv6 */
+};
+
+/* The UDP ports tunnels are sent to. All three lie in 4789..8472, so a UDP
+ * packet to a port outside that range, most of them, costs one compare. */
+#define VXLAN_PORT 4789
+#define VXLAN_LINUX_PORT 8472
+#define GENEVE_PORT 6081
+#define TUNNEL_PORT_LOW VXLAN_PORT
+#define TUNNEL_PORT_HIGH VXLAN_LINUX_PORT
 
 /* Where the headers start, in bytes from the frame's first byte (the MAC
  * header, skb->data at TC). l3 is where the Ethernet and VLAN headers the
@@ -106,13 +139,32 @@ struct pkt {
 	__u8 vlan_tags;
 	__u8 vlan_meta;
 	__s32 result;           /* enum parse_result */
-	__u32 pad;
+	/* enum tunnel_type: what the packet was taken out of (lib/tunnel.h);
+	 * key, off, the TCP fields and dscp are then the inner packet's, and
+	 * the outer side is in the tunnel scratch (struct tunnel_info). Only
+	 * the tunnel step writes these: where pkt lives on the stack, the
+	 * verifier tracks result per 8-byte slot, and a byte stored beside it
+	 * on every packet would make result unknown to it. */
+	__u8 tunnel;
+	__u8 pad;
+	__u16 inner; /* where the inner packet (its Ethernet or IP header) starts; with tunnel */
 };
 
 /* Transport header lengths the parser does not read from the header. */
 #define UDP_HLEN 8
 #define SCTP_COMMON_HLEN 12
 #define ICMP_HLEN 8 /* type, code, checksum and the 4 bytes every message has next */
+
+/* udp_tunnel is the parse's result for a UDP packet whole up to its
+ * payload, to a port in TUNNEL_PORT_LOW..TUNNEL_PORT_HIGH. */
+static __always_inline int udp_tunnel(__u16 port)
+{
+	if (port == VXLAN_PORT || port == VXLAN_LINUX_PORT)
+		return PARSE_ENCAP + TUNNEL_VXLAN;
+	if (port == GENEVE_PORT)
+		return PARSE_ENCAP + TUNNEL_GENEVE;
+	return PARSE_OK;
+}
 
 /* parse_l4 reads the transport header at pos, offset l4 into the frame. */
 static __always_inline int parse_l4(void *pos, void *end, __u16 l4, __u8 proto,
@@ -148,6 +200,9 @@ static __always_inline int parse_l4(void *pos, void *end, __u16 l4, __u8 proto,
 		p->key->src_port = bpf_ntohs(ports->src);
 		p->key->dst_port = bpf_ntohs(ports->dst);
 		p->off.payload = l4 + (proto == IPPROTO_SCTP ? SCTP_COMMON_HLEN : UDP_HLEN);
+		if ((__u16)(p->key->dst_port - TUNNEL_PORT_LOW) <= TUNNEL_PORT_HIGH - TUNNEL_PORT_LOW &&
+		    proto == IPPROTO_UDP)
+			return udp_tunnel(p->key->dst_port);
 		return PARSE_OK;
 	}
 	case IPPROTO_ICMP:
@@ -165,6 +220,12 @@ static __always_inline int parse_l4(void *pos, void *end, __u16 l4, __u8 proto,
 		p->off.payload = l4 + ICMP_HLEN;
 		return PARSE_OK;
 	}
+	/* The inner packet, or GRE's header, starts at l4: off.payload. */
+	case IPPROTO_IPIP:
+	case IPPROTO_IPV6:
+		return PARSE_ENCAP + TUNNEL_IPIP;
+	case IPPROTO_GRE:
+		return PARSE_ENCAP + TUNNEL_GRE;
 	}
 	return PARSE_OK;
 }
@@ -286,22 +347,20 @@ truncated:
 	return PARSE_TRUNCATED_L3;
 }
 
-/* parse_packet fills p (but key.ifindex, key.direction, len and result)
- * from the frame at data..end. p must be zeroed by the caller, but for what
- * it knows of a VLAN tag held in the skb's metadata (p->key->vlan_id,
- * p->vlan_tags and p->vlan_meta, see pkt_init). */
-static __always_inline int parse_packet(void *data, void *end, struct pkt *p)
+/* parse_l2 reads the Ethernet header at pos, start bytes into the frame,
+ * and the VLAN tags after it: the key's MACs, VLAN and EtherType, and
+ * off.l3. It returns where the network header starts and puts its EtherType
+ * in *proto; NULL when the frame ends first. */
+static __always_inline void *parse_l2(void *pos, void *end, __u16 start, __be16 *proto, struct pkt *p)
 {
-	struct eth_wire *eth = data;
-	__u16 l2 = sizeof(*eth);
-	void *pos;
-	__be16 proto;
+	struct eth_wire *eth = pos;
+	__u16 l2 = start + sizeof(*eth);
 
 	if ((void *)(eth + 1) > end)
-		return PARSE_TRUNCATED_L2;
+		return NULL;
 	__builtin_memcpy(p->key->src_mac, eth->src, ETH_ALEN);
 	__builtin_memcpy(p->key->dst_mac, eth->dst, ETH_ALEN);
-	proto = eth->proto;
+	*proto = eth->proto;
 	pos = eth + 1;
 
 	/* Tags still in the frame. The stack moves the outer one into the
@@ -312,25 +371,31 @@ static __always_inline int parse_packet(void *data, void *end, struct pkt *p)
 	for (int i = 0; i < MAX_VLAN_TAGS; i++) {
 		struct vlan_wire *vlan = pos;
 
-		if (proto != bpf_htons(ETH_P_8021Q) && proto != bpf_htons(ETH_P_8021AD))
+		if (*proto != bpf_htons(ETH_P_8021Q) && *proto != bpf_htons(ETH_P_8021AD))
 			break;
 		if (p->vlan_tags >= MAX_VLAN_TAGS)
 			break;
 		if ((void *)(vlan + 1) > end) {
 			p->off.payload = l2;
-			return PARSE_TRUNCATED_L2;
+			return NULL;
 		}
 		if (p->vlan_tags == 0)
 			p->key->vlan_id = bpf_ntohs(vlan->tci) & VLAN_VID_MASK;
 		p->vlan_tags++;
-		proto = vlan->proto;
+		*proto = vlan->proto;
 		pos = vlan + 1;
 		l2 += sizeof(*vlan);
 	}
-	p->key->eth_type = bpf_ntohs(proto);
+	p->key->eth_type = bpf_ntohs(*proto);
 	p->off.l3 = l2;
 	p->off.payload = l2;
+	return pos;
+}
 
+/* parse_l3 reads the network header at pos (offset p->off.l3), of
+ * EtherType proto, and what follows it. */
+static __always_inline int parse_l3(void *pos, void *end, __be16 proto, struct pkt *p)
+{
 	switch (proto) {
 	case bpf_htons(ETH_P_IP):
 		return parse_ipv4(pos, end, p);
@@ -342,6 +407,21 @@ static __always_inline int parse_packet(void *data, void *end, struct pkt *p)
 		return PARSE_OK;
 	}
 	return PARSE_OK;
+}
+
+/* parse_packet fills p (but key.ifindex, key.direction, len and result)
+ * from the frame at data..end. p must be zeroed by the caller, but for what
+ * it knows of a VLAN tag held in the skb's metadata (p->key->vlan_id,
+ * p->vlan_tags and p->vlan_meta, see pkt_init). For a tunnel's transport
+ * it returns PARSE_ENCAP + its type: lib/tunnel.h takes the packet out. */
+static __always_inline int parse_packet(void *data, void *end, struct pkt *p)
+{
+	__be16 proto;
+	void *pos = parse_l2(data, end, 0, &proto, p);
+
+	if (!pos)
+		return PARSE_TRUNCATED_L2;
+	return parse_l3(pos, end, proto, p);
 }
 
 #endif

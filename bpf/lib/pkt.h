@@ -17,9 +17,12 @@
 #include "counters.h"
 #include "flow.h"
 #include "parse.h"
+#include "tunnel.h"
 
 /* How much of a non-linear packet to pull in when headers cross the linear
- * area: Ethernet, two VLAN tags, IPv6 with extension headers, TCP. */
+ * area: Ethernet, two VLAN tags, IPv6 with extension headers, TCP; or the
+ * same inside a tunnel (VXLAN over IPv6 and TCP over IPv6 inside take
+ * 14 + 40 + 8 + 8 + 14 + 40 + 60 = 184 bytes). */
 #define PULL_LEN 256
 
 /* pkt_init zeroes key and p, points p at key, and enters what the kernel already took out of the
@@ -52,6 +55,9 @@ static __always_inline void count_anomalies(const struct pkt *p)
 	case PARSE_TRUNCATED_L4:
 		counter_inc(COUNTER_TRUNCATED_L4);
 		break;
+	case PARSE_TRUNCATED_TUNNEL:
+		counter_inc(COUNTER_TUNNEL_TRUNCATED);
+		break;
 	}
 	if (p->flags) {
 		if (p->flags & PARSE_F_BAD_IHL)
@@ -62,6 +68,10 @@ static __always_inline void count_anomalies(const struct pkt *p)
 			counter_inc(COUNTER_IPV6_EXT_DEPTH);
 		if (p->flags & PARSE_F_FRAGMENT)
 			counter_inc(COUNTER_FRAGMENTS);
+		if (p->flags & PARSE_F_TUNNEL_BAD)
+			counter_inc(COUNTER_TUNNEL_BAD_HEADER);
+		if (p->flags & PARSE_F_TUNNEL_DEPTH)
+			counter_inc(COUNTER_TUNNEL_DEPTH);
 	}
 }
 
@@ -99,6 +109,93 @@ static __always_inline void pkt_len_of(struct __sk_buff *skb, struct pkt *p)
 	p->len.wire_bytes = p->len.bytes + (__u64)(segs - 1) * (p->off.payload + tag);
 }
 
+/* pkt_pull pulls the first PULL_LEN bytes of skb (all of a shorter one)
+ * into the linear area, so that direct packet access reaches headers that
+ * lay beyond it. Rare (drivers put headers in the linear part), and it may
+ * unclone the skb, so only done when a parse ran out of linear data. */
+static __always_inline long pkt_pull(struct __sk_buff *skb)
+{
+	__u32 want = skb->len < PULL_LEN ? skb->len : PULL_LEN;
+
+	counter_inc(COUNTER_PULLED);
+	return bpf_skb_pull_data(skb, want);
+}
+
+/* tunnel_decap is the parse's tunnel step (lib/tunnel.h): it takes the
+ * packet in skb out of the tunnel of type whose header starts at the
+ * outer offsets' payload, pulling the headers into the linear area if the
+ * inner ones run past it. outer and meta are the rest of what the parse
+ * knows of the packet: its struct pkt_offsets as 8 bytes, and its tunnel
+ * type, DSCP and flags (bits 0-7, 8-15, 16-23). It leaves key as the
+ * packet's key (the inner packet's if it was taken out) and the rest of
+ * struct pkt in the tunnel scratch, whatever the outcome, so that the
+ * caller copies it without a branch per outcome: the verifier then walks
+ * what follows the step once, not once for each of its outcomes. */
+__noinline int tunnel_decap(struct __sk_buff *skb, struct flow_key *key, __u64 outer, __u32 meta)
+{
+	struct tunnel_scratch *s = tunnel_scratch_get();
+	struct pkt_offsets off;
+	__u32 type = meta & 0xff, linear;
+	int res;
+
+	if (!skb || !key || !s)
+		return 0;
+	__builtin_memcpy(&off, &outer, sizeof(off));
+	res = tunnel_header(skb, key, off.payload, type, s);
+	if (res == DECAP_TRUNCATED || res == PARSE_TRUNCATED_L4) {
+		/* The inner headers may run past the linear area where the
+		 * outer ones did not: pull, unless the parse did already, and
+		 * read the tunnel again (key is still the outer packet's). */
+		linear = skb->data_end - skb->data;
+		if (skb->len > linear && linear < PULL_LEN && pkt_pull(skb) == 0)
+			res = tunnel_header(skb, key, off.payload, type, s);
+	}
+	if (res >= 0) {
+		*key = s->key;
+		s->result = res;
+		s->tunnel = type;
+		s->flags |= (meta >> 16) & 0xff;
+		return 0;
+	}
+	s->off = off;
+	s->tcp_seq = 0; /* the outer transport is not TCP */
+	s->tcp_ack = 0;
+	s->tcp_flags = 0;
+	s->result = res == DECAP_TRUNCATED ? PARSE_TRUNCATED_TUNNEL : PARSE_OK;
+	s->inner = 0;
+	s->dscp = (meta >> 8) & 0xff;
+	s->flags = ((meta >> 16) & 0xff) | (res == DECAP_BAD ? PARSE_F_TUNNEL_BAD : 0);
+	s->tunnel = TUNNEL_NONE;
+	return 0;
+}
+
+/* pkt_decap runs the tunnel step on p, whose parse found a tunnel's
+ * transport (p->result: PARSE_ENCAP + its type), and takes its outcome into
+ * p: the inner packet's parse, or the outer packet's as it was, with the
+ * tunnel's anomaly and a final result. */
+static __always_inline void pkt_decap(struct __sk_buff *skb, struct pkt *p)
+{
+	const struct tunnel_scratch *s;
+	__u64 outer;
+
+	__builtin_memcpy(&outer, &p->off, sizeof(outer));
+	tunnel_decap(skb, p->key, outer, (p->result - PARSE_ENCAP) | (__u32)p->dscp << 8 | (__u32)p->flags << 16);
+	s = tunnel_scratch_get();
+	if (!s) {
+		p->result = PARSE_OK; /* never: a per-CPU array's one entry */
+		return;
+	}
+	p->off = s->off;
+	p->tcp_seq = s->tcp_seq;
+	p->tcp_ack = s->tcp_ack;
+	p->tcp_flags = s->tcp_flags;
+	p->result = s->result;
+	p->inner = s->inner;
+	p->dscp = s->dscp;
+	p->flags = s->flags;
+	p->tunnel = s->tunnel;
+}
+
 /* pkt_parse fills p, and key through it, from skb at the hook of the given
  * direction: the one parse of the packet, whatever the capabilities.
  * Whatever p->result says, p holds what could be read, and the packet's
@@ -111,19 +208,17 @@ static __always_inline void pkt_parse(struct __sk_buff *skb, __u8 direction, str
 
 	pkt_init(skb, key, p);
 	p->result = parse_packet(data, end, p);
-	if (p->result != PARSE_OK && skb->len > (__u32)(end - data)) {
-		/* The headers run past the linear area: pull them in and parse
-		 * again. Rare (drivers put headers in the linear part), and it
-		 * may unclone the skb, so only done when needed. */
-		__u32 want = skb->len < PULL_LEN ? skb->len : PULL_LEN;
-
-		counter_inc(COUNTER_PULLED);
-		if (bpf_skb_pull_data(skb, want) == 0) {
+	if (p->result != PARSE_OK) {
+		/* Headers that run past the linear area: pull them in and
+		 * parse again. */
+		if (p->result < PARSE_ENCAP && skb->len > (__u32)(end - data) && pkt_pull(skb) == 0) {
 			pkt_init(skb, key, p);
 			data = (void *)(long)skb->data;
 			end = (void *)(long)skb->data_end;
 			p->result = parse_packet(data, end, p);
 		}
+		if (p->result >= PARSE_ENCAP)
+			pkt_decap(skb, p);
 	}
 	count_anomalies(p);
 	p->key->ifindex = skb->ifindex;

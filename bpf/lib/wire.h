@@ -16,13 +16,17 @@
 #define ETH_P_IPV6 0x86DD
 #define ETH_P_8021Q 0x8100
 #define ETH_P_8021AD 0x88A8
+#define ETH_P_TEB 0x6558 /* transparent Ethernet bridging: an Ethernet frame inside GRE or Geneve */
 
 #define IPPROTO_HOPOPTS 0
 #define IPPROTO_ICMP 1
+#define IPPROTO_IPIP 4 /* IPv4 inside IP */
 #define IPPROTO_TCP 6
 #define IPPROTO_UDP 17
+#define IPPROTO_IPV6 41 /* IPv6 inside IP */
 #define IPPROTO_ROUTING 43
 #define IPPROTO_FRAGMENT 44
+#define IPPROTO_GRE 47
 #define IPPROTO_AH 51
 #define IPPROTO_ICMPV6 58
 #define IPPROTO_DSTOPTS 60
@@ -108,5 +112,41 @@ struct icmp_wire {
 	__u8 type;
 	__u8 code;
 };
+
+/* VXLAN (RFC 7348): flags, of which I says the VNI is valid, then the
+ * 24-bit VNI; an Ethernet frame follows. */
+struct vxlan_wire {
+	__u8 flags;
+	__u8 reserved[3];
+	__u8 vni[3];
+	__u8 reserved2;
+};
+
+#define VXLAN_F_VNI 0x08
+
+/* Geneve (RFC 8926): version (2 bits) and the options' length in 4-byte
+ * units (6 bits), flags, the protocol of what follows the options (an
+ * EtherType), the 24-bit VNI. */
+struct geneve_wire {
+	__u8 ver_optlen;
+	__u8 flags;
+	__be16 proto;
+	__u8 vni[3];
+	__u8 reserved;
+};
+
+/* GRE (RFC 2784, 2890): flags and version, the protocol of the payload (an
+ * EtherType), then the optional fields the flags announce, 4 bytes each, in
+ * this order: checksum (and a reserved half), key, sequence number. */
+struct gre_wire {
+	__be16 flags;
+	__be16 proto;
+};
+
+#define GRE_F_CSUM 0x8000
+#define GRE_F_ROUTING 0x4000 /* RFC 1701 source routing: withdrawn by RFC 2784 */
+#define GRE_F_KEY 0x2000
+#define GRE_F_SEQ 0x1000
+#define GRE_VERSION 0x0007 /* 0: GRE; 1: PPTP's enhanced GRE (RFC 2637) */
 
 #endif

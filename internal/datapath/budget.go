@@ -62,7 +62,7 @@ type sketchCost func(perCPU int) (bytes uint64, ok bool)
 // planMemory splits budget: other and ring are fixed; flowBudget, when
 // positive, is given and wins; cost prices a sketch (nil: the datapath
 // builds none).
-func planMemory(budget, other, ring uint64, flowBudget int, table *ebpf.MapSpec, kind TableKind, ncpu int, cost sketchCost) (MemoryPlan, error) {
+func planMemory(budget, other, ring uint64, flowBudget int, table tableShape, kind TableKind, ncpu int, cost sketchCost) (MemoryPlan, error) {
 	p := MemoryPlan{Budget: budget, RingBytes: ring, OtherBytes: other, FlowBudgetGiven: flowBudget > 0}
 	if fixed := other + ring; fixed >= budget {
 		return p, fmt.Errorf("memory budget %s: the ring buffer (%s) and the maps of fixed size (%s) alone take %s",
@@ -129,7 +129,7 @@ func sketchIn(bytes uint64, ncpu int, cost sketchCost) (int, bool) {
 const minFlowBudget = 16
 
 // flowsIn is the largest flow budget whose two tables fit in bytes.
-func flowsIn(bytes uint64, table *ebpf.MapSpec, kind TableKind, ncpu int) int {
+func flowsIn(bytes uint64, table tableShape, kind TableKind, ncpu int) int {
 	lo, hi := 0, 1<<24
 	for lo < hi {
 		mid := lo + (hi-lo+1)/2
@@ -153,8 +153,8 @@ const htabHeader = 1024
 // 48-byte struct htab_elem, the key rounded to 8 bytes, and the value or,
 // per-CPU, a pointer to one value per CPU; a shared hash also preallocates
 // a spare element per CPU. Arrays hold their values, per-CPU ones behind a
-// pointer each. A ring buffer maps its data pages twice. A trie grows as
-// entries are added, and is counted full; a perf event array's buffers are
+// pointer each. A ring buffer maps its data pages twice. A trie, and a hash
+// without preallocation, grow as entries are added, and are counted full; a perf event array's buffers are
 // its reader's. Checked against the kernel by TestMemoryPlanMatchesKernel.
 func mapBytes(m *ebpf.MapSpec, ncpu int) uint64 {
 	key, val, n, cpus := round8(int(m.KeySize)), round8(int(m.ValueSize)), uint64(m.MaxEntries), uint64(ncpu)
@@ -180,14 +180,27 @@ func mapBytes(m *ebpf.MapSpec, ncpu int) uint64 {
 	return htabHeader + n*(48+key+val) + buckets
 }
 
-// tableBytes estimates one flow table of n flows shaped like table.
-func tableBytes(table *ebpf.MapSpec, kind TableKind, n, ncpu int) uint64 {
-	t := *table
+// tableShape is what one flow table of the datapath is made of: the table,
+// and the tunnel table beside it that holds at most one entry a flow.
+type tableShape struct {
+	table, tunnels *ebpf.MapSpec
+}
+
+// tableBytes estimates one flow table of n flows, the tunnel table beside
+// it counted full (every flow tunnelled).
+func tableBytes(shape tableShape, kind TableKind, n, ncpu int) uint64 {
+	t := *shape.table
 	t.Type, t.MaxEntries = ebpf.PerCPUHash, uint32(n)
 	if kind != PerCPU {
 		t.Type = ebpf.Hash
 	}
-	return mapBytes(&t, ncpu)
+	total := mapBytes(&t, ncpu)
+	if shape.tunnels != nil {
+		tun := *shape.tunnels
+		tun.MaxEntries = uint32(n)
+		total += mapBytes(&tun, ncpu)
+	}
+	return total
 }
 
 func round8(n int) uint64 { return uint64(n+7) &^ 7 }
@@ -210,7 +223,8 @@ func planFor(spec *ebpf.CollectionSpec, opts Options, ncpu int) (MemoryPlan, err
 	var other uint64
 	for name, m := range spec.Maps {
 		switch name {
-		case loupeMapFlowsA, loupeMapFlowsB, loupeMapFlowEvents, loupeMapSketchCells, loupeMapSketchFilter, loupeMapSketchCm:
+		case loupeMapFlowsA, loupeMapFlowsB, loupeMapTunnelsA, loupeMapTunnelsB, loupeMapFlowEvents,
+			loupeMapSketchCells, loupeMapSketchFilter, loupeMapSketchCm:
 			continue
 		}
 		other += mapBytes(m, ncpu)
@@ -234,7 +248,8 @@ func planFor(spec *ebpf.CollectionSpec, opts Options, ncpu int) (MemoryPlan, err
 		}
 		other += sketchMapBytes(spec, p, ncpu)
 	}
-	p, err := planMemory(opts.Memory, other, ring, opts.FlowBudget, spec.Maps[loupeMapFlowsA], opts.Tables, ncpu, cost)
+	shape := tableShape{table: spec.Maps[loupeMapFlowsA], tunnels: spec.Maps[loupeMapTunnelsA]}
+	p, err := planMemory(opts.Memory, other, ring, opts.FlowBudget, shape, opts.Tables, ncpu, cost)
 	p.Reserved = opts.Reserved
 	return p, err
 }

@@ -228,6 +228,10 @@ func Load(opts Options) (*Datapath, error) {
 			t.MaxEntries = 1
 		}
 	}
+	// Each flow of a table has at most one entry in its tunnel table.
+	for _, name := range []string{loupeMapTunnelsA, loupeMapTunnelsB} {
+		spec.Maps[name].MaxEntries = uint32(max(opts.FlowBudget, 1))
+	}
 	if err := spec.Variables[loupeVarCfgSharedTable].Set(boolByte(opts.Tables == Shared)); err != nil {
 		return nil, fmt.Errorf("set table kind: %w", err)
 	}

@@ -85,9 +85,10 @@ func (t *tableDrain) readByIteration(fn func(k *flow.Key, perCPU []flow.Stats)) 
 	return total, nil
 }
 
-// Clear deletes every entry, and zeroes the sketch half that goes with the
-// table. The table is swapped out, so nothing adds to either meanwhile;
-// once cleared it may become the active table again.
+// Clear deletes every entry, every entry of the tunnel table beside it,
+// and zeroes the sketch half that goes with the table. The table is
+// swapped out, so nothing adds to any of them meanwhile; once cleared it
+// may become the active table again.
 func (t *tableDrain) Clear() error {
 	d, m := t.d, t.d.tables[t.idx]
 	var cursor ebpf.MapBatchCursor
@@ -105,6 +106,9 @@ func (t *tableDrain) Clear() error {
 		if err != nil {
 			return fmt.Errorf("clear flow table: %w", err)
 		}
+	}
+	if err := d.clearTunnels(t.idx); err != nil {
+		return err
 	}
 	// The sketch half and its full flags go with the table: cleared
 	// after it, so that a crash in between leaves the half to be read

@@ -20,12 +20,13 @@ const layoutVersion = 1
 
 // pinnedMaps are the maps a pin set holds: what outlives the agent.
 var pinnedMaps = []string{loupeMapFlowsA, loupeMapFlowsB, loupeMapFlowState, loupeMapCounters, loupeMapFlowEvents, loupeMapEventLayout,
-	loupeMapSketchCells, loupeMapSketchFilter, loupeMapSketchCm, loupeMapSketchSpill, loupeMapSketchConf}
+	loupeMapSketchCells, loupeMapSketchFilter, loupeMapSketchCm, loupeMapSketchSpill, loupeMapSketchConf,
+	loupeMapTunnelsA, loupeMapTunnelsB}
 
 // layoutTypes are the structs shared with userspace whose layout a pin set
 // depends on.
 var layoutTypes = []string{"flow_key", "flow_stats", "flow_event", "table_state",
-	"sketch_cell", "sketch_counter", "sketch_slot", "sketch_params"}
+	"sketch_cell", "sketch_counter", "sketch_slot", "sketch_params", "tunnel_info"}
 
 // layoutName names the layout of the maps spec describes, as sized: the
 // table kind, flow budget and ring-buffer size in clear, then a hash of

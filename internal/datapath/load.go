@@ -75,6 +75,7 @@ func (d *Datapath) pinnable() map[string]*ebpf.Map {
 		loupeMapCounters: d.objs.Counters, loupeMapFlowEvents: d.objs.FlowEvents, loupeMapEventLayout: d.objs.EventLayout,
 		loupeMapSketchCells: d.objs.SketchCells, loupeMapSketchFilter: d.objs.SketchFilter, loupeMapSketchCm: d.objs.SketchCm,
 		loupeMapSketchSpill: d.objs.SketchSpill, loupeMapSketchConf: d.objs.SketchConf,
+		loupeMapTunnelsA: d.objs.TunnelsA, loupeMapTunnelsB: d.objs.TunnelsB,
 	}
 }
 

@@ -164,22 +164,26 @@ type loupeConnState struct {
 type loupeCounter uint32
 
 const (
-	loupeCounterCOUNTER_MAP_FULL        loupeCounter = 0
-	loupeCounterCOUNTER_MAP_BUSY        loupeCounter = 1
-	loupeCounterCOUNTER_RINGBUF_FULL    loupeCounter = 2
-	loupeCounterCOUNTER_LOST_PACKETS    loupeCounter = 3
-	loupeCounterCOUNTER_LOST_BYTES      loupeCounter = 4
-	loupeCounterCOUNTER_TRUNCATED_L2    loupeCounter = 5
-	loupeCounterCOUNTER_TRUNCATED_L3    loupeCounter = 6
-	loupeCounterCOUNTER_TRUNCATED_L4    loupeCounter = 7
-	loupeCounterCOUNTER_BAD_IPV4IHL     loupeCounter = 8
-	loupeCounterCOUNTER_VLAN_DEPTH      loupeCounter = 9
-	loupeCounterCOUNTER_IPV6EXT_DEPTH   loupeCounter = 10
-	loupeCounterCOUNTER_FRAGMENTS       loupeCounter = 11
-	loupeCounterCOUNTER_PULLED          loupeCounter = 12
-	loupeCounterCOUNTER_SPILLED_PACKETS loupeCounter = 13
-	loupeCounterCOUNTER_SPILLED_BYTES   loupeCounter = 14
-	loupeCounterCOUNTER_MAX             loupeCounter = 15
+	loupeCounterCOUNTER_MAP_FULL          loupeCounter = 0
+	loupeCounterCOUNTER_MAP_BUSY          loupeCounter = 1
+	loupeCounterCOUNTER_RINGBUF_FULL      loupeCounter = 2
+	loupeCounterCOUNTER_LOST_PACKETS      loupeCounter = 3
+	loupeCounterCOUNTER_LOST_BYTES        loupeCounter = 4
+	loupeCounterCOUNTER_TRUNCATED_L2      loupeCounter = 5
+	loupeCounterCOUNTER_TRUNCATED_L3      loupeCounter = 6
+	loupeCounterCOUNTER_TRUNCATED_L4      loupeCounter = 7
+	loupeCounterCOUNTER_BAD_IPV4IHL       loupeCounter = 8
+	loupeCounterCOUNTER_VLAN_DEPTH        loupeCounter = 9
+	loupeCounterCOUNTER_IPV6EXT_DEPTH     loupeCounter = 10
+	loupeCounterCOUNTER_FRAGMENTS         loupeCounter = 11
+	loupeCounterCOUNTER_PULLED            loupeCounter = 12
+	loupeCounterCOUNTER_SPILLED_PACKETS   loupeCounter = 13
+	loupeCounterCOUNTER_SPILLED_BYTES     loupeCounter = 14
+	loupeCounterCOUNTER_TUNNEL_TRUNCATED  loupeCounter = 15
+	loupeCounterCOUNTER_TUNNEL_BAD_HEADER loupeCounter = 16
+	loupeCounterCOUNTER_TUNNEL_DEPTH      loupeCounter = 17
+	loupeCounterCOUNTER_TUNNEL_TABLE_FULL loupeCounter = 18
+	loupeCounterCOUNTER_MAX               loupeCounter = 19
 )
 
 type loupeFlowEvent struct {
@@ -368,6 +372,59 @@ type loupeTableState struct {
 	InstalledB uint64
 }
 
+type loupeTunnelFlag uint32
+
+const (
+	loupeTunnelFlagTUNNEL_F_ID  loupeTunnelFlag = 1
+	loupeTunnelFlagTUNNEL_F_ETH loupeTunnelFlag = 2
+)
+
+type loupeTunnelInfo struct {
+	_       structs.HostLayout
+	SrcAddr [16]uint8
+	DstAddr [16]uint8
+	SrcMac  [6]uint8
+	DstMac  [6]uint8
+	Id      uint32
+	SrcPort uint16
+	DstPort uint16
+	VlanId  uint16
+	Type    uint8
+	Flags   uint8
+}
+
+type loupeTunnelScratch struct {
+	_    structs.HostLayout
+	Info loupeTunnelInfo
+	Key  loupeFlowKey
+	Off  struct {
+		_       structs.HostLayout
+		L3      uint16
+		L4      uint16
+		Payload uint16
+		IpLen   uint16
+	}
+	TcpSeq   uint32
+	TcpAck   uint32
+	TcpFlags uint32
+	Result   int32
+	Inner    uint16
+	Dscp     uint8
+	Flags    uint8
+	Tunnel   uint8
+	Pad      [3]uint8
+}
+
+type loupeTunnelType uint32
+
+const (
+	loupeTunnelTypeTUNNEL_NONE   loupeTunnelType = 0
+	loupeTunnelTypeTUNNEL_VXLAN  loupeTunnelType = 1
+	loupeTunnelTypeTUNNEL_GENEVE loupeTunnelType = 2
+	loupeTunnelTypeTUNNEL_GRE    loupeTunnelType = 3
+	loupeTunnelTypeTUNNEL_IPIP   loupeTunnelType = 4
+)
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -411,6 +468,9 @@ const (
 	loupeMapSketchConf            = "sketch_conf"
 	loupeMapSketchFilter          = "sketch_filter"
 	loupeMapSketchSpill           = "sketch_spill"
+	loupeMapTunnelScratch         = "tunnel_scratch"
+	loupeMapTunnelsA              = "tunnels_a"
+	loupeMapTunnelsB              = "tunnels_b"
 	loupeProgLoupeEgress          = "loupe_egress"
 	loupeProgLoupeFlowsEgress     = "loupe_flows_egress"
 	loupeProgLoupeFlowsIngress    = "loupe_flows_ingress"
@@ -439,6 +499,8 @@ const (
 	loupeVarUnusedCapturePkt      = "unused_capture_pkt"
 	loupeVarUnusedCounter         = "unused_counter"
 	loupeVarUnusedRuleStats       = "unused_rule_stats"
+	loupeVarUnusedTunnelFlag      = "unused_tunnel_flag"
+	loupeVarUnusedTunnelType      = "unused_tunnel_type"
 )
 
 // loadLoupe returns the embedded CollectionSpec for loupe.
@@ -532,6 +594,9 @@ type loupeMapSpecs struct {
 	SketchConf         *ebpf.MapSpec `ebpf:"sketch_conf"`
 	SketchFilter       *ebpf.MapSpec `ebpf:"sketch_filter"`
 	SketchSpill        *ebpf.MapSpec `ebpf:"sketch_spill"`
+	TunnelScratch      *ebpf.MapSpec `ebpf:"tunnel_scratch"`
+	TunnelsA           *ebpf.MapSpec `ebpf:"tunnels_a"`
+	TunnelsB           *ebpf.MapSpec `ebpf:"tunnels_b"`
 }
 
 // loupeVariableSpecs contains global variables before they are loaded into the kernel.
@@ -562,6 +627,8 @@ type loupeVariableSpecs struct {
 	UnusedCapturePkt      *ebpf.VariableSpec `ebpf:"unused_capture_pkt"`
 	UnusedCounter         *ebpf.VariableSpec `ebpf:"unused_counter"`
 	UnusedRuleStats       *ebpf.VariableSpec `ebpf:"unused_rule_stats"`
+	UnusedTunnelFlag      *ebpf.VariableSpec `ebpf:"unused_tunnel_flag"`
+	UnusedTunnelType      *ebpf.VariableSpec `ebpf:"unused_tunnel_type"`
 }
 
 // loupeObjects contains all objects after they have been loaded into the kernel.
@@ -623,6 +690,9 @@ type loupeMaps struct {
 	SketchConf         *ebpf.Map `ebpf:"sketch_conf"`
 	SketchFilter       *ebpf.Map `ebpf:"sketch_filter"`
 	SketchSpill        *ebpf.Map `ebpf:"sketch_spill"`
+	TunnelScratch      *ebpf.Map `ebpf:"tunnel_scratch"`
+	TunnelsA           *ebpf.Map `ebpf:"tunnels_a"`
+	TunnelsB           *ebpf.Map `ebpf:"tunnels_b"`
 }
 
 func (m *loupeMaps) Close() error {
@@ -666,6 +736,9 @@ func (m *loupeMaps) Close() error {
 		m.SketchConf,
 		m.SketchFilter,
 		m.SketchSpill,
+		m.TunnelScratch,
+		m.TunnelsA,
+		m.TunnelsB,
 	)
 }
 
@@ -697,6 +770,8 @@ type loupeVariables struct {
 	UnusedCapturePkt      *ebpf.Variable `ebpf:"unused_capture_pkt"`
 	UnusedCounter         *ebpf.Variable `ebpf:"unused_counter"`
 	UnusedRuleStats       *ebpf.Variable `ebpf:"unused_rule_stats"`
+	UnusedTunnelFlag      *ebpf.Variable `ebpf:"unused_tunnel_flag"`
+	UnusedTunnelType      *ebpf.Variable `ebpf:"unused_tunnel_type"`
 }
 
 // loupePrograms contains all programs after they have been loaded into the kernel.

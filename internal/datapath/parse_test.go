@@ -283,6 +283,12 @@ func TestParser(t *testing.T) {
 
 func checkKey(t *testing.T, r drained, w want, length uint64) {
 	t.Helper()
+	checkKeyMACs(t, r, w, length, macA, macB)
+}
+
+// checkKeyMACs is checkKey for a packet whose key has the MACs src > dst.
+func checkKeyMACs(t *testing.T, r drained, w want, length uint64, src, dst net.HardwareAddr) {
+	t.Helper()
 	k := r.key
 	if k.EtherType != w.ethType || k.Proto != w.proto || k.SrcPort != w.srcPort || k.DstPort != w.dstPort {
 		t.Errorf("%s key: eth %#x proto %d ports %d>%d; want eth %#x proto %d ports %d>%d",
@@ -294,8 +300,8 @@ func checkKey(t *testing.T, r drained, w want, length uint64) {
 	if w.ethType != 0x0800 && w.ethType != 0x86dd && (k.SrcAddr != [16]byte{} || k.DstAddr != [16]byte{}) {
 		t.Errorf("non-IP flow has addresses %x %x", k.SrcAddr, k.DstAddr)
 	}
-	if net.HardwareAddr(k.SrcMAC[:]).String() != macA.String() || net.HardwareAddr(k.DstMAC[:]).String() != macB.String() {
-		t.Errorf("macs %x > %x", k.SrcMAC, k.DstMAC)
+	if net.HardwareAddr(k.SrcMAC[:]).String() != src.String() || net.HardwareAddr(k.DstMAC[:]).String() != dst.String() {
+		t.Errorf("macs %x > %x, want %v > %v", k.SrcMAC, k.DstMAC, src, dst)
 	}
 	if k.IfIndex != 1 {
 		t.Errorf("ifindex %d, want 1 (test runs use loopback)", k.IfIndex)

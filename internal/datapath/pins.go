@@ -18,9 +18,10 @@ import (
 //
 //	links/<ifindex>-<ingress|egress>  TCX links (internal/attach)
 //	maps-<layout>-<set id>/           a pin set: flows_a, flows_b, flow_state,
-//	                                  counters, flow_events, event_layout, and
+//	                                  counters, flow_events, event_layout,
 //	                                  the sketches: sketch_cells, sketch_filter,
-//	                                  sketch_cm, sketch_spill, sketch_conf
+//	                                  sketch_cm, sketch_spill, sketch_conf,
+//	                                  and tunnels_a, tunnels_b
 //	tmp-maps-*                        a pin set being created (removed if left)
 //
 // (bpffs refuses names with a dot in them.)
