@@ -11,5 +11,5 @@ package datapath
 // The objects are generated with a pinned clang (Debian's clang-19) and
 // committed, so `go build` needs no clang. `make generate` reruns this; CI
 // reruns it and fails on any difference.
-//go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -cflags "-O2 -g -Wall -Werror -mcpu=v3" -target bpfel -type flow_key -type flow_stats -type flow_event -type table_state -type counter -type capture_counter -type capture_event -type capture_pkt -type capture_config -type capture_rule -type rule -type rule_lpm_key -type rule_candidates -type rules_config -type rule_stats loupe ../../bpf/loupe.c -- -I../../bpf/include -I../../bpf/lib
+//go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -cflags "-O2 -g -Wall -Werror -mcpu=v3" -target bpfel -type flow_key -type flow_stats -type flow_event -type table_state -type counter -type capture_counter -type capture_event -type capture_pkt -type capture_config -type capture_rule -type rule -type rule_lpm_key -type rule_candidates -type rules_config -type rule_stats -type dns_counter -type dns_flag -type handshake_counter loupe ../../bpf/loupe.c -- -I../../bpf/include -I../../bpf/lib
 //go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -cflags "-O2 -g -Wall -Werror -mcpu=v3" -target bpfel baseline ../../bpf/baseline.c -- -I../../bpf/include -I../../bpf/lib
