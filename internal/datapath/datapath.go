@@ -93,7 +93,12 @@ type Options struct {
 	// Capture sizes the capture capability's maps (zero value: the
 	// defaults), used when "capture" is among Capabilities.
 	Capture CaptureSizes
-	Logger  *slog.Logger
+	// DNS and Handshake size the tables of the dns and handshake
+	// capabilities (zero value: the defaults), used when they are among
+	// Capabilities.
+	DNS       DNSSizes
+	Handshake HandshakeSizes
+	Logger    *slog.Logger
 }
 
 // Datapath is the loaded flow program and its maps.
@@ -171,6 +176,9 @@ func Load(opts Options) (*Datapath, error) {
 		return nil, errors.New("the rules capability decides what flows measures: it needs flows")
 	}
 	sizeRules(spec, rules)
+	if err := sizeTCSignals(spec, &opts); err != nil {
+		return nil, err
+	}
 	if opts.Capture == (CaptureSizes{}) {
 		opts.Capture = DefaultCaptureSizes()
 	}
