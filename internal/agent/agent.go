@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 	"loupe/internal/attach"
 	"loupe/internal/capability"
 	"loupe/internal/capability/capture"
+	dnsunit "loupe/internal/capability/dns"
 	"loupe/internal/capability/flows"
 	rulesunit "loupe/internal/capability/rules"
 	"loupe/internal/config"
@@ -74,16 +76,20 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown,
 	if cfg.Rules.On() {
 		units = append(units, rulesunit.New(cfg.Rules, log))
 	}
-	dp, err := datapath.Load(datapath.Options{
-		FlowBudget:   flowBudget(cfg),
-		Memory:       cfg.Memory,
-		Tables:       tables,
-		RingBufSize:  int(cfg.RingbufSize),
-		PinDir:       pinDir,
-		Capabilities: unitNames(units),
-		Capture:      cfg.Capture.Sizes(),
-		Logger:       log,
-	})
+	if cfg.DNS.Any() {
+		units = append(units, dnsunit.New(cfg.DNS, cfg.CacheActiveTimeout, log))
+	}
+	dp, err := loadDatapath(datapath.Options{
+		FlowBudget:  flowBudget(cfg),
+		Memory:      cfg.Memory,
+		Tables:      tables,
+		RingBufSize: int(cfg.RingbufSize),
+		PinDir:      pinDir,
+		Capture:     cfg.Capture.Sizes(),
+		DNS:         cfg.DNS.DNSSizes(),
+		Handshake:   cfg.DNS.HandshakeSizes(),
+		Logger:      log,
+	}, units, log)
 	if err != nil {
 		return privilegeError("", err)
 	}
@@ -102,7 +108,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown,
 	}
 	if total, tbl, err := dp.MemoryBytes(); err == nil {
 		log.Info("datapath loaded", "component", "datapath", "tables", tables, "flow_budget", dp.Options().FlowBudget,
-			"cpus", dp.CPUs(), "capabilities", strings.Join(unitNames(units), ","),
+			"cpus", dp.CPUs(), "capabilities", strings.Join(dp.Options().Capabilities, ","),
 			"table_memory_bytes", tbl, "total_memory_bytes", total)
 	}
 	if plan := dp.Plan(); plan.Budget > 0 {
@@ -249,12 +255,39 @@ func unpin(dp *datapath.Datapath, evErr error, log *slog.Logger) {
 	log.Info("pinned maps removed", "component", "datapath")
 }
 
-func unitNames(units []capability.Unit) []string {
-	names := make([]string, len(units))
-	for i, u := range units {
-		names[i] = u.Name()
+// loadDatapath loads the datapath with the capabilities of units on: a
+// unit's name, or the switches of a capability.Switched unit. If the kernel
+// refuses the programs with those switches, it loads them without, and
+// tells each such unit why: its signals are off, the rest runs.
+func loadDatapath(opts datapath.Options, units []capability.Unit, log *slog.Logger) (*datapath.Datapath, error) {
+	var optional []string
+	for _, u := range units {
+		if s, ok := u.(capability.Switched); ok {
+			opts.Capabilities = append(opts.Capabilities, s.Switches()...)
+			optional = append(optional, s.Switches()...)
+		} else {
+			opts.Capabilities = append(opts.Capabilities, u.Name())
+		}
 	}
-	return names
+	dp, err := datapath.Load(opts)
+	if err == nil || len(optional) == 0 {
+		return dp, err
+	}
+	log.Warn("the datapath did not load with its optional capabilities; loading it without them",
+		"component", "datapath", "optional", strings.Join(optional, ","), "err", err)
+	opts.Capabilities = slices.DeleteFunc(opts.Capabilities, func(c string) bool { return slices.Contains(optional, c) })
+	dp, rerr := datapath.Load(opts)
+	if rerr != nil {
+		// Not the optional capabilities' fault: the first error is
+		// the one to report.
+		return nil, err
+	}
+	for _, u := range units {
+		if s, ok := u.(capability.Switched); ok {
+			s.Refused(err)
+		}
+	}
+	return dp, nil
 }
 
 // linkPinDir is where the attach manager pins TCX links: beside the maps,

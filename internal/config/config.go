@@ -58,6 +58,7 @@ import (
 
 	"loupe/internal/api"
 	"loupe/internal/capability/capture"
+	dnsunit "loupe/internal/capability/dns"
 	rulesunit "loupe/internal/capability/rules"
 	"loupe/internal/config/check"
 	"loupe/internal/export/promflow"
@@ -98,6 +99,9 @@ type Config struct {
 	Capture capture.Config `yaml:"capture"`
 	// Rules is the rules capability's section, owned by its package.
 	Rules rulesunit.Config `yaml:"rules"`
+	// DNS is the section of the signals at the TC hook (DNS exchanges,
+	// TCP handshake RTT), owned by their unit's package.
+	DNS dnsunit.Config `yaml:"dns"`
 	// Exporters are export, delivery, ipfix, kafka and otlp, owned by the
 	// exporter packages.
 	targets.Exporters `yaml:",inline"`
@@ -133,6 +137,7 @@ func Default() Config {
 		Control:    api.DefaultConfig(),
 		Capture:    capture.DefaultConfig(),
 		Rules:      rulesunit.DefaultConfig(),
+		DNS:        dnsunit.DefaultConfig(),
 		Exporters:  targets.Default(),
 		Prometheus: promflow.DefaultConfig(),
 		LogLevel:   "info",

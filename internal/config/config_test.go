@@ -17,6 +17,7 @@ import (
 
 	"loupe/internal/api"
 	"loupe/internal/capability/capture"
+	dnsunit "loupe/internal/capability/dns"
 	rulesunit "loupe/internal/capability/rules"
 	"loupe/internal/config/check"
 	"loupe/internal/export/delivery"
@@ -99,6 +100,8 @@ func TestDefault(t *testing.T) {
 			KeepSlots: 1024, IdleTimeout: 30 * time.Second, MaxAge: time.Hour, HTTPMaxSeries: 4096, BufferSize: 4 << 20,
 			FileMaxSize: 100 << 20, FileMaxAge: time.Hour, MaxFiles: 100, MaxSize: 1 << 30},
 		Rules: rulesunit.Config{Reload: 2 * time.Second, MaxSeries: 1000},
+		DNS: dnsunit.Config{Enabled: true, HandshakeRTT: true, Timeout: 5 * time.Second, MaxPending: 4096, MaxFlows: 8192,
+			HandshakeMaxPending: 8192},
 		Exporters: targets.Exporters{
 			Delivery: delivery.Config{QueueSize: 65536, BatchSize: 4096, MaxLinger: time.Second,
 				RetryMax: 30 * time.Second, ShutdownTimeout: 5 * time.Second},
@@ -194,6 +197,12 @@ func keyCases() []keyCase {
 		{"rules.enabled", "true", func(c *Config) { c.Rules.Enabled = true }},
 		{"rules.reload_interval", "5s", func(c *Config) { c.Rules.Reload = 5 * time.Second }},
 		{"rules.max_series", "10", func(c *Config) { c.Rules.MaxSeries = 10 }},
+		{"dns.enabled", "false", func(c *Config) { c.DNS.Enabled = false }},
+		{"dns.handshake_rtt", "false", func(c *Config) { c.DNS.HandshakeRTT = false }},
+		{"dns.timeout", "2s", func(c *Config) { c.DNS.Timeout = 2 * time.Second }},
+		{"dns.max_pending", "100", func(c *Config) { c.DNS.MaxPending = 100 }},
+		{"dns.max_flows", "200", func(c *Config) { c.DNS.MaxFlows = 200 }},
+		{"dns.handshake_max_pending", "300", func(c *Config) { c.DNS.HandshakeMaxPending = 300 }},
 		{"export", "json:/var/log/flows.json,json:-", func(c *Config) { c.Export = []string{"json:/var/log/flows.json", "json:-"} }},
 		{"delivery.queue_size", "1000", func(c *Config) { c.Delivery.QueueSize = 1000 }},
 		{"delivery.batch_size", "100", func(c *Config) { c.Delivery.BatchSize = 100 }},

@@ -171,6 +171,9 @@ func Load(opts Options) (*Datapath, error) {
 	if err := switchCapabilities(spec, opts.Capabilities); err != nil {
 		return nil, err
 	}
+	if err := faultRefuse(opts.Capabilities); err != nil {
+		return nil, err
+	}
 	rules := slices.Contains(opts.Capabilities, "rules")
 	if rules && !slices.Contains(opts.Capabilities, "flows") {
 		return nil, errors.New("the rules capability decides what flows measures: it needs flows")
