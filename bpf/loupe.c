@@ -103,7 +103,7 @@ static __always_inline int hook(struct __sk_buff *skb, __u8 direction, const __u
 	if (DNS_ON(build))
 		dns_observe(skb, &p, &key);
 	if (HANDSHAKE_ON(build))
-		handshake_observe(skb, &p, &key);
+		handshake_observe(&p, &key);
 	/* Capture last: it is a function of its own (capture.h), and after a
 	 * call the verifier takes the memory handed to it for clobbered, p
 	 * included. */

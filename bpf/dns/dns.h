@@ -133,7 +133,10 @@ struct dns_query {
  * (BPF_F_NO_PREALLOC): DNS is a small part of a host's traffic, and the
  * tables then cost memory in proportion to it rather than to their bound.
  * The kernel allocates in the program (bpf_mem_alloc), which the update of
- * a rare DNS packet can afford. */
+ * a rare DNS packet can afford: measured, about 60 ns a message (a query
+ * 460 ns against 400 preallocated, a response 386 against 330, in
+ * BenchmarkTCSignals on a busy 2-CPU VM), for tables that take 5 MiB
+ * preallocated at the default sizes. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096); /* resized from Go: dns.max_pending */

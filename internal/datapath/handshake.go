@@ -2,6 +2,7 @@ package datapath
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -42,6 +43,16 @@ func sizeHandshake(spec *ebpf.CollectionSpec, s HandshakeSizes, on bool) error {
 	spec.Maps[loupeMapHandshakePending].MaxEntries = uint32(s.Pending)
 	spec.Maps[loupeMapHandshakeFlowsA].MaxEntries = uint32(s.Flows)
 	spec.Maps[loupeMapHandshakeFlowsB].MaxEntries = uint32(s.Flows)
+	// The slots of the numbers SYN-ACKs await: twice the handshakes
+	// followed, so that few share a slot (handshake.h).
+	slots := roundPow2(2 * s.Pending)
+	if !on {
+		slots = 1
+	}
+	spec.Maps[loupeMapHandshakeSynacks].MaxEntries = uint32(slots)
+	if err := spec.Variables[loupeVarHandshakeSlotMask].Set(uint32(slots - 1)); err != nil {
+		return fmt.Errorf("set handshake slots: %w", err)
+	}
 	return nil
 }
 

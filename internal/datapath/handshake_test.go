@@ -66,8 +66,7 @@ func TestHandshakeRTT(t *testing.T) {
 // TestHandshakeNotTimed: what must not give an RTT. A SYN sent again and a
 // SYN-ACK sent again (Karn's rule: which one did the answer answer?), a
 // SYN-ACK that acknowledges another sequence number, a SYN-ACK without its
-// SYN, the packets out of order, and a handshake whose last ACK carries
-// data (only pure ACKs are looked up).
+// SYN, and the packets out of order.
 func TestHandshakeNotTimed(t *testing.T) {
 	s := newSigTest(t, Options{})
 	const isn, sisn = 1000, 5000
@@ -95,24 +94,37 @@ func TestHandshakeNotTimed(t *testing.T) {
 	s.run(flow.Egress, c.seg(t, true, "A", isn+1, sisn+1, nil))
 	s.run(flow.Ingress, c.seg(t, false, "SA", sisn, isn+1, nil))
 
-	c = tcpConn("10.1.2.3", 51005, "192.0.2.80")
-	s.run(flow.Egress, c.seg(t, true, "S", isn, 0, nil))
-	s.run(flow.Ingress, c.seg(t, false, "SA", sisn, isn+1, nil))
-	s.run(flow.Egress, c.seg(t, true, "PA", isn+1, sisn+1, []byte("data")))
-
 	if got := s.handshakes(); len(got) != 0 {
 		t.Errorf("results %+v, want none", got)
 	}
 	checkCounters(t, s.counters(s.dp.HandshakeCounters), map[string]uint64{
-		"syns": 5, "retransmitted": 2, "synack_mismatch": 1, "synack_without_syn": 1,
+		"syns": 4, "retransmitted": 2, "synack_mismatch": 1, "synack_without_syn": 1,
 	})
 
-	// The connection whose ACK carried data is still pending: its
-	// handshake completes if a pure ACK of the SYN-ACK follows.
-	s.run(flow.Egress, c.seg(t, true, "A", isn+5, sisn+1, nil))
+	// The connection whose SYN-ACK came after an ACK is still pending:
+	// its handshake completes with the next ACK of the SYN-ACK.
+	s.run(flow.Egress, tcpConn("10.1.2.3", 51004, "192.0.2.80").seg(t, true, "A", isn+1, sisn+1, nil))
 	if got := s.handshakes(); len(got) != 1 {
 		t.Errorf("results %+v, want the pending connection's", got)
 	}
+}
+
+// TestHandshakeLastACKWithData: a client that delays its ACK sends it with
+// its first data: that segment ends the handshake. The segments after it,
+// which acknowledge the same number, are not looked up again (the counter
+// of timed handshakes stays at one).
+func TestHandshakeLastACKWithData(t *testing.T) {
+	s := newSigTest(t, Options{})
+	const isn, sisn = 1000, 5000
+	c := tcpConn("10.1.2.3", 53000, "192.0.2.80")
+	s.run(flow.Egress, c.seg(t, true, "S", isn, 0, nil))
+	s.run(flow.Ingress, c.seg(t, false, "SA", sisn, isn+1, nil))
+	s.run(flow.Egress, c.seg(t, true, "PA", isn+1, sisn+1, []byte("GET / HTTP/1.1\r\n\r\n")))
+	s.run(flow.Egress, c.seg(t, true, "PA", isn+19, sisn+1, []byte("more")))
+	if got := s.handshakes(); len(got) != 1 {
+		t.Errorf("results %+v, want the handshake", got)
+	}
+	checkCounters(t, s.counters(s.dp.HandshakeCounters), map[string]uint64{"syns": 1, "measured": 1})
 }
 
 // TestHandshakeSwapsWithFlows: a result lands in the interval its ACK was

@@ -481,6 +481,7 @@ const (
 	loupeMapHandshakeFlowsB        = "handshake_flows_b"
 	loupeMapHandshakePending       = "handshake_pending"
 	loupeMapHandshakeStats         = "handshake_stats"
+	loupeMapHandshakeSynacks       = "handshake_synacks"
 	loupeMapRules0                 = "rules_0"
 	loupeMapRules1                 = "rules_1"
 	loupeMapRulesCfg               = "rules_cfg"
@@ -506,6 +507,7 @@ const (
 	loupeVarCfgCapRules            = "cfg_cap_rules"
 	loupeVarCfgOffpath             = "cfg_offpath"
 	loupeVarCfgSharedTable         = "cfg_shared_table"
+	loupeVarHandshakeSlotMask      = "handshake_slot_mask"
 	loupeVarKeepPackets            = "keep_packets"
 	loupeVarKeepSlotsPerCpu        = "keep_slots_per_cpu"
 	loupeVarKeepSnap               = "keep_snap"
@@ -603,6 +605,7 @@ type loupeMapSpecs struct {
 	HandshakeFlowsB    *ebpf.MapSpec `ebpf:"handshake_flows_b"`
 	HandshakePending   *ebpf.MapSpec `ebpf:"handshake_pending"`
 	HandshakeStats     *ebpf.MapSpec `ebpf:"handshake_stats"`
+	HandshakeSynacks   *ebpf.MapSpec `ebpf:"handshake_synacks"`
 	Rules0             *ebpf.MapSpec `ebpf:"rules_0"`
 	Rules1             *ebpf.MapSpec `ebpf:"rules_1"`
 	RulesCfg           *ebpf.MapSpec `ebpf:"rules_cfg"`
@@ -630,6 +633,7 @@ type loupeVariableSpecs struct {
 	CfgCapRules            *ebpf.VariableSpec `ebpf:"cfg_cap_rules"`
 	CfgOffpath             *ebpf.VariableSpec `ebpf:"cfg_offpath"`
 	CfgSharedTable         *ebpf.VariableSpec `ebpf:"cfg_shared_table"`
+	HandshakeSlotMask      *ebpf.VariableSpec `ebpf:"handshake_slot_mask"`
 	KeepPackets            *ebpf.VariableSpec `ebpf:"keep_packets"`
 	KeepSlotsPerCpu        *ebpf.VariableSpec `ebpf:"keep_slots_per_cpu"`
 	KeepSnap               *ebpf.VariableSpec `ebpf:"keep_snap"`
@@ -695,6 +699,7 @@ type loupeMaps struct {
 	HandshakeFlowsB    *ebpf.Map `ebpf:"handshake_flows_b"`
 	HandshakePending   *ebpf.Map `ebpf:"handshake_pending"`
 	HandshakeStats     *ebpf.Map `ebpf:"handshake_stats"`
+	HandshakeSynacks   *ebpf.Map `ebpf:"handshake_synacks"`
 	Rules0             *ebpf.Map `ebpf:"rules_0"`
 	Rules1             *ebpf.Map `ebpf:"rules_1"`
 	RulesCfg           *ebpf.Map `ebpf:"rules_cfg"`
@@ -743,6 +748,7 @@ func (m *loupeMaps) Close() error {
 		m.HandshakeFlowsB,
 		m.HandshakePending,
 		m.HandshakeStats,
+		m.HandshakeSynacks,
 		m.Rules0,
 		m.Rules1,
 		m.RulesCfg,
@@ -771,6 +777,7 @@ type loupeVariables struct {
 	CfgCapRules            *ebpf.Variable `ebpf:"cfg_cap_rules"`
 	CfgOffpath             *ebpf.Variable `ebpf:"cfg_offpath"`
 	CfgSharedTable         *ebpf.Variable `ebpf:"cfg_shared_table"`
+	HandshakeSlotMask      *ebpf.Variable `ebpf:"handshake_slot_mask"`
 	KeepPackets            *ebpf.Variable `ebpf:"keep_packets"`
 	KeepSlotsPerCpu        *ebpf.Variable `ebpf:"keep_slots_per_cpu"`
 	KeepSnap               *ebpf.Variable `ebpf:"keep_snap"`
