@@ -99,6 +99,10 @@ type Options struct {
 	DNS       DNSSizes
 	Handshake HandshakeSizes
 	Logger    *slog.Logger
+
+	// allBuild loads the build with every capability even for flows
+	// alone: benchmarks compare a capability on and off in one build.
+	allBuild bool
 }
 
 // Datapath is the loaded flow program and its maps.
@@ -353,7 +357,7 @@ func (d *Datapath) hasCapability(name string) bool {
 }
 
 func (d *Datapath) flowsOnly() bool {
-	return slices.Equal(d.opts.Capabilities, []string{"flows"})
+	return !d.opts.allBuild && slices.Equal(d.opts.Capabilities, []string{"flows"})
 }
 
 // Options returns the options the datapath was loaded with.
