@@ -29,7 +29,7 @@
  * the connection: looking each up in the pending table cost a pure ACK 45
  * ns more (BPF_PROG_TEST_RUN, BenchmarkTCSignals). So a SYN-ACK also
  * writes the acknowledgement number it awaits (its sequence number + 1)
- * in a slot of handshake_synacks chosen by that number's low bits, and an
+ * in a slot of handshake_synacks chosen by that number and the interface, and an
  * ACK is looked up only when its acknowledgement number is the one in its
  * slot: an array read for every other ACK. Two handshakes awaiting their
  * ACK whose numbers share a slot: the later overwrites the earlier, which
@@ -112,7 +112,7 @@ struct {
 } handshake_pending SEC(".maps");
 
 /* The acknowledgement number each SYN-ACK in progress awaits, in the slot
- * of its low bits (the number & handshake_slot_mask); 0: none. An array,
+ * of that number and the interface (handshake_slot); 0: none. An array,
  * so that the lookup is inlined: this is what every ACK pays. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -123,6 +123,15 @@ struct {
 
 /* handshake_synacks' slots less 1 (a power of two less 1), set from Go. */
 volatile const __u32 handshake_slot_mask = 16383;
+
+/* handshake_slot is the slot of the acknowledgement number ack awaited on
+ * interface ifindex. The interface is mixed in: a forwarded connection's
+ * SYN-ACK crosses two interfaces, each awaiting the same number, and the
+ * first to see the ACK must not clear the other's slot. */
+static __always_inline __u32 handshake_slot(__u32 ack, __u32 ifindex)
+{
+	return (ack ^ (ifindex * 0x9e3779b1U)) & handshake_slot_mask;
+}
 
 /* A handshake timed: 24 bytes. */
 struct handshake_result {
@@ -231,7 +240,7 @@ __noinline int handshake_track(const struct pkt *p, const struct flow_key *key)
 		h->synack_time = bpf_ktime_get_ns();
 		h->synack_seq = p->tcp_seq;
 		h->flags |= HANDSHAKE_F_SYNACK;
-		slot_idx = (p->tcp_seq + 1) & handshake_slot_mask;
+		slot_idx = handshake_slot(p->tcp_seq + 1, key->ifindex);
 		slot = bpf_map_lookup_elem(&handshake_synacks, &slot_idx);
 		if (slot)
 			*slot = p->tcp_seq + 1;
@@ -241,7 +250,7 @@ __noinline int handshake_track(const struct pkt *p, const struct flow_key *key)
 	/* An ACK whose number is in its slot: the handshake's last packet if
 	 * it acknowledges the SYN-ACK, from the client. Any other leaves the
 	 * entry as it is. */
-	slot_idx = p->tcp_ack & handshake_slot_mask;
+	slot_idx = handshake_slot(p->tcp_ack, key->ifindex);
 	slot = bpf_map_lookup_elem(&handshake_synacks, &slot_idx);
 	if (!h || !(h->flags & HANDSHAKE_F_SYNACK) || h->client != dir || p->tcp_ack != h->synack_seq + 1) {
 		/* The handshake this slot awaited was forgotten (the LRU), or
@@ -278,7 +287,7 @@ static __always_inline void handshake_observe(const struct pkt *p, const struct 
 	}
 	if (!(flags & TCP_FLAG_ACK))
 		return;
-	idx = p->tcp_ack & handshake_slot_mask;
+	idx = handshake_slot(p->tcp_ack, key->ifindex);
 	slot = bpf_map_lookup_elem(&handshake_synacks, &idx);
 	if (slot && *slot == p->tcp_ack && p->tcp_ack)
 		handshake_track(p, key);
