@@ -31,7 +31,9 @@
 
 #include "capture/capture.h"
 #include "capture/filter.h"
+#include "dns/dns.h"
 #include "flows/flows.h"
+#include "handshake/handshake.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -44,6 +46,11 @@ volatile const __u8 cfg_cap_capture = 0;
 /* Rules (rules/rules.h) decide what flows measures; a part of flows, in the
  * build with every capability only. */
 volatile const __u8 cfg_cap_rules = 0;
+/* DNS exchanges (dns/dns.h) and TCP handshake RTT (handshake/handshake.h):
+ * results per flow, in tables that swap with the flow tables, so they need
+ * flows. In the build with every capability only. */
+volatile const __u8 cfg_cap_dns = 0;
+volatile const __u8 cfg_cap_handshake = 0;
 
 /* BTF only describes types that globals, maps and function signatures
  * reach; this pointer (in .bss, never used) makes the counter enum visible
@@ -55,12 +62,26 @@ const struct capture_pkt *unused_capture_pkt __attribute__((unused));
 const struct rule_stats *unused_rule_stats __attribute__((unused));
 const enum tunnel_type *unused_tunnel_type __attribute__((unused));
 const enum tunnel_flag *unused_tunnel_flag __attribute__((unused));
+const enum dns_counter *unused_dns_counter __attribute__((unused));
+const enum dns_flag *unused_dns_flag __attribute__((unused));
+const enum handshake_counter *unused_handshake_counter __attribute__((unused));
 
 /* The capabilities a build of the entry program contains (compile time). */
 #define CAP_FLOWS (1 << 0)
 #define CAP_CAPTURE (1 << 1)
 #define CAP_RULES (1 << 2)
-#define CAP_ALL (CAP_FLOWS | CAP_CAPTURE | CAP_RULES)
+#define CAP_DNS (1 << 3)
+#define CAP_HANDSHAKE (1 << 4)
+#define CAP_ALL (CAP_FLOWS | CAP_CAPTURE | CAP_RULES | CAP_DNS | CAP_HANDSHAKE)
+
+/* The switches of DNS and the handshake are read where they are tested
+ * (volatile: every use is a load) rather than kept in a variable from the
+ * start: kept, they took three more stack slots across the flows code, and
+ * the entry program's frame no longer left room for the capture's chain of
+ * calls (512 bytes in all). Switched off, what is left of them is their
+ * two loads (the verifier removes the branches, not the loads). */
+#define DNS_ON(build) (((build) & CAP_DNS) && cfg_cap_dns)
+#define HANDSHAKE_ON(build) (((build) & CAP_HANDSHAKE) && cfg_cap_handshake)
 
 /* hook runs the capabilities of build that are switched on. */
 static __always_inline int hook(struct __sk_buff *skb, __u8 direction, const __u32 build)
@@ -70,6 +91,8 @@ static __always_inline int hook(struct __sk_buff *skb, __u8 direction, const __u
 	struct flow_key key;
 	struct pkt p;
 
+	/* DNS and the handshake need flows (datapath.Load refuses them
+	 * alone): with flows and capture off, nothing is on. */
 	if (!(flows | capture))
 		return TCX_NEXT_ACTION;
 	pkt_parse(skb, direction, &key, &p);
@@ -77,6 +100,12 @@ static __always_inline int hook(struct __sk_buff *skb, __u8 direction, const __u
 		flows_observe_ruled(&p, &key);
 	else if (flows)
 		flows_observe(&p);
+	/* Each an inline test of the packet, then, for the packets it
+	 * concerns, a global function (dns_track, handshake_track). */
+	if (DNS_ON(build))
+		dns_observe(skb, &p, &key);
+	if (HANDSHAKE_ON(build))
+		handshake_observe(&p, &key);
 	/* Capture last: it is a function of its own (capture.h), and after a
 	 * call the verifier takes the memory handed to it for clobbered, p
 	 * included. */

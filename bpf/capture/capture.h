@@ -31,12 +31,12 @@
 #include "httpstats.h"
 #include "keep.h"
 #include "parse.h"
+#include "pkt.h"
 
 /* What capture_observe returns: run the admission program (filter.h). */
 #define CAPTURE_ADMIT 1
 
 #define CAPTURE_MAX_RULES 8
-#define TCP_FLAG_RST 0x04
 /* A perf sample's size is 16 bits wide: the bytes of a packet sent with it
  * stay below that, headers included. Only GSO/GRO super-packets are longer;
  * they are cut, with their length kept (CAPTURE_PACKETS_CUT). */
@@ -489,25 +489,6 @@ static __always_inline struct conn_state *capture_conn(const struct capture_conf
 	return cs;
 }
 
-/* capture_payload_len returns the bytes of TCP payload: up to the end of the
- * IP packet, not of the frame. A frame under Ethernet's 60 bytes was padded
- * by its sender, and at TC ingress the padding is still there (ip_rcv trims
- * it later): a pure ACK or a reset would have 6 bytes of payload, be
- * scanned, and be kept in place of the request. An IP length of 0 (BIG
- * TCP) or past the frame leaves the frame's end. */
-static __always_inline __u32 capture_payload_len(const struct __sk_buff *skb, const struct pkt *p, __u16 eth_type)
-{
-	__u32 end = skb->len, ip = 0;
-
-	if (eth_type == ETH_P_IP)
-		ip = p->off.l3 + (__u32)p->off.ip_len; /* tot_len: the header included */
-	else if (eth_type == ETH_P_IPV6)
-		ip = p->off.l3 + 40 + (__u32)p->off.ip_len; /* payload_len: after the fixed header */
-	if (p->off.ip_len && ip < end)
-		end = ip;
-	return end > p->off.payload ? end - p->off.payload : 0;
-}
-
 /* capture_http_add counts one request or response of the server at addr,
  * port in the HTTP metrics, with its latency (0: none). */
 static __always_inline void capture_http_add(const __u8 *addr, __u16 port, __u8 class, __u64 latency)
@@ -534,7 +515,7 @@ static __always_inline void capture_http_add(const __u8 *addr, __u16 port, __u8 
 	if (latency) {
 		st->latency_count++;
 		st->latency_ns += latency;
-		st->hist[http_bucket(latency) & (HTTP_LAT_BUCKETS - 1)]++;
+		st->hist[latency_bucket(latency) & (HTTP_LAT_BUCKETS - 1)]++;
 	}
 }
 
@@ -641,7 +622,7 @@ __noinline int capture_observe(struct __sk_buff *skb, const struct pkt *p, const
 	if (!cs)
 		return 0;
 	ret = admission ? CAPTURE_ADMIT : 0;
-	len = capture_payload_len(skb, p, key->eth_type);
+	len = pkt_payload_len(skb, p, key->eth_type);
 	if (len)
 		head = capture_http_head(skb, key, cs, (__u64)p->off.payload | (__u64)len << 16 | (__u64)(dir & 1) << 48);
 	if (cs->flags & CONN_TRACED) {

@@ -27,10 +27,10 @@
 #include "conn.h"
 #include "flow.h"
 #include "http.h"
+#include "latency.h"
 
-/* Latency buckets: 0 holds under 1 us, i (1..22) holds [2^(i-1), 2^i) us,
- * 23 everything from 2^22 us (4.2 s) on. */
-#define HTTP_LAT_BUCKETS 24
+/* Latency buckets: latency.h's. */
+#define HTTP_LAT_BUCKETS LAT_BUCKETS
 
 enum http_class {
 	HTTP_CLASS_REQUEST = 0, /* requests to the server */
@@ -59,36 +59,6 @@ struct {
 } capture_http SEC(".maps");
 
 const struct http_stats capture_http_zero = {};
-
-/* http_bucket is the histogram bucket of ns nanoseconds. */
-static __always_inline __u32 http_bucket(__u64 ns)
-{
-	__u64 v = ns / 1000;
-	__u32 r = 0;
-
-	if (!v)
-		return 0;
-	if (v >= 1ULL << 16) {
-		v >>= 16;
-		r += 16;
-	}
-	if (v >= 1 << 8) {
-		v >>= 8;
-		r += 8;
-	}
-	if (v >= 1 << 4) {
-		v >>= 4;
-		r += 4;
-	}
-	if (v >= 1 << 2) {
-		v >>= 2;
-		r += 2;
-	}
-	if (v >= 2)
-		r += 1;
-	r += 1;
-	return r < HTTP_LAT_BUCKETS ? r : HTTP_LAT_BUCKETS - 1;
-}
 
 /* http_is_request tells whether b starts with an HTTP/1.x method. */
 static __always_inline int http_is_request(const __u8 *b)

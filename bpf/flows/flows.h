@@ -406,6 +406,20 @@ static __always_inline void account(const struct pkt *p, const struct flow_key *
 		account_in(&flows_a, 0, key, p, sampling);
 }
 
+/* flows_interval is the table of a pair the programs write in this
+ * interval: 0 or 1, the flow tables' switch. A capability that keeps a
+ * result per flow (dns/dns.h, handshake/handshake.h) keeps two tables and
+ * writes the one this says, so that its results swap with the flow tables
+ * and a table drained after a swap holds the same interval as the flow
+ * table drained with it, whatever the programs write meanwhile. */
+static __always_inline __u32 flows_interval(void)
+{
+	__u32 zero = 0;
+	struct table_state *ts = bpf_map_lookup_elem(&flow_state, &zero);
+
+	return ts ? *(volatile __u32 *)&ts->active & 1 : 0;
+}
+
 /* flows_observe counts the packet p into its flow. */
 static __always_inline void flows_observe(const struct pkt *p)
 {

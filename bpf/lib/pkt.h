@@ -226,4 +226,25 @@ static __always_inline void pkt_parse(struct __sk_buff *skb, __u8 direction, str
 	pkt_len_of(skb, p);
 }
 
+/* pkt_payload_len returns the bytes of transport payload: up to the end of
+ * the IP packet, not of the frame. A frame under Ethernet's 60 bytes was
+ * padded by its sender, and at TC ingress the padding is still there (ip_rcv
+ * trims it later): a pure ACK would seem to carry 6 bytes of payload (the
+ * capture would scan and keep it, the handshake would not know it for the
+ * handshake's last ACK). An IP length of 0 (BIG TCP) or past the frame
+ * leaves the frame's end. eth_type comes apart from p: in a global function
+ * p->key is a number to the verifier, not a pointer. */
+static __always_inline __u32 pkt_payload_len(const struct __sk_buff *skb, const struct pkt *p, __u16 eth_type)
+{
+	__u32 end = skb->len, ip = 0;
+
+	if (eth_type == ETH_P_IP)
+		ip = p->off.l3 + (__u32)p->off.ip_len; /* tot_len: the header included */
+	else if (eth_type == ETH_P_IPV6)
+		ip = p->off.l3 + 40 + (__u32)p->off.ip_len; /* payload_len: after the fixed header */
+	if (p->off.ip_len && ip < end)
+		end = ip;
+	return end > p->off.payload ? end - p->off.payload : 0;
+}
+
 #endif

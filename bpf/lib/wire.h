@@ -108,6 +108,12 @@ struct tcp_wire {
 	__be16 urg_ptr;
 };
 
+/* Bits of tcp_wire.flags. */
+#define TCP_FLAG_FIN 0x01
+#define TCP_FLAG_SYN 0x02
+#define TCP_FLAG_RST 0x04
+#define TCP_FLAG_ACK 0x10
+
 struct icmp_wire {
 	__u8 type;
 	__u8 code;

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 	"loupe/internal/attach"
 	"loupe/internal/capability"
 	"loupe/internal/capability/capture"
+	dnsunit "loupe/internal/capability/dns"
 	"loupe/internal/capability/flows"
 	rulesunit "loupe/internal/capability/rules"
 	signalsunit "loupe/internal/capability/signals"
@@ -78,6 +80,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown,
 	// On by default; each signal degrades alone, so the unit never stops
 	// the start.
 	units = append(units, signalsunit.New(cfg.Signals, cfg.CacheActiveTimeout, log))
+	if cfg.DNS.Any() {
+		units = append(units, dnsunit.New(cfg.DNS, cfg.CacheActiveTimeout, log))
+	}
 	// The memory budget pays for the kernel signals' tables too.
 	var reserved uint64
 	if cfg.Memory > 0 && cfg.Signals.Any() {
@@ -85,17 +90,18 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown,
 			return err
 		}
 	}
-	dp, err := datapath.Load(datapath.Options{
-		FlowBudget:   flowBudget(cfg),
-		Memory:       cfg.Memory,
-		Reserved:     reserved,
-		Tables:       tables,
-		RingBufSize:  int(cfg.RingbufSize),
-		PinDir:       pinDir,
-		Capabilities: hookCapabilities(units),
-		Capture:      cfg.Capture.Sizes(),
-		Logger:       log,
-	})
+	dp, err := loadDatapath(datapath.Options{
+		FlowBudget:  flowBudget(cfg),
+		Memory:      cfg.Memory,
+		Reserved:    reserved,
+		Tables:      tables,
+		RingBufSize: int(cfg.RingbufSize),
+		PinDir:      pinDir,
+		Capture:     cfg.Capture.Sizes(),
+		DNS:         cfg.DNS.DNSSizes(),
+		Handshake:   cfg.DNS.HandshakeSizes(),
+		Logger:      log,
+	}, units, log)
 	if err != nil {
 		return privilegeError("", err)
 	}
@@ -114,7 +120,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown,
 	}
 	if total, tbl, err := dp.MemoryBytes(); err == nil {
 		log.Info("datapath loaded", "component", "datapath", "tables", tables, "flow_budget", dp.Options().FlowBudget,
-			"cpus", dp.CPUs(), "capabilities", strings.Join(hookCapabilities(units), ","),
+			"cpus", dp.CPUs(), "capabilities", strings.Join(dp.Options().Capabilities, ","),
 			"table_memory_bytes", tbl, "total_memory_bytes", total)
 	}
 	if plan := dp.Plan(); plan.Budget > 0 {
@@ -261,16 +267,42 @@ func unpin(dp *datapath.Datapath, evErr error, log *slog.Logger) {
 	log.Info("pinned maps removed", "component", "datapath")
 }
 
-// hookCapabilities names the units whose kernel half is a switch of the
-// entry programs: every unit but the standalone ones.
-func hookCapabilities(units []capability.Unit) []string {
-	var names []string
+// loadDatapath loads the datapath with the capabilities of units on: a
+// unit's name, or the switches of a capability.Switched unit. If the kernel
+// refuses the programs with those switches, it loads them without, and
+// tells each such unit why: its signals are off, the rest runs.
+func loadDatapath(opts datapath.Options, units []capability.Unit, log *slog.Logger) (*datapath.Datapath, error) {
+	var optional []string
 	for _, u := range units {
-		if _, ok := u.(capability.Standalone); !ok {
-			names = append(names, u.Name())
+		if _, ok := u.(capability.Standalone); ok {
+			continue // its own object, not a switch of the entry programs
+		}
+		if s, ok := u.(capability.Switched); ok {
+			opts.Capabilities = append(opts.Capabilities, s.Switches()...)
+			optional = append(optional, s.Switches()...)
+		} else {
+			opts.Capabilities = append(opts.Capabilities, u.Name())
 		}
 	}
-	return names
+	dp, err := datapath.Load(opts)
+	if err == nil || len(optional) == 0 {
+		return dp, err
+	}
+	log.Warn("the datapath did not load with its optional capabilities; loading it without them",
+		"component", "datapath", "optional", strings.Join(optional, ","), "err", err)
+	opts.Capabilities = slices.DeleteFunc(opts.Capabilities, func(c string) bool { return slices.Contains(optional, c) })
+	dp, rerr := datapath.Load(opts)
+	if rerr != nil {
+		// Not the optional capabilities' fault: the first error is
+		// the one to report.
+		return nil, err
+	}
+	for _, u := range units {
+		if s, ok := u.(capability.Switched); ok {
+			s.Refused(err)
+		}
+	}
+	return dp, nil
 }
 
 // linkPinDir is where the attach manager pins TCX links: beside the maps,

@@ -80,6 +80,18 @@ type Standalone interface {
 	Standalone()
 }
 
+// Switched is implemented by a unit whose kernel half is switches of the
+// entry programs other than its name, each optional: the DNS unit's are
+// dns and handshake. The agent switches on what Switches returns instead
+// of the unit's name; if the kernel refuses the programs with them, it
+// loads the datapath again without them and tells the unit why (Refused),
+// so that the unit's signals are off, and say so, while the agent and
+// every other capability run. Refused is called before Open.
+type Switched interface {
+	Switches() []string
+	Refused(err error)
+}
+
 // Host is what the agent gives every unit.
 type Host struct {
 	Datapath *datapath.Datapath

@@ -58,6 +58,7 @@ import (
 
 	"loupe/internal/api"
 	"loupe/internal/capability/capture"
+	dnsunit "loupe/internal/capability/dns"
 	rulesunit "loupe/internal/capability/rules"
 	signalsunit "loupe/internal/capability/signals"
 	"loupe/internal/config/check"
@@ -101,6 +102,9 @@ type Config struct {
 	Rules rulesunit.Config `yaml:"rules"`
 	// Signals is the kernel signals' section, owned by their package.
 	Signals signalsunit.Config `yaml:"signals"`
+	// DNS is the section of the signals at the TC hook (DNS exchanges,
+	// TCP handshake RTT), owned by their unit's package.
+	DNS dnsunit.Config `yaml:"dns"`
 	// Exporters are export, delivery, ipfix, kafka and otlp, owned by the
 	// exporter packages.
 	targets.Exporters `yaml:",inline"`
@@ -137,6 +141,7 @@ func Default() Config {
 		Capture:    capture.DefaultConfig(),
 		Rules:      rulesunit.DefaultConfig(),
 		Signals:    signalsunit.DefaultConfig(),
+		DNS:        dnsunit.DefaultConfig(),
 		Exporters:  targets.Default(),
 		Prometheus: promflow.DefaultConfig(),
 		LogLevel:   "info",

@@ -17,6 +17,7 @@ import (
 
 	"loupe/internal/api"
 	"loupe/internal/capability/capture"
+	dnsunit "loupe/internal/capability/dns"
 	rulesunit "loupe/internal/capability/rules"
 	signalsunit "loupe/internal/capability/signals"
 	"loupe/internal/config/check"
@@ -101,6 +102,8 @@ func TestDefault(t *testing.T) {
 			FileMaxSize: 100 << 20, FileMaxAge: time.Hour, MaxFiles: 100, MaxSize: 1 << 30},
 		Rules:   rulesunit.Config{Reload: 2 * time.Second, MaxSeries: 1000},
 		Signals: signalsunit.Config{RTT: true, Retransmits: true, Drops: true, TableSize: 16384},
+		DNS: dnsunit.Config{Enabled: true, HandshakeRTT: true, Timeout: 5 * time.Second, MaxPending: 4096, MaxFlows: 8192,
+			HandshakeMaxPending: 8192},
 		Exporters: targets.Exporters{
 			Delivery: delivery.Config{QueueSize: 65536, BatchSize: 4096, MaxLinger: time.Second,
 				RetryMax: 30 * time.Second, ShutdownTimeout: 5 * time.Second},
@@ -200,6 +203,12 @@ func keyCases() []keyCase {
 		{"signals.retransmits", "false", func(c *Config) { c.Signals.Retransmits = false }},
 		{"signals.drops", "false", func(c *Config) { c.Signals.Drops = false }},
 		{"signals.table_size", "1024", func(c *Config) { c.Signals.TableSize = 1024 }},
+		{"dns.enabled", "false", func(c *Config) { c.DNS.Enabled = false }},
+		{"dns.handshake_rtt", "false", func(c *Config) { c.DNS.HandshakeRTT = false }},
+		{"dns.timeout", "2s", func(c *Config) { c.DNS.Timeout = 2 * time.Second }},
+		{"dns.max_pending", "100", func(c *Config) { c.DNS.MaxPending = 100 }},
+		{"dns.max_flows", "200", func(c *Config) { c.DNS.MaxFlows = 200 }},
+		{"dns.handshake_max_pending", "300", func(c *Config) { c.DNS.HandshakeMaxPending = 300 }},
 		{"export", "json:/var/log/flows.json,json:-", func(c *Config) { c.Export = []string{"json:/var/log/flows.json", "json:-"} }},
 		{"delivery.queue_size", "1000", func(c *Config) { c.Delivery.QueueSize = 1000 }},
 		{"delivery.batch_size", "100", func(c *Config) { c.Delivery.BatchSize = 100 }},

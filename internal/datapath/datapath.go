@@ -109,11 +109,20 @@ type Options struct {
 	// KiB of spill totals). Needs flows. With a Memory budget and no
 	// SketchBytes, the budget sizes it.
 	SketchBytes int
-	Logger      *slog.Logger
+	// DNS and Handshake size the tables of the dns and handshake
+	// capabilities (zero value: the defaults), used when they are among
+	// Capabilities.
+	DNS       DNSSizes
+	Handshake HandshakeSizes
+	Logger    *slog.Logger
 
 	// sketchParams, if set, is the sketch's shape instead of SketchBytes'
 	// (tests: shapes sketch.Size never picks).
 	sketchParams *sketch.Params
+
+	// allBuild loads the build with every capability even for flows
+	// alone: benchmarks compare a capability on and off in one build.
+	allBuild bool
 }
 
 // Datapath is the loaded flow program and its maps.
@@ -185,6 +194,9 @@ func Load(opts Options) (*Datapath, error) {
 	if err := switchCapabilities(spec, opts.Capabilities); err != nil {
 		return nil, err
 	}
+	if err := faultRefuse(opts.Capabilities); err != nil {
+		return nil, err
+	}
 	rules := slices.Contains(opts.Capabilities, "rules")
 	if rules && !slices.Contains(opts.Capabilities, "flows") {
 		return nil, errors.New("the rules capability decides what flows measures: it needs flows")
@@ -192,6 +204,9 @@ func Load(opts Options) (*Datapath, error) {
 	sizeRules(spec, rules)
 	if err := spec.Variables[loupeVarCfgRulesCache].Set(boolByte(!opts.JudgeEveryPacket)); err != nil {
 		return nil, fmt.Errorf("set rules cache: %w", err)
+	}
+	if err := sizeTCSignals(spec, &opts); err != nil {
+		return nil, err
 	}
 	if opts.Capture == (CaptureSizes{}) {
 		opts.Capture = DefaultCaptureSizes()
@@ -370,7 +385,7 @@ func (d *Datapath) hasCapability(name string) bool {
 }
 
 func (d *Datapath) flowsOnly() bool {
-	return slices.Equal(d.opts.Capabilities, []string{"flows"})
+	return !d.opts.allBuild && slices.Equal(d.opts.Capabilities, []string{"flows"})
 }
 
 // Options returns the options the datapath was loaded with.

@@ -13,7 +13,7 @@ import (
 
 // HTTPLatencyBuckets is the number of latency buckets: 0 holds under 1 us,
 // i holds [2^(i-1), 2^i) us, the last everything from 2^22 us on.
-const HTTPLatencyBuckets = 24
+const HTTPLatencyBuckets = LatencyBuckets
 
 // HTTPServer identifies a server in the metrics; the zero Addr with port 0
 // is "other", where servers past the series cap are counted.

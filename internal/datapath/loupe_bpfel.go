@@ -186,6 +186,85 @@ const (
 	loupeCounterCOUNTER_MAX               loupeCounter = 19
 )
 
+type loupeDnsCounter uint32
+
+const (
+	loupeDnsCounterDNS_QUERIES              loupeDnsCounter = 0
+	loupeDnsCounterDNS_RESPONSES            loupeDnsCounter = 1
+	loupeDnsCounterDNS_MATCHED              loupeDnsCounter = 2
+	loupeDnsCounterDNS_UNMATCHED            loupeDnsCounter = 3
+	loupeDnsCounterDNS_REPEATED             loupeDnsCounter = 4
+	loupeDnsCounterDNS_PENDING_FULL         loupeDnsCounter = 5
+	loupeDnsCounterDNS_RESULTS_FULL         loupeDnsCounter = 6
+	loupeDnsCounterDNS_NAME_TRUNCATED       loupeDnsCounter = 7
+	loupeDnsCounterDNS_NAME_BAD             loupeDnsCounter = 8
+	loupeDnsCounterDNS_NOT_PARSED_SHORT     loupeDnsCounter = 9
+	loupeDnsCounterDNS_NOT_PARSED_MALFORMED loupeDnsCounter = 10
+	loupeDnsCounterDNS_NOT_PARSED_LOAD      loupeDnsCounter = 11
+	loupeDnsCounterDNS_NOT_PARSED_HEADERS   loupeDnsCounter = 12
+	loupeDnsCounterDNS_TCP_REST_NOT_PARSED  loupeDnsCounter = 13
+	loupeDnsCounterDNS_COUNTER_MAX          loupeDnsCounter = 14
+)
+
+type loupeDnsFlag uint32
+
+const (
+	loupeDnsFlagDNS_F_RESPONSE       loupeDnsFlag = 1
+	loupeDnsFlagDNS_F_MATCHED        loupeDnsFlag = 2
+	loupeDnsFlagDNS_F_NAME_TRUNCATED loupeDnsFlag = 4
+	loupeDnsFlagDNS_F_NAME_BAD       loupeDnsFlag = 8
+	loupeDnsFlagDNS_F_TCP            loupeDnsFlag = 16
+)
+
+type loupeDnsQuery struct {
+	_       structs.HostLayout
+	Time    uint64
+	Flow    loupeFlowKey
+	NameLen uint8
+	Flags   uint8
+	Pad     [2]uint8
+	Name    [64]uint8
+}
+
+type loupeDnsQueryKey struct {
+	_          structs.HostLayout
+	Client     [16]uint8
+	Server     [16]uint8
+	Ifindex    uint32
+	ClientPort uint16
+	ServerPort uint16
+	Id         uint16
+	Proto      uint8
+	Pad        [5]uint8
+}
+
+type loupeDnsResult struct {
+	_         structs.HostLayout
+	LatencyNs uint64
+	Id        uint16
+	Rcode     uint8
+	Flags     uint8
+	NameLen   uint8
+	Pad       [3]uint8
+	Name      [64]uint8
+}
+
+type loupeDnsScratch struct {
+	_      structs.HostLayout
+	Qk     loupeDnsQueryKey
+	Q      loupeDnsQuery
+	R      loupeDnsResult
+	Lenbuf [4]uint8
+	Msg    [76]uint8
+}
+
+type loupeDnsStats struct {
+	_         structs.HostLayout
+	Rcodes    [16]uint64
+	LatencyNs uint64
+	Hist      [24]uint64
+}
+
 type loupeFlowEvent struct {
 	_      structs.HostLayout
 	Key    loupeFlowKey
@@ -224,6 +303,50 @@ type loupeFlowStats struct {
 	Sampling       uint16
 	Dscp           uint8
 	Pad            uint8
+}
+
+type loupeHandshake struct {
+	_          structs.HostLayout
+	SynTime    uint64
+	SynackTime uint64
+	SynSeq     uint32
+	SynackSeq  uint32
+	Client     uint8
+	Flags      uint8
+	Pad        [6]uint8
+}
+
+type loupeHandshakeCounter uint32
+
+const (
+	loupeHandshakeCounterHANDSHAKE_SYNS               loupeHandshakeCounter = 0
+	loupeHandshakeCounterHANDSHAKE_MEASURED           loupeHandshakeCounter = 1
+	loupeHandshakeCounterHANDSHAKE_RETRANSMITTED      loupeHandshakeCounter = 2
+	loupeHandshakeCounterHANDSHAKE_SYNACK_WITHOUT_SYN loupeHandshakeCounter = 3
+	loupeHandshakeCounterHANDSHAKE_SYNACK_MISMATCH    loupeHandshakeCounter = 4
+	loupeHandshakeCounterHANDSHAKE_PENDING_FULL       loupeHandshakeCounter = 5
+	loupeHandshakeCounterHANDSHAKE_RESULTS_FULL       loupeHandshakeCounter = 6
+	loupeHandshakeCounterHANDSHAKE_COUNTER_MAX        loupeHandshakeCounter = 7
+)
+
+type loupeHandshakeKey struct {
+	_       structs.HostLayout
+	Conn    loupeConnKey
+	Ifindex uint32
+	Pad     uint32
+}
+
+type loupeHandshakeResult struct {
+	_           structs.HostLayout
+	RttNs       uint64
+	SynSynackNs uint64
+	SynackAckNs uint64
+}
+
+type loupeHandshakeStats struct {
+	_     structs.HostLayout
+	RttNs uint64
+	Hist  [24]uint64
 }
 
 type loupeHttpStats struct {
@@ -429,78 +552,96 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	loupeMapCaptureAdmissions     = "capture_admissions"
-	loupeMapCaptureConfigSel      = "capture_config_sel"
-	loupeMapCaptureConfigs        = "capture_configs"
-	loupeMapCaptureConns          = "capture_conns"
-	loupeMapCaptureCounters       = "capture_counters"
-	loupeMapCaptureEvents         = "capture_events"
-	loupeMapCaptureFilterProgs    = "capture_filter_progs"
-	loupeMapCaptureFiltered       = "capture_filtered"
-	loupeMapCaptureHttp           = "capture_http"
-	loupeMapCaptureKeep           = "capture_keep"
-	loupeMapCaptureKeepCursor     = "capture_keep_cursor"
-	loupeMapCapturePackets        = "capture_packets"
-	loupeMapCaptureRates          = "capture_rates"
-	loupeMapCaptureWindow         = "capture_window"
-	loupeMapCounters              = "counters"
-	loupeMapEventLayout           = "event_layout"
-	loupeMapFlowEvents            = "flow_events"
-	loupeMapFlowState             = "flow_state"
-	loupeMapFlowsA                = "flows_a"
-	loupeMapFlowsAggKey           = "flows_agg_key"
-	loupeMapFlowsB                = "flows_b"
-	loupeMapRules0                = "rules_0"
-	loupeMapRules1                = "rules_1"
-	loupeMapRulesCache            = "rules_cache"
-	loupeMapRulesCfg              = "rules_cfg"
-	loupeMapRulesDst0             = "rules_dst_0"
-	loupeMapRulesDst1             = "rules_dst_1"
-	loupeMapRulesIfaces0          = "rules_ifaces_0"
-	loupeMapRulesIfaces1          = "rules_ifaces_1"
-	loupeMapRulesScratch          = "rules_scratch"
-	loupeMapRulesSel              = "rules_sel"
-	loupeMapRulesSrc0             = "rules_src_0"
-	loupeMapRulesSrc1             = "rules_src_1"
-	loupeMapRulesStats            = "rules_stats"
-	loupeMapSketchCells           = "sketch_cells"
-	loupeMapSketchCm              = "sketch_cm"
-	loupeMapSketchConf            = "sketch_conf"
-	loupeMapSketchFilter          = "sketch_filter"
-	loupeMapSketchSpill           = "sketch_spill"
-	loupeMapTunnelScratch         = "tunnel_scratch"
-	loupeMapTunnelsA              = "tunnels_a"
-	loupeMapTunnelsB              = "tunnels_b"
-	loupeProgLoupeEgress          = "loupe_egress"
-	loupeProgLoupeFlowsEgress     = "loupe_flows_egress"
-	loupeProgLoupeFlowsIngress    = "loupe_flows_ingress"
-	loupeProgLoupeIngress         = "loupe_ingress"
-	loupeVarCaptureConnZero       = "capture_conn_zero"
-	loupeVarCaptureHttpZero       = "capture_http_zero"
-	loupeVarCfgCapCapture         = "cfg_cap_capture"
-	loupeVarCfgCapFlows           = "cfg_cap_flows"
-	loupeVarCfgCapRules           = "cfg_cap_rules"
-	loupeVarCfgOffpath            = "cfg_offpath"
-	loupeVarCfgRulesCache         = "cfg_rules_cache"
-	loupeVarCfgSharedTable        = "cfg_shared_table"
-	loupeVarCfgSketch             = "cfg_sketch"
-	loupeVarCfgSketchCells        = "cfg_sketch_cells"
-	loupeVarCfgSketchFilterBits   = "cfg_sketch_filter_bits"
-	loupeVarCfgSketchFilterHashes = "cfg_sketch_filter_hashes"
-	loupeVarCfgSketchFilterWords  = "cfg_sketch_filter_words"
-	loupeVarCfgSketchRows         = "cfg_sketch_rows"
-	loupeVarCfgSketchSub          = "cfg_sketch_sub"
-	loupeVarCfgSketchWidth        = "cfg_sketch_width"
-	loupeVarKeepPackets           = "keep_packets"
-	loupeVarKeepSlotsPerCpu       = "keep_slots_per_cpu"
-	loupeVarKeepSnap              = "keep_snap"
-	loupeVarUnusedCaptureCounter  = "unused_capture_counter"
-	loupeVarUnusedCaptureEvent    = "unused_capture_event"
-	loupeVarUnusedCapturePkt      = "unused_capture_pkt"
-	loupeVarUnusedCounter         = "unused_counter"
-	loupeVarUnusedRuleStats       = "unused_rule_stats"
-	loupeVarUnusedTunnelFlag      = "unused_tunnel_flag"
-	loupeVarUnusedTunnelType      = "unused_tunnel_type"
+	loupeMapCaptureAdmissions      = "capture_admissions"
+	loupeMapCaptureConfigSel       = "capture_config_sel"
+	loupeMapCaptureConfigs         = "capture_configs"
+	loupeMapCaptureConns           = "capture_conns"
+	loupeMapCaptureCounters        = "capture_counters"
+	loupeMapCaptureEvents          = "capture_events"
+	loupeMapCaptureFilterProgs     = "capture_filter_progs"
+	loupeMapCaptureFiltered        = "capture_filtered"
+	loupeMapCaptureHttp            = "capture_http"
+	loupeMapCaptureKeep            = "capture_keep"
+	loupeMapCaptureKeepCursor      = "capture_keep_cursor"
+	loupeMapCapturePackets         = "capture_packets"
+	loupeMapCaptureRates           = "capture_rates"
+	loupeMapCaptureWindow          = "capture_window"
+	loupeMapCounters               = "counters"
+	loupeMapDnsCounters            = "dns_counters"
+	loupeMapDnsFlowsA              = "dns_flows_a"
+	loupeMapDnsFlowsB              = "dns_flows_b"
+	loupeMapDnsQueries             = "dns_queries"
+	loupeMapDnsScratch             = "dns_scratch"
+	loupeMapDnsStats               = "dns_stats"
+	loupeMapEventLayout            = "event_layout"
+	loupeMapFlowEvents             = "flow_events"
+	loupeMapFlowState              = "flow_state"
+	loupeMapFlowsA                 = "flows_a"
+	loupeMapFlowsAggKey            = "flows_agg_key"
+	loupeMapFlowsB                 = "flows_b"
+	loupeMapHandshakeCounters      = "handshake_counters"
+	loupeMapHandshakeFlowsA        = "handshake_flows_a"
+	loupeMapHandshakeFlowsB        = "handshake_flows_b"
+	loupeMapHandshakePending       = "handshake_pending"
+	loupeMapHandshakeStats         = "handshake_stats"
+	loupeMapHandshakeSynacks       = "handshake_synacks"
+	loupeMapRules0                 = "rules_0"
+	loupeMapRules1                 = "rules_1"
+	loupeMapRulesCache             = "rules_cache"
+	loupeMapRulesCfg               = "rules_cfg"
+	loupeMapRulesDst0              = "rules_dst_0"
+	loupeMapRulesDst1              = "rules_dst_1"
+	loupeMapRulesIfaces0           = "rules_ifaces_0"
+	loupeMapRulesIfaces1           = "rules_ifaces_1"
+	loupeMapRulesScratch           = "rules_scratch"
+	loupeMapRulesSel               = "rules_sel"
+	loupeMapRulesSrc0              = "rules_src_0"
+	loupeMapRulesSrc1              = "rules_src_1"
+	loupeMapRulesStats             = "rules_stats"
+	loupeMapSketchCells            = "sketch_cells"
+	loupeMapSketchCm               = "sketch_cm"
+	loupeMapSketchConf             = "sketch_conf"
+	loupeMapSketchFilter           = "sketch_filter"
+	loupeMapSketchSpill            = "sketch_spill"
+	loupeMapTunnelScratch          = "tunnel_scratch"
+	loupeMapTunnelsA               = "tunnels_a"
+	loupeMapTunnelsB               = "tunnels_b"
+	loupeProgLoupeEgress           = "loupe_egress"
+	loupeProgLoupeFlowsEgress      = "loupe_flows_egress"
+	loupeProgLoupeFlowsIngress     = "loupe_flows_ingress"
+	loupeProgLoupeIngress          = "loupe_ingress"
+	loupeVarCaptureConnZero        = "capture_conn_zero"
+	loupeVarCaptureHttpZero        = "capture_http_zero"
+	loupeVarCfgCapCapture          = "cfg_cap_capture"
+	loupeVarCfgCapDns              = "cfg_cap_dns"
+	loupeVarCfgCapFlows            = "cfg_cap_flows"
+	loupeVarCfgCapHandshake        = "cfg_cap_handshake"
+	loupeVarCfgCapRules            = "cfg_cap_rules"
+	loupeVarCfgOffpath             = "cfg_offpath"
+	loupeVarCfgRulesCache          = "cfg_rules_cache"
+	loupeVarCfgSharedTable         = "cfg_shared_table"
+	loupeVarCfgSketch              = "cfg_sketch"
+	loupeVarCfgSketchCells         = "cfg_sketch_cells"
+	loupeVarCfgSketchFilterBits    = "cfg_sketch_filter_bits"
+	loupeVarCfgSketchFilterHashes  = "cfg_sketch_filter_hashes"
+	loupeVarCfgSketchFilterWords   = "cfg_sketch_filter_words"
+	loupeVarCfgSketchRows          = "cfg_sketch_rows"
+	loupeVarCfgSketchSub           = "cfg_sketch_sub"
+	loupeVarCfgSketchWidth         = "cfg_sketch_width"
+	loupeVarHandshakeSlotMask      = "handshake_slot_mask"
+	loupeVarKeepPackets            = "keep_packets"
+	loupeVarKeepSlotsPerCpu        = "keep_slots_per_cpu"
+	loupeVarKeepSnap               = "keep_snap"
+	loupeVarUnusedCaptureCounter   = "unused_capture_counter"
+	loupeVarUnusedCaptureEvent     = "unused_capture_event"
+	loupeVarUnusedCapturePkt       = "unused_capture_pkt"
+	loupeVarUnusedCounter          = "unused_counter"
+	loupeVarUnusedDnsCounter       = "unused_dns_counter"
+	loupeVarUnusedDnsFlag          = "unused_dns_flag"
+	loupeVarUnusedHandshakeCounter = "unused_handshake_counter"
+	loupeVarUnusedRuleStats        = "unused_rule_stats"
+	loupeVarUnusedTunnelFlag       = "unused_tunnel_flag"
+	loupeVarUnusedTunnelType       = "unused_tunnel_type"
 )
 
 // loadLoupe returns the embedded CollectionSpec for loupe.
@@ -570,12 +711,24 @@ type loupeMapSpecs struct {
 	CaptureRates       *ebpf.MapSpec `ebpf:"capture_rates"`
 	CaptureWindow      *ebpf.MapSpec `ebpf:"capture_window"`
 	Counters           *ebpf.MapSpec `ebpf:"counters"`
+	DnsCounters        *ebpf.MapSpec `ebpf:"dns_counters"`
+	DnsFlowsA          *ebpf.MapSpec `ebpf:"dns_flows_a"`
+	DnsFlowsB          *ebpf.MapSpec `ebpf:"dns_flows_b"`
+	DnsQueries         *ebpf.MapSpec `ebpf:"dns_queries"`
+	DnsScratch         *ebpf.MapSpec `ebpf:"dns_scratch"`
+	DnsStats           *ebpf.MapSpec `ebpf:"dns_stats"`
 	EventLayout        *ebpf.MapSpec `ebpf:"event_layout"`
 	FlowEvents         *ebpf.MapSpec `ebpf:"flow_events"`
 	FlowState          *ebpf.MapSpec `ebpf:"flow_state"`
 	FlowsA             *ebpf.MapSpec `ebpf:"flows_a"`
 	FlowsAggKey        *ebpf.MapSpec `ebpf:"flows_agg_key"`
 	FlowsB             *ebpf.MapSpec `ebpf:"flows_b"`
+	HandshakeCounters  *ebpf.MapSpec `ebpf:"handshake_counters"`
+	HandshakeFlowsA    *ebpf.MapSpec `ebpf:"handshake_flows_a"`
+	HandshakeFlowsB    *ebpf.MapSpec `ebpf:"handshake_flows_b"`
+	HandshakePending   *ebpf.MapSpec `ebpf:"handshake_pending"`
+	HandshakeStats     *ebpf.MapSpec `ebpf:"handshake_stats"`
+	HandshakeSynacks   *ebpf.MapSpec `ebpf:"handshake_synacks"`
 	Rules0             *ebpf.MapSpec `ebpf:"rules_0"`
 	Rules1             *ebpf.MapSpec `ebpf:"rules_1"`
 	RulesCache         *ebpf.MapSpec `ebpf:"rules_cache"`
@@ -603,32 +756,38 @@ type loupeMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type loupeVariableSpecs struct {
-	CaptureConnZero       *ebpf.VariableSpec `ebpf:"capture_conn_zero"`
-	CaptureHttpZero       *ebpf.VariableSpec `ebpf:"capture_http_zero"`
-	CfgCapCapture         *ebpf.VariableSpec `ebpf:"cfg_cap_capture"`
-	CfgCapFlows           *ebpf.VariableSpec `ebpf:"cfg_cap_flows"`
-	CfgCapRules           *ebpf.VariableSpec `ebpf:"cfg_cap_rules"`
-	CfgOffpath            *ebpf.VariableSpec `ebpf:"cfg_offpath"`
-	CfgRulesCache         *ebpf.VariableSpec `ebpf:"cfg_rules_cache"`
-	CfgSharedTable        *ebpf.VariableSpec `ebpf:"cfg_shared_table"`
-	CfgSketch             *ebpf.VariableSpec `ebpf:"cfg_sketch"`
-	CfgSketchCells        *ebpf.VariableSpec `ebpf:"cfg_sketch_cells"`
-	CfgSketchFilterBits   *ebpf.VariableSpec `ebpf:"cfg_sketch_filter_bits"`
-	CfgSketchFilterHashes *ebpf.VariableSpec `ebpf:"cfg_sketch_filter_hashes"`
-	CfgSketchFilterWords  *ebpf.VariableSpec `ebpf:"cfg_sketch_filter_words"`
-	CfgSketchRows         *ebpf.VariableSpec `ebpf:"cfg_sketch_rows"`
-	CfgSketchSub          *ebpf.VariableSpec `ebpf:"cfg_sketch_sub"`
-	CfgSketchWidth        *ebpf.VariableSpec `ebpf:"cfg_sketch_width"`
-	KeepPackets           *ebpf.VariableSpec `ebpf:"keep_packets"`
-	KeepSlotsPerCpu       *ebpf.VariableSpec `ebpf:"keep_slots_per_cpu"`
-	KeepSnap              *ebpf.VariableSpec `ebpf:"keep_snap"`
-	UnusedCaptureCounter  *ebpf.VariableSpec `ebpf:"unused_capture_counter"`
-	UnusedCaptureEvent    *ebpf.VariableSpec `ebpf:"unused_capture_event"`
-	UnusedCapturePkt      *ebpf.VariableSpec `ebpf:"unused_capture_pkt"`
-	UnusedCounter         *ebpf.VariableSpec `ebpf:"unused_counter"`
-	UnusedRuleStats       *ebpf.VariableSpec `ebpf:"unused_rule_stats"`
-	UnusedTunnelFlag      *ebpf.VariableSpec `ebpf:"unused_tunnel_flag"`
-	UnusedTunnelType      *ebpf.VariableSpec `ebpf:"unused_tunnel_type"`
+	CaptureConnZero        *ebpf.VariableSpec `ebpf:"capture_conn_zero"`
+	CaptureHttpZero        *ebpf.VariableSpec `ebpf:"capture_http_zero"`
+	CfgCapCapture          *ebpf.VariableSpec `ebpf:"cfg_cap_capture"`
+	CfgCapDns              *ebpf.VariableSpec `ebpf:"cfg_cap_dns"`
+	CfgCapFlows            *ebpf.VariableSpec `ebpf:"cfg_cap_flows"`
+	CfgCapHandshake        *ebpf.VariableSpec `ebpf:"cfg_cap_handshake"`
+	CfgCapRules            *ebpf.VariableSpec `ebpf:"cfg_cap_rules"`
+	CfgOffpath             *ebpf.VariableSpec `ebpf:"cfg_offpath"`
+	CfgRulesCache          *ebpf.VariableSpec `ebpf:"cfg_rules_cache"`
+	CfgSharedTable         *ebpf.VariableSpec `ebpf:"cfg_shared_table"`
+	CfgSketch              *ebpf.VariableSpec `ebpf:"cfg_sketch"`
+	CfgSketchCells         *ebpf.VariableSpec `ebpf:"cfg_sketch_cells"`
+	CfgSketchFilterBits    *ebpf.VariableSpec `ebpf:"cfg_sketch_filter_bits"`
+	CfgSketchFilterHashes  *ebpf.VariableSpec `ebpf:"cfg_sketch_filter_hashes"`
+	CfgSketchFilterWords   *ebpf.VariableSpec `ebpf:"cfg_sketch_filter_words"`
+	CfgSketchRows          *ebpf.VariableSpec `ebpf:"cfg_sketch_rows"`
+	CfgSketchSub           *ebpf.VariableSpec `ebpf:"cfg_sketch_sub"`
+	CfgSketchWidth         *ebpf.VariableSpec `ebpf:"cfg_sketch_width"`
+	HandshakeSlotMask      *ebpf.VariableSpec `ebpf:"handshake_slot_mask"`
+	KeepPackets            *ebpf.VariableSpec `ebpf:"keep_packets"`
+	KeepSlotsPerCpu        *ebpf.VariableSpec `ebpf:"keep_slots_per_cpu"`
+	KeepSnap               *ebpf.VariableSpec `ebpf:"keep_snap"`
+	UnusedCaptureCounter   *ebpf.VariableSpec `ebpf:"unused_capture_counter"`
+	UnusedCaptureEvent     *ebpf.VariableSpec `ebpf:"unused_capture_event"`
+	UnusedCapturePkt       *ebpf.VariableSpec `ebpf:"unused_capture_pkt"`
+	UnusedCounter          *ebpf.VariableSpec `ebpf:"unused_counter"`
+	UnusedDnsCounter       *ebpf.VariableSpec `ebpf:"unused_dns_counter"`
+	UnusedDnsFlag          *ebpf.VariableSpec `ebpf:"unused_dns_flag"`
+	UnusedHandshakeCounter *ebpf.VariableSpec `ebpf:"unused_handshake_counter"`
+	UnusedRuleStats        *ebpf.VariableSpec `ebpf:"unused_rule_stats"`
+	UnusedTunnelFlag       *ebpf.VariableSpec `ebpf:"unused_tunnel_flag"`
+	UnusedTunnelType       *ebpf.VariableSpec `ebpf:"unused_tunnel_type"`
 }
 
 // loupeObjects contains all objects after they have been loaded into the kernel.
@@ -666,12 +825,24 @@ type loupeMaps struct {
 	CaptureRates       *ebpf.Map `ebpf:"capture_rates"`
 	CaptureWindow      *ebpf.Map `ebpf:"capture_window"`
 	Counters           *ebpf.Map `ebpf:"counters"`
+	DnsCounters        *ebpf.Map `ebpf:"dns_counters"`
+	DnsFlowsA          *ebpf.Map `ebpf:"dns_flows_a"`
+	DnsFlowsB          *ebpf.Map `ebpf:"dns_flows_b"`
+	DnsQueries         *ebpf.Map `ebpf:"dns_queries"`
+	DnsScratch         *ebpf.Map `ebpf:"dns_scratch"`
+	DnsStats           *ebpf.Map `ebpf:"dns_stats"`
 	EventLayout        *ebpf.Map `ebpf:"event_layout"`
 	FlowEvents         *ebpf.Map `ebpf:"flow_events"`
 	FlowState          *ebpf.Map `ebpf:"flow_state"`
 	FlowsA             *ebpf.Map `ebpf:"flows_a"`
 	FlowsAggKey        *ebpf.Map `ebpf:"flows_agg_key"`
 	FlowsB             *ebpf.Map `ebpf:"flows_b"`
+	HandshakeCounters  *ebpf.Map `ebpf:"handshake_counters"`
+	HandshakeFlowsA    *ebpf.Map `ebpf:"handshake_flows_a"`
+	HandshakeFlowsB    *ebpf.Map `ebpf:"handshake_flows_b"`
+	HandshakePending   *ebpf.Map `ebpf:"handshake_pending"`
+	HandshakeStats     *ebpf.Map `ebpf:"handshake_stats"`
+	HandshakeSynacks   *ebpf.Map `ebpf:"handshake_synacks"`
 	Rules0             *ebpf.Map `ebpf:"rules_0"`
 	Rules1             *ebpf.Map `ebpf:"rules_1"`
 	RulesCache         *ebpf.Map `ebpf:"rules_cache"`
@@ -712,12 +883,24 @@ func (m *loupeMaps) Close() error {
 		m.CaptureRates,
 		m.CaptureWindow,
 		m.Counters,
+		m.DnsCounters,
+		m.DnsFlowsA,
+		m.DnsFlowsB,
+		m.DnsQueries,
+		m.DnsScratch,
+		m.DnsStats,
 		m.EventLayout,
 		m.FlowEvents,
 		m.FlowState,
 		m.FlowsA,
 		m.FlowsAggKey,
 		m.FlowsB,
+		m.HandshakeCounters,
+		m.HandshakeFlowsA,
+		m.HandshakeFlowsB,
+		m.HandshakePending,
+		m.HandshakeStats,
+		m.HandshakeSynacks,
 		m.Rules0,
 		m.Rules1,
 		m.RulesCache,
@@ -746,32 +929,38 @@ func (m *loupeMaps) Close() error {
 //
 // It can be passed to loadLoupeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type loupeVariables struct {
-	CaptureConnZero       *ebpf.Variable `ebpf:"capture_conn_zero"`
-	CaptureHttpZero       *ebpf.Variable `ebpf:"capture_http_zero"`
-	CfgCapCapture         *ebpf.Variable `ebpf:"cfg_cap_capture"`
-	CfgCapFlows           *ebpf.Variable `ebpf:"cfg_cap_flows"`
-	CfgCapRules           *ebpf.Variable `ebpf:"cfg_cap_rules"`
-	CfgOffpath            *ebpf.Variable `ebpf:"cfg_offpath"`
-	CfgRulesCache         *ebpf.Variable `ebpf:"cfg_rules_cache"`
-	CfgSharedTable        *ebpf.Variable `ebpf:"cfg_shared_table"`
-	CfgSketch             *ebpf.Variable `ebpf:"cfg_sketch"`
-	CfgSketchCells        *ebpf.Variable `ebpf:"cfg_sketch_cells"`
-	CfgSketchFilterBits   *ebpf.Variable `ebpf:"cfg_sketch_filter_bits"`
-	CfgSketchFilterHashes *ebpf.Variable `ebpf:"cfg_sketch_filter_hashes"`
-	CfgSketchFilterWords  *ebpf.Variable `ebpf:"cfg_sketch_filter_words"`
-	CfgSketchRows         *ebpf.Variable `ebpf:"cfg_sketch_rows"`
-	CfgSketchSub          *ebpf.Variable `ebpf:"cfg_sketch_sub"`
-	CfgSketchWidth        *ebpf.Variable `ebpf:"cfg_sketch_width"`
-	KeepPackets           *ebpf.Variable `ebpf:"keep_packets"`
-	KeepSlotsPerCpu       *ebpf.Variable `ebpf:"keep_slots_per_cpu"`
-	KeepSnap              *ebpf.Variable `ebpf:"keep_snap"`
-	UnusedCaptureCounter  *ebpf.Variable `ebpf:"unused_capture_counter"`
-	UnusedCaptureEvent    *ebpf.Variable `ebpf:"unused_capture_event"`
-	UnusedCapturePkt      *ebpf.Variable `ebpf:"unused_capture_pkt"`
-	UnusedCounter         *ebpf.Variable `ebpf:"unused_counter"`
-	UnusedRuleStats       *ebpf.Variable `ebpf:"unused_rule_stats"`
-	UnusedTunnelFlag      *ebpf.Variable `ebpf:"unused_tunnel_flag"`
-	UnusedTunnelType      *ebpf.Variable `ebpf:"unused_tunnel_type"`
+	CaptureConnZero        *ebpf.Variable `ebpf:"capture_conn_zero"`
+	CaptureHttpZero        *ebpf.Variable `ebpf:"capture_http_zero"`
+	CfgCapCapture          *ebpf.Variable `ebpf:"cfg_cap_capture"`
+	CfgCapDns              *ebpf.Variable `ebpf:"cfg_cap_dns"`
+	CfgCapFlows            *ebpf.Variable `ebpf:"cfg_cap_flows"`
+	CfgCapHandshake        *ebpf.Variable `ebpf:"cfg_cap_handshake"`
+	CfgCapRules            *ebpf.Variable `ebpf:"cfg_cap_rules"`
+	CfgOffpath             *ebpf.Variable `ebpf:"cfg_offpath"`
+	CfgRulesCache          *ebpf.Variable `ebpf:"cfg_rules_cache"`
+	CfgSharedTable         *ebpf.Variable `ebpf:"cfg_shared_table"`
+	CfgSketch              *ebpf.Variable `ebpf:"cfg_sketch"`
+	CfgSketchCells         *ebpf.Variable `ebpf:"cfg_sketch_cells"`
+	CfgSketchFilterBits    *ebpf.Variable `ebpf:"cfg_sketch_filter_bits"`
+	CfgSketchFilterHashes  *ebpf.Variable `ebpf:"cfg_sketch_filter_hashes"`
+	CfgSketchFilterWords   *ebpf.Variable `ebpf:"cfg_sketch_filter_words"`
+	CfgSketchRows          *ebpf.Variable `ebpf:"cfg_sketch_rows"`
+	CfgSketchSub           *ebpf.Variable `ebpf:"cfg_sketch_sub"`
+	CfgSketchWidth         *ebpf.Variable `ebpf:"cfg_sketch_width"`
+	HandshakeSlotMask      *ebpf.Variable `ebpf:"handshake_slot_mask"`
+	KeepPackets            *ebpf.Variable `ebpf:"keep_packets"`
+	KeepSlotsPerCpu        *ebpf.Variable `ebpf:"keep_slots_per_cpu"`
+	KeepSnap               *ebpf.Variable `ebpf:"keep_snap"`
+	UnusedCaptureCounter   *ebpf.Variable `ebpf:"unused_capture_counter"`
+	UnusedCaptureEvent     *ebpf.Variable `ebpf:"unused_capture_event"`
+	UnusedCapturePkt       *ebpf.Variable `ebpf:"unused_capture_pkt"`
+	UnusedCounter          *ebpf.Variable `ebpf:"unused_counter"`
+	UnusedDnsCounter       *ebpf.Variable `ebpf:"unused_dns_counter"`
+	UnusedDnsFlag          *ebpf.Variable `ebpf:"unused_dns_flag"`
+	UnusedHandshakeCounter *ebpf.Variable `ebpf:"unused_handshake_counter"`
+	UnusedRuleStats        *ebpf.Variable `ebpf:"unused_rule_stats"`
+	UnusedTunnelFlag       *ebpf.Variable `ebpf:"unused_tunnel_flag"`
+	UnusedTunnelType       *ebpf.Variable `ebpf:"unused_tunnel_type"`
 }
 
 // loupePrograms contains all programs after they have been loaded into the kernel.
