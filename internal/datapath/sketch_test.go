@@ -330,6 +330,44 @@ func TestSketchSpill(t *testing.T) {
 	}
 }
 
+// TestSketchEveryCapability loads sketch mode in every build and
+// combination of capabilities that has flows (the verifier adds up the
+// stack frames of the deepest chain of calls, which rules and capture
+// lengthen, against 512 bytes) and spills packets through each: the
+// sketch holds byte for byte what the Encoder builds from them.
+func TestSketchEveryCapability(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	ns, ifindexes := sketchNS(t)
+	for _, caps := range [][]string{
+		{"flows"},
+		{"flows", "rules"},
+		{"flows", "capture"},
+		{"flows", "capture", "rules"},
+	} {
+		t.Run(fmt.Sprint(caps), func(t *testing.T) {
+			const budget = 3
+			dp := loadForTest(t, Options{FlowBudget: budget, RingBufSize: 1 << 16, SketchBytes: 512 << 10, Capabilities: caps})
+			p, ok := dp.SketchParams()
+			if !ok {
+				t.Fatal("sketch mode is off")
+			}
+			fill, spill := interval(ifindexes, budget, 20, 2, 700)
+			cpu := runPinned(t, ns, dp, append(fill, spill...))
+			d, err := dp.Rotate()
+			if err != nil {
+				t.Fatal(err)
+			}
+			h, err := d.(SketchDrain).Sketch()
+			if err != nil {
+				t.Fatal(err)
+			}
+			enc, flows, ifaces := expect(t, p, spill)
+			checkHalf(t, h, cpu, enc, flows, ifaces)
+			readDrain(t, d)
+		})
+	}
+}
+
 // TestSketchOffDiverts: without a sketch budget, the drains have no sketch
 // half and a full table diverts (TestMapFullDivertsToRingBuffer has the
 // details).
