@@ -129,9 +129,10 @@ struct {
 	__type(value, struct sketch_slot); /* Value: the slot, per CPU */
 } sketch_spill SEC(".maps");
 
-/* The sizes above, for an agent that finds these maps pinned (a retired set
- * is decoded with its own parameters): written by userspace at load, never
- * read by the programs. */
+/* The sizes above and the hashing, for an agent that finds these maps
+ * pinned (a retired set is decoded with its own parameters, and only by a
+ * build that hashes alike): written by userspace at load, never read by
+ * the programs. */
 struct sketch_params {
 	__u32 cells;
 	__u32 filter_bits;
@@ -139,6 +140,7 @@ struct sketch_params {
 	__u32 rows;
 	__u32 width;
 	__u32 spill_slots;
+	__u32 hash; /* sketch.HashVersion the halves are written with */
 };
 
 struct {

@@ -11,6 +11,12 @@ const KeySize = 64
 // and internal/flow know its fields.
 type Key [KeySize]byte
 
+// HashVersion names the hashing the package documentation defines ("The
+// hash"): a sketch is decoded only by a build of the same version. Version
+// 1 hashed the whole key once per index; version 2 derives every index
+// from two full hashes.
+const HashVersion = 2
+
 // hashMul is 2^64 divided by the golden ratio, odd: the multiplier of
 // Fibonacci hashing, which spreads a word's low bits into its high bits.
 const hashMul = 0x9E3779B97F4A7C15
