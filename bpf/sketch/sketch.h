@@ -192,8 +192,8 @@ static __always_inline __u32 sketch_reduce(__u64 h, __u32 n)
  * interleaved word by word, so the CPU overlaps their multiplies. The key
  * is read where it is, with 32-bit loads: it is only 4-byte aligned (on a
  * caller's stack, where the verifier wants every access aligned to its
- * size), and a copy would take the stack the capture's chain of calls
- * needs. */
+ * size), and a copy would take stack the deepest chain of calls cannot
+ * spare. */
 static __always_inline void sketch_hash2(const struct flow_key *key, __u64 *pa, __u64 *pb)
 {
 	const __u32 *p = (const __u32 *)key;
@@ -252,11 +252,12 @@ static __always_inline void sketch_count_spill(__u32 half, struct sketch_slot *h
  *		check += (u32)a; packets += 1; bytes += len
  *	for each row r: pair at column c(r) (from g(K+1+r)): packets += 1; bytes += len
  *
- * Two full hashes and one finalizer per cell and per row, where a full
- * hash per index was four times the multiplies. Nothing is kept in an
- * array: each derived value is computed where it is used, so the frame
- * holds only what the inlined lookups make the compiler spill (spill's
- * frame is in the capture's chain of calls, against 512 bytes).
+ * Two full hashes and one finalizer per cell and per row: 34 multiplies
+ * with Size's four rows, where a full hash per index was 90. Nothing is
+ * kept in an array: each derived value is computed where it is used, so
+ * the frame holds only what the inlined lookups make the compiler spill
+ * (spill's frame counts in the verifier's 512 bytes for the deepest chain
+ * of calls).
  *
  * Every index is below its map's max_entries by construction; the lookups'
  * NULL checks are the verifier's, and never taken. */
