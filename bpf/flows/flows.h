@@ -289,20 +289,19 @@ __noinline int tunnel_note(const struct flow_key *key, __u32 idx)
  * counters.
  *
  * A function of its own (a BPF-to-BPF call), not inlined: its stack frame
- * (the key's words, the hashes the registers cannot hold) is then not part
- * of the callers' frames, which the capture's deepest chain of calls adds
- * up against the 512-byte limit, and the code of the insert appears once
- * in the program instead of at every account() (flows_observe_ruled has
+ * (what the registers cannot hold across the inlined lookups) is then not
+ * part of the callers' frames, and the code of the insert appears once in
+ * the program instead of at every account() (flows_observe_ruled has
  * several, and account_in two per table). The call is paid on the spill
- * path only. */
+ * path only. Its frame is still added to its callers' in the deepest chain
+ * of calls the verifier sums against 512 bytes (the entry program's,
+ * flows_observe_ruled's, spill's), so the insert keeps its frame small: no
+ * copy of the key, no array of hashes. */
 static __noinline void spill(__u32 half, struct sketch_slot *hdr, const struct flow_key *key, __u64 len)
 {
-	struct sketch_key k;
-
 	if (!hdr || !key)
 		return;
-	sketch_key_of(&k, key);
-	sketch_insert(half & 1, &k, len);
+	sketch_insert(half & 1, key, len);
 	sketch_count_spill(half & 1, hdr, key, len);
 	counter_inc(COUNTER_SPILLED_PACKETS);
 	counter_add(COUNTER_SPILLED_BYTES, len);

@@ -49,7 +49,7 @@
 #include "flow.h"
 
 #define SKETCH_K 3                  /* cells per flow, one per subrange (sketch.K) */
-#define SKETCH_MAX_ROWS 8           /* sketch.MaxRows: the seeds table's rows */
+#define SKETCH_MAX_ROWS 8           /* sketch.MaxRows: the rows loop's bound */
 #define SKETCH_MAX_FILTER_HASHES 32 /* the filter loop's bound; Go refuses more */
 #define SKETCH_SPILL_SLOTS 256      /* hashed spill-total slots per half (a power of 2) */
 #define SKETCH_SPILL_STRIDE (SKETCH_SPILL_SLOTS + 1) /* + the header slot, index 0 */
@@ -129,9 +129,10 @@ struct {
 	__type(value, struct sketch_slot); /* Value: the slot, per CPU */
 } sketch_spill SEC(".maps");
 
-/* The sizes above, for an agent that finds these maps pinned (a retired set
- * is decoded with its own parameters): written by userspace at load, never
- * read by the programs. */
+/* The sizes above and the hashing, for an agent that finds these maps
+ * pinned (a retired set is decoded with its own parameters, and only by a
+ * build that hashes alike): written by userspace at load, never read by
+ * the programs. */
 struct sketch_params {
 	__u32 cells;
 	__u32 filter_bits;
@@ -139,6 +140,7 @@ struct sketch_params {
 	__u32 rows;
 	__u32 width;
 	__u32 spill_slots;
+	__u32 hash; /* sketch.HashVersion the halves are written with */
 };
 
 struct {
@@ -148,50 +150,15 @@ struct {
 	__type(value, struct sketch_params);
 } sketch_conf SEC(".maps");
 
-/* The hash (sketch.Hash): seeds are SplitMix64's first outputs from 0. */
+/* The hash (sketch.Hash, doc.go "The hash"): a key's two full hashes a and
+ * b, seeded with SplitMix64's first two outputs from 0; every index comes
+ * from them by a finalizer and a multiply-shift. */
 #define SKETCH_MUL 0x9E3779B97F4A7C15ULL
-#define SKETCH_SEED_CELL0 0xE220A8397B1DCDAFULL
-#define SKETCH_SEED_CELL1 0x6E789E6AA1B965F4ULL
-#define SKETCH_SEED_CELL2 0x06C45D188009454FULL
-#define SKETCH_SEED_FILTER_A 0xF88BB8A8724C81ECULL
-#define SKETCH_SEED_FILTER_B 0x1B39896A51A8749BULL
+#define SKETCH_SEED_A 0xE220A8397B1DCDAFULL
+#define SKETCH_SEED_B 0x6E789E6AA1B965F4ULL
+#define SKETCH_DERIVE_CELL 1              /* g(1..K): the cells */
+#define SKETCH_DERIVE_ROW (1 + SKETCH_K) /* g(K+1..): the count-min rows */
 
-#define SKETCH_SEED_ROW0 0x53CB9F0C747EA2EAULL
-#define SKETCH_SEED_ROW1 0x2C829ABE1F4532E1ULL
-#define SKETCH_SEED_ROW2 0xC584133AC916AB3CULL
-#define SKETCH_SEED_ROW3 0x3EE5789041C98AC3ULL
-#define SKETCH_HASHES (2 + SKETCH_K + 4) /* computed together: filter, cells, rows 0-3 */
-
-static const __u64 sketch_row_seeds[SKETCH_MAX_ROWS] = {
-	SKETCH_SEED_ROW0,      SKETCH_SEED_ROW1,      SKETCH_SEED_ROW2,      SKETCH_SEED_ROW3,
-	0xF3B8488C368CB0A6ULL, 0x657EECDD3CB13D09ULL, 0xC2D326E0055BDEF6ULL, 0x8621A03FE0BBDB7BULL,
-};
-
-/* The key as the sketch hashes and stores it: struct flow_key's 60 bytes and
- * 4 zero bytes, eight little-endian words. Read with 32-bit loads: the key
- * is only 4-byte aligned (on the stack, where the verifier wants every
- * access aligned to its size). */
-struct sketch_key {
-	__u64 w[8];
-};
-
-static __always_inline void sketch_key_of(struct sketch_key *k, const struct flow_key *key)
-{
-	const __u32 *p = (const __u32 *)key;
-
-#pragma unroll
-	for (int i = 0; i < 7; i++)
-		k->w[i] = (__u64)p[2 * i] | (__u64)p[2 * i + 1] << 32;
-	k->w[7] = p[14];
-}
-
-/* H(seed, key) (sketch.Hash) for several seeds at once: the design's
- * multiply-xorshift loop over the words, then MurmurHash3's fmix64 (doc.go
- * says why). Each hash is a chain of 10 dependent multiplies; computed word
- * by word for all seeds, the chains are interleaved in the code and the CPU
- * overlaps them, where one hash after the other waits on every multiply
- * (measured: 15 ns less per spilled packet). The hashes are most of an
- * insert's cost. */
 #define SKETCH_MIX(h, x)                                                                           \
 	do {                                                                                       \
 		(h) ^= (x);                                                                        \
@@ -199,6 +166,8 @@ static __always_inline void sketch_key_of(struct sketch_key *k, const struct flo
 		(h) ^= (h) >> 29;                                                                  \
 	} while (0)
 
+/* MurmurHash3's fmix64: the full hash's last step, and all of what derives
+ * a cell's or a row's value from a and b. */
 static __always_inline __u64 sketch_fmix(__u64 h)
 {
 	h ^= h >> 33;
@@ -209,22 +178,36 @@ static __always_inline __u64 sketch_fmix(__u64 h)
 	return h;
 }
 
-static __always_inline void sketch_hashes(__u64 *h, const __u64 *seeds, const int n, const struct sketch_key *k)
+/* sketch_reduce maps h to [0, n), n at most 2^32: the high half of h times
+ * n, over 2^32 (Lemire's multiply-shift), a multiply where % is a
+ * division. */
+static __always_inline __u32 sketch_reduce(__u64 h, __u32 n)
 {
-#pragma unroll
-	for (int i = 0; i < n; i++)
-		h[i] = seeds[i];
-#pragma unroll
-	for (int w = 0; w < 8; w++) {
-		__u64 x = k->w[w];
+	return ((h >> 32) * n) >> 32;
+}
+
+/* sketch_hash2 computes a = H(seed A, key) and b = H(seed B, key): the
+ * multiply-xorshift loop over the key's eight little-endian words (struct
+ * flow_key's 60 bytes, then 4 zero bytes), then fmix64. The two chains are
+ * interleaved word by word, so the CPU overlaps their multiplies. The key
+ * is read where it is, with 32-bit loads: it is only 4-byte aligned (on a
+ * caller's stack, where the verifier wants every access aligned to its
+ * size), and a copy would take stack the deepest chain of calls cannot
+ * spare. */
+static __always_inline void sketch_hash2(const struct flow_key *key, __u64 *pa, __u64 *pb)
+{
+	const __u32 *p = (const __u32 *)key;
+	__u64 a = SKETCH_SEED_A, b = SKETCH_SEED_B;
 
 #pragma unroll
-		for (int i = 0; i < n; i++)
-			SKETCH_MIX(h[i], x);
+	for (int w = 0; w < 8; w++) {
+		__u64 x = w < 7 ? (__u64)p[2 * w] | (__u64)p[2 * w + 1] << 32 : (__u64)p[14];
+
+		SKETCH_MIX(a, x);
+		SKETCH_MIX(b, x);
 	}
-#pragma unroll
-	for (int i = 0; i < n; i++)
-		h[i] = sketch_fmix(h[i]);
+	*pa = sketch_fmix(a);
+	*pb = sketch_fmix(b);
 }
 
 /* sketch_header returns the header slot of a half on this CPU. */
@@ -262,35 +245,36 @@ static __always_inline void sketch_count_spill(__u32 half, struct sketch_slot *h
 /* sketch_insert records one packet of len bytes of the flow key into half
  * of this CPU's sketch: the insert of doc.go, as sketch.Encoder.Add does it.
  *
- *	a, b = filter hashes; seen = every probe's bit already set; set every probe's bit
- *	for each of the flow's K cells:
+ *	a, b = the key's two hashes; g(i) = fmix64(a + i*b)
+ *	filter: seen = every probe's bit already set; set every probe's bit
+ *	for each of the flow's K cells (from g(1..K)):
  *		if !seen: key_xor ^= key; flow_count += 1
- *		check += (u32)(a >> 32); packets += 1; bytes += len
- *	for each row r: pair at column c(r): packets += 1; bytes += len
+ *		check += (u32)a; packets += 1; bytes += len
+ *	for each row r: pair at column c(r) (from g(K+1+r)): packets += 1; bytes += len
+ *
+ * Two full hashes and one finalizer per cell and per row: 34 multiplies
+ * with Size's four rows, where a full hash per index was 90. Nothing is
+ * kept in an array: each derived value is computed where it is used, so
+ * the frame holds only what the inlined lookups make the compiler spill
+ * (spill's frame counts in the verifier's 512 bytes for the deepest chain
+ * of calls).
  *
  * Every index is below its map's max_entries by construction; the lookups'
  * NULL checks are the verifier's, and never taken. */
-static __always_inline void sketch_insert(__u32 half, const struct sketch_key *k, __u64 len)
+static __always_inline void sketch_insert(__u32 half, const struct flow_key *key, __u64 len)
 {
-	/* Every hash at once, the first four count-min rows' included (Size
-	 * picks four): nine interleaved chains, measured 8 ns a packet faster
-	 * than the rows' four after the cells' five. Rows beyond four, if any,
-	 * are hashed below. */
-	const __u64 seeds[SKETCH_HASHES] = {
-		SKETCH_SEED_FILTER_A, SKETCH_SEED_FILTER_B, SKETCH_SEED_CELL0, SKETCH_SEED_CELL1, SKETCH_SEED_CELL2,
-		SKETCH_SEED_ROW0, SKETCH_SEED_ROW1, SKETCH_SEED_ROW2, SKETCH_SEED_ROW3,
-	};
-	__u64 h[SKETCH_HASHES], m, pos, step;
-	__u32 chk, seen = 1;
+	const __u32 *kw = (const __u32 *)key;
+	__u64 a, b, m, pos, step;
+	__u32 seen = 1;
 
-	sketch_hashes(h, seeds, SKETCH_HASHES, k);
+	sketch_hash2(key, &a, &b);
 
 	/* The flow filter: FilterHashes probes by double hashing, distinct
 	 * bits since m is prime. A bounded loop (the bound is Go's limit), not
 	 * unrolled: the verifier walks cfg_sketch_filter_hashes iterations. */
 	m = cfg_sketch_filter_bits;
-	pos = h[0] % m;
-	step = 1 + h[1] % (m - 1);
+	pos = sketch_reduce(a, m);
+	step = 1 + sketch_reduce(b, m - 1);
 	{
 		__u32 base = half ? cfg_sketch_filter_words : 0;
 
@@ -315,28 +299,28 @@ static __always_inline void sketch_insert(__u32 half, const struct sketch_key *k
 		}
 	}
 
-	/* The flow set: one cell in each subrange. */
-	chk = (__u32)(h[0] >> 32);
+	/* The flow set: one cell in each subrange. The key goes into key_xor
+	 * 32 bits at a time, as it is read (its last 4 bytes are zero). */
 	{
 		__u32 sub = cfg_sketch_sub;
 		__u32 base = half ? cfg_sketch_cells : 0;
 
 #pragma unroll
 		for (int j = 0; j < SKETCH_K; j++) {
-			__u32 idx = base + j * sub + (__u32)(h[2 + j] % sub);
+			__u32 idx = base + j * sub + sketch_reduce(sketch_fmix(a + (SKETCH_DERIVE_CELL + j) * b), sub);
 			struct sketch_cell *c = bpf_map_lookup_elem(&sketch_cells, &idx);
 
 			if (!c)
 				return;
 			if (!seen) {
-				__u64 *x = (__u64 *)c->key_xor;
+				__u32 *x = (__u32 *)c->key_xor;
 
 #pragma unroll
-				for (int i = 0; i < 8; i++)
-					x[i] ^= k->w[i];
+				for (int i = 0; i < 15; i++)
+					x[i] ^= kw[i];
 				c->flow_count++;
 			}
-			c->check += chk;
+			c->check += (__u32)a;
 			c->packets++;
 			c->bytes += len;
 		}
@@ -348,33 +332,18 @@ static __always_inline void sketch_insert(__u32 half, const struct sketch_key *k
 		__u32 base = half ? rows * width : 0;
 
 #pragma unroll
-		for (int g = 0; g < SKETCH_MAX_ROWS; g += 4) {
-			__u64 rh[4];
+		for (int r = 0; r < SKETCH_MAX_ROWS; r++) {
+			__u32 idx;
+			struct sketch_counter *c;
 
-			if (g >= rows)
+			if (r >= rows)
 				break;
-			if (g == 0) {
-				rh[0] = h[5];
-				rh[1] = h[6];
-				rh[2] = h[7];
-				rh[3] = h[8];
-			} else {
-				sketch_hashes(rh, &sketch_row_seeds[g], 4, k);
-			}
-#pragma unroll
-			for (int r = 0; r < 4; r++) {
-				__u32 idx;
-				struct sketch_counter *c;
-
-				if (g + r >= rows)
-					break;
-				idx = base + (g + r) * width + (__u32)(rh[r] % width);
-				c = bpf_map_lookup_elem(&sketch_cm, &idx);
-				if (!c)
-					return;
-				c->packets++;
-				c->bytes += len;
-			}
+			idx = base + r * width + sketch_reduce(sketch_fmix(a + (SKETCH_DERIVE_ROW + r) * b), width);
+			c = bpf_map_lookup_elem(&sketch_cm, &idx);
+			if (!c)
+				return;
+			c->packets++;
+			c->bytes += len;
 		}
 	}
 }

@@ -56,7 +56,7 @@ func layoutName(spec *ebpf.CollectionSpec, tables TableKind, sk *sketch.Params) 
 	}
 	fmt.Fprintf(&b, "counters %d\n", loupeCounterCOUNTER_MAX)
 	if sk != nil {
-		fmt.Fprintf(&b, "sketch %+v spill %d\n", *sk, SketchSpillSlots)
+		fmt.Fprintf(&b, "sketch %+v spill %d hash %d\n", *sk, SketchSpillSlots, sketch.HashVersion)
 	}
 	sum := sha256.Sum256([]byte(b.String()))
 	return fmt.Sprintf("%s-%d-%d-%s", tables, spec.Maps[loupeMapFlowsA].MaxEntries,

@@ -471,6 +471,7 @@ type loupeSketchParams struct {
 	Rows         uint32
 	Width        uint32
 	SpillSlots   uint32
+	Hash         uint32
 }
 
 type loupeSketchSlot struct {

@@ -30,9 +30,11 @@ import (
 // are part of the layout name (layoutName): an agent with other parameters
 // never adopts the set, it retires it. A retired set is read with its own
 // parameters, which it holds in its sketch_conf map (written at creation,
-// never by the programs); a set without one (an older build, or maps of
-// another shape) has its sketch halves left unread, and Sketch says so by
-// an error rather than misread them.
+// never by the programs), with the version of the hashing that placed
+// its flows (sketch.HashVersion, also part of the layout name); a set
+// without them (an older build, or maps of another shape) or of another
+// hashing has its sketch halves left unread, and Sketch says so by an
+// error rather than misread them.
 
 // SketchSpillSlots is the number of (ifindex, direction) pairs whose spill
 // totals a CPU keeps apart per half (SKETCH_SPILL_SLOTS); the spill of a
@@ -43,7 +45,7 @@ const (
 	spillStride        = SketchSpillSlots + 1 // the header, then the slots
 	maxSketchFilterHas = 32                   // SKETCH_MAX_FILTER_HASHES
 	spillSlotSize      = 24                   // struct sketch_slot
-	sketchConfSize     = 24                   // struct sketch_params
+	sketchConfSize     = 28                   // struct sketch_params
 )
 
 // SketchParams sizes the sketch of one half for a per-CPU budget of bytes
@@ -328,7 +330,7 @@ func (d *Datapath) writeSketchConf() error {
 		c = loupeSketchParams{
 			Cells: uint32(p.FlowSet.Cells), FilterBits: uint32(p.FlowSet.FilterBits),
 			FilterHashes: uint32(p.FlowSet.FilterHashes), Rows: uint32(p.CountMin.Rows),
-			Width: uint32(p.CountMin.Width), SpillSlots: SketchSpillSlots,
+			Width: uint32(p.CountMin.Width), SpillSlots: SketchSpillSlots, Hash: sketch.HashVersion,
 		}
 	}
 	if err := d.objs.SketchConf.Update(uint32(0), &c, ebpf.UpdateAny); err != nil {
@@ -378,6 +380,9 @@ func retiredSketch(maps map[string]*ebpf.Map, ncpu int) (*sketchMaps, error) {
 	slots := int(le.Uint32(b[20:]))
 	if p.FlowSet.Cells == 0 {
 		return nil, nil // sketch mode was off
+	}
+	if v := le.Uint32(b[24:]); v != sketch.HashVersion {
+		return nil, fmt.Errorf("sketch written with hash version %d, this build decodes version %d", v, sketch.HashVersion)
 	}
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("sketch_conf: %w", err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -330,6 +331,44 @@ func TestSketchSpill(t *testing.T) {
 	}
 }
 
+// TestSketchEveryCapability loads sketch mode in every build and
+// combination of capabilities that has flows (the verifier adds up the
+// stack frames of the deepest chain of calls, which rules and capture
+// lengthen, against 512 bytes) and spills packets through each: the
+// sketch holds byte for byte what the Encoder builds from them.
+func TestSketchEveryCapability(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	ns, ifindexes := sketchNS(t)
+	for _, caps := range [][]string{
+		{"flows"},
+		{"flows", "rules"},
+		{"flows", "capture"},
+		{"flows", "capture", "rules"},
+	} {
+		t.Run(fmt.Sprint(caps), func(t *testing.T) {
+			const budget = 3
+			dp := loadForTest(t, Options{FlowBudget: budget, RingBufSize: 1 << 16, SketchBytes: 512 << 10, Capabilities: caps})
+			p, ok := dp.SketchParams()
+			if !ok {
+				t.Fatal("sketch mode is off")
+			}
+			fill, spill := interval(ifindexes, budget, 20, 2, 700)
+			cpu := runPinned(t, ns, dp, append(fill, spill...))
+			d, err := dp.Rotate()
+			if err != nil {
+				t.Fatal(err)
+			}
+			h, err := d.(SketchDrain).Sketch()
+			if err != nil {
+				t.Fatal(err)
+			}
+			enc, flows, ifaces := expect(t, p, spill)
+			checkHalf(t, h, cpu, enc, flows, ifaces)
+			readDrain(t, d)
+		})
+	}
+}
+
 // TestSketchOffDiverts: without a sketch budget, the drains have no sketch
 // half and a full table diverts (TestMapFullDivertsToRingBuffer has the
 // details).
@@ -550,5 +589,58 @@ func TestSketchPinned(t *testing.T) {
 				t.Fatalf("%d halves held the spill, want 1", found)
 			}
 		})
+	}
+}
+
+// TestSketchRetiredOtherHash: a retired set whose sketch was written with
+// another hashing (its sketch_conf says which) has its halves left unread,
+// with an error, while its tables drain as usual: decoded with this build's
+// hash, its flows would not peel and its count-min estimates could fall
+// below the truth.
+func TestSketchRetiredOtherHash(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	ns, ifindexes := sketchNS(t)
+	const budget = 2
+	pins := filepath.Join(testutil.Bpffs(t), "loupe")
+	opts := Options{FlowBudget: budget, RingBufSize: 1 << 16, PinDir: pins, SketchBytes: 512 << 10}
+	first := loadForTest(t, opts)
+	fill, spill := interval(ifindexes, budget, 20, 2, 800)
+	runPinned(t, ns, first, append(fill, spill...))
+	set := first.setName
+	first.Close() // a crash: the pins stay
+
+	conf, err := ebpf.LoadPinnedMap(filepath.Join(pins, set, loupeMapSketchConf), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c loupeSketchParams
+	if err := conf.Lookup(uint32(0), &c); err != nil {
+		t.Fatal(err)
+	}
+	if c.Hash != sketch.HashVersion || c.Cells == 0 {
+		t.Fatalf("sketch_conf %+v, want this build's hash version %d", c, sketch.HashVersion)
+	}
+	c.Hash = sketch.HashVersion - 1
+	if err := conf.Update(uint32(0), &c, ebpf.UpdateExist); err != nil {
+		t.Fatal(err)
+	}
+	conf.Close()
+
+	opts.SketchBytes = 1 << 20 // another sketch: the set is retired
+	second := loadForTest(t, opts)
+	left, err := second.Leftovers()
+	if err != nil || len(left) != 2 {
+		t.Fatalf("leftovers %v, %v; want the retired set's two tables", left, err)
+	}
+	flows := 0
+	for _, d := range left {
+		h, err := d.(SketchDrain).Sketch()
+		if h != nil || err == nil || !strings.Contains(err.Error(), "hash version") {
+			t.Errorf("sketch half read (%v), error %v; want none and an error naming the hash version", h != nil, err)
+		}
+		flows += len(readDrain(t, d))
+	}
+	if flows != budget {
+		t.Errorf("the retired tables held %d flows, want %d", flows, budget)
 	}
 }

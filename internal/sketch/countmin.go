@@ -47,9 +47,9 @@ func (c *CountMin) Total() Counts { return c.total }
 // sketch: the single-sketch bound holds with N the total over all CPUs.
 func (c *CountMin) Estimate(k *Key) (packets, bytes, maxErrPackets, maxErrBytes uint64, confidence float64) {
 	var cols [MaxRows]int
-	w := words(k)
+	h := hashKey(k)
 	for r := range c.p.Rows {
-		cols[r] = (r*c.p.Width + columnWords(&w, r, c.p.Width)) * CounterSize
+		cols[r] = (r*c.p.Width + h.column(r, c.p.Width)) * CounterSize
 	}
 	for _, t := range c.tables {
 		mp, mb := ^uint64(0), ^uint64(0)

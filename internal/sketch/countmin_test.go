@@ -133,7 +133,7 @@ func TestCountMinLayout(t *testing.T) {
 	table := make([]byte, p.Bytes())
 	k := goldenKeys()[2]
 	for r := range p.Rows {
-		off := (r*p.Width + column(&k, r, p.Width)) * CounterSize
+		off := (r*p.Width + hashKey(&k).column(r, p.Width)) * CounterSize
 		byteOrder.PutUint64(table[off:], uint64(10+r)) // row 0 holds the least
 		byteOrder.PutUint64(table[off+8:], uint64(1000-r))
 	}

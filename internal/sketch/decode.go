@@ -199,16 +199,15 @@ func DecodeCPU(p FlowSetParams, table []byte) (Result, error) {
 			continue
 		}
 		k := keys[c]
-		w := words(&k)
-		idx := cellsWords(&w, sub)
+		h := hashKey(&k)
+		idx := h.cells(sub)
 		if idx[c/sub] != c {
 			continue
 		}
 		if uint64(len(flows)) == inserted {
 			return Result{}, fmt.Errorf("%w: more flows peel than were inserted (%d)", ErrInconsistent, inserted)
 		}
-		fa := hashWords(seeds[seedFilterA], &w)
-		flows = append(flows, decoded{key: k, cells: idx, check: checkTerm(fa)})
+		flows = append(flows, decoded{key: k, cells: idx, check: h.check()})
 		for _, d := range idx {
 			xorKey(&keys[d], &k)
 			counts[d]--

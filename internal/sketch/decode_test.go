@@ -187,7 +187,7 @@ func TestDecodeFalsePositiveCrafted(t *testing.T) {
 			t.Fatal("unexpected flow filter false positive")
 		}
 		tr.add(k, packets, packets*1000)
-		for _, c := range cells(&k, sub) {
+		for _, c := range hashKey(&k).cells(sub) {
 			occupied[c]++
 		}
 	}
@@ -195,7 +195,7 @@ func TestDecodeFalsePositiveCrafted(t *testing.T) {
 	found := false
 	for _, k := range keys[20:] {
 		n := 0
-		for _, c := range cells(&k, sub) {
+		for _, c := range hashKey(&k).cells(sub) {
 			if occupied[c] == 1 {
 				n++
 			}
@@ -209,8 +209,7 @@ func TestDecodeFalsePositiveCrafted(t *testing.T) {
 		t.Fatal("no candidate phantom shares a cell with one flow in every subrange")
 	}
 	// The filter holds the phantom's bits, as if other flows had set them.
-	a, b := filterHashes(&phantom)
-	e.testAndSet(a, b)
+	e.testAndSet(hashKey(&phantom))
 	if e.AddN(&phantom, 7, 7777) {
 		t.Fatal("the phantom was inserted")
 	}

@@ -46,53 +46,97 @@
 //
 // # The hash
 //
-// One function, H(seed, key), over the key read as eight little-endian
-// 64-bit words w0..w7, all arithmetic mod 2^64:
+// One full hash function, H(seed, key), over the key read as eight
+// little-endian 64-bit words w0..w7, all arithmetic mod 2^64:
 //
 //	h = seed
 //	for i in 0..7: h ^= w[i]; h *= 0x9E3779B97F4A7C15; h ^= h >> 29
-//	h ^= h >> 33; h *= 0xFF51AFD7ED558CCD; h ^= h >> 33; h *= 0xC4CEB9FE1A85EC53; h ^= h >> 33
+//	H = fmix64(h)
 //
-// The second line is MurmurHash3's 64-bit finalizer, added to the loop the
-// design proposed: without it one multiply stands between the last word and
-// the output, and flipping one bit of a realistic key flips a given output
-// bit with probability 0.5 ± 0.10 on average (a top bit of the last word
-// flips exactly two output bits); with it, 0.5 ± 0.003 (TestHashAvalanche).
-// It costs two multiplies per hash.
+//	fmix64(h): h ^= h >> 33; h *= 0xFF51AFD7ED558CCD; h ^= h >> 33; h *= 0xC4CEB9FE1A85EC53; h ^= h >> 33
 //
-// The seeds are the first 13 outputs of SplitMix64 from state 0:
+// fmix64 is MurmurHash3's 64-bit finalizer, added to the loop the design
+// proposed: without it one multiply stands between the last word and the
+// output, and flipping one bit of a realistic key flips a given output bit
+// with probability 0.5 ± 0.10 on average (a top bit of the last word flips
+// exactly two output bits); with it, 0.5 ± 0.003 (TestHashAvalanche).
 //
-//	0 0xE220A8397B1DCDAF  cell, subrange 0     7 0xC584133AC916AB3C  count-min row 2
-//	1 0x6E789E6AA1B965F4  cell, subrange 1     8 0x3EE5789041C98AC3  count-min row 3
-//	2 0x06C45D188009454F  cell, subrange 2     9 0xF3B8488C368CB0A6  count-min row 4
-//	3 0xF88BB8A8724C81EC  filter A (and check) 10 0x657EECDD3CB13D09 count-min row 5
-//	4 0x1B39896A51A8749B  filter B             11 0xC2D326E0055BDEF6 count-min row 6
-//	5 0x53CB9F0C747EA2EA  count-min row 0      12 0x8621A03FE0BBDB7B count-min row 7
-//	6 0x2C829ABE1F4532E1  count-min row 1
+// A key is hashed twice, the seeds the first two outputs of SplitMix64 from
+// state 0:
 //
-// and the values derived from a key are (all divisions unsigned 64-bit):
+//	a = H(0xE220A8397B1DCDAF, key)
+//	b = H(0x6E789E6AA1B965F4, key)
 //
-//	cell in subrange j   j·S + H(seed j, key) % S
-//	filter probes        a = H(seed 3, key), b = H(seed 4, key), m = FilterBits:
-//	                     p0 = a % m, step = 1 + b % (m-1), p(i+1) = p(i) + step, minus m if ≥ m;
-//	                     i = 0..FilterHashes-1
-//	check term           (__u32)(a >> 32)
-//	count-min column     H(seed 5+r, key) % Width in row r
+// and every other value comes from a and b through the finalizer alone:
+//
+//	g(i) = fmix64(a + i·b), i ≥ 1
+//
+// A value is brought into [0, n), 1 ≤ n ≤ 2^32, by multiply-shift (Lemire,
+// "Fast random integer generation in an interval", 2019), which reads the
+// high half of the hash:
+//
+//	reduce(h, n) = ((h >> 32) · n) >> 32
+//
+// The values derived from a key are:
+//
+//	cell in subrange j   j·S + reduce(g(1+j), S), j = 0..K-1
+//	count-min column     reduce(g(1+K+r), Width) in row r, r = 0..Rows-1
+//	filter probes        m = FilterBits: p0 = reduce(a, m), step = 1 + reduce(b, m-1),
+//	                     p(i+1) = p(i) + step, minus m if ≥ m; i = 0..FilterHashes-1
+//	check term           (__u32)a, the low half of a, which no reduction reads
 //
 // The filter uses double hashing (Kirsch and Mitzenmacher, 2006: the same
-// false-positive rate as independent hashes) so a packet costs two hashes
-// rather than FilterHashes; m is prime, so the probes are distinct bits.
-// A packet costs 2 + 3 + Rows hashes in all. TestHashGolden,
-// TestIndexesGolden and TestEncodeGolden hold values for three keys, checked
-// against an implementation written from this text; the datapath's tests
-// reuse them.
+// false-positive rate as independent hashes, TestFilterFPR); m is prime, so
+// the probes are distinct bits.
+//
+// Why two full hashes and finalizers: a full hash is a chain of ten
+// dependent multiplies over the whole key, and a full hash per value (2 for
+// the filter, 3 for the cells, 4 for the rows, the layout before this one)
+// was most of a spilled packet's cost. Now a packet costs two full hashes
+// and K + Rows finalizers of two multiplies each, independent of one
+// another, so the CPU overlaps them.
+//
+// Why not plain double hashing for the cells and rows, a + i·b mod S with
+// no finalizer: a flow's K cells would lie on a line fixed by a and b
+// modulo S, so two flows sharing two cells would share all three, and two
+// flows would share all their cells with probability 1/S² instead of 1/S³.
+// Two such flows never peel. At capacity (n = 0.75·3S flows) a table would
+// hold n²/2S² ≈ 2.5 such pairs whatever its size, so that about e^-2.5, one
+// full table in twelve, would decode completely; with independent cells it
+// is n²/2S³ pairs, 0.0025 for the smallest table and 4.6·10^-5 for the
+// 16 MiB one below (TestCellsShared counts them in 50 tables of 1024 cells
+// a subrange: none, and 123 for plain double hashing). Likewise the
+// count-min bound multiplies the rows' probabilities of failing, which
+// holds only if a flow's columns are independent across rows: on a line,
+// two flows colliding in two rows would collide in all. The g(i) are the
+// finalizer of distinct inputs (a + i·b ≠ a + i'·b unless b is one of a few
+// of 2^64 values), and fmix64's avalanche makes them behave as
+// independent: over realistic keys the joint values of a flow's three
+// cells (in subranges of 7 and of 8 cells) and of its four count-min
+// columns spread evenly over all the combinations by a chi-square test,
+// which plain double hashing fails a hundredfold (TestDerivedIndependence);
+// and the decoding threshold below is that of independent cells. This is a
+// heuristic, as H itself is: neither is a family of provably independent
+// functions.
+//
+// Why multiply-shift and not %: a division by a number the compiler cannot
+// see costs ten to twenty cycles where a multiply costs three, and a packet
+// takes K + Rows + 2 of them. The result is off uniform by at most n/2^32
+// (a 2-million-bit filter: 0.05 %), nothing against the sketch's own
+// errors.
+//
+// TestHashGolden, TestIndexesGolden and TestEncodeGolden hold values for
+// three keys, computed by testdata/reference.py, an implementation written
+// from this text alone; the datapath's tests compare its tables with
+// Encoder's byte for byte.
 //
 // # The insert, per packet of len bytes
 //
-//	a, b = filter hashes; seen = every probe's bit already set; set every probe's bit
+//	a, b = the key's two hashes
+//	seen = every filter probe's bit already set; set every probe's bit
 //	for each of the flow's K cells:
 //		if !seen: key_xor ^= key; flow_count += 1
-//		check += (__u32)(a >> 32); packets += 1; bytes += len
+//		check += (__u32)a; packets += 1; bytes += len
 //	for each row r: pair at column c(r): packets += 1; bytes += len
 //
 // # Decoding
@@ -150,9 +194,9 @@
 // -sketch.measure; fixed seeds):
 //
 //	flows per cell       0.70   0.75   0.78   0.80   0.81   0.82   0.83   0.85   0.90
-//	  3,072 cells (2000) 99.8%  99.8%  99.8%  94.3%  68.5%  26.2%   3.1%     0%     0%
-//	 49,152 cells  (200)  100%   100%   100%   100%   100%  13.5%     0%     0%     0%
-//	186,000 cells  (100)  100%   100%   100%   100%   100%   3.0%     0%     0%     0%
+//	  3,072 cells (2000) 99.9%  99.8%  99.8%  94.8%  69.2%  27.0%   3.0%     0%     0%
+//	 49,152 cells  (200)  100%   100%   100%   100%   100%  14.0%     0%     0%     0%
+//	186,000 cells  (100)  100%   100%   100%   100%   100%   5.0%     0%     0%     0%
 //
 // The threshold is the theory's 0.818 flows per cell for K = 3 (1.22 cells a
 // flow), sharper as tables grow. Small tables fail now and then well below
@@ -161,18 +205,23 @@
 // the peeling collapses: at 0.9 flows per cell about a third of the flows
 // decode (TestDecodeOverCapacity). Capacity is 0.75 flows per cell.
 //
+// The table above is from the derived cells of "The hash"; with a full
+// hash per cell (the layout before) every entry was within a point of it
+// but one, past the threshold (3.0 % at 0.82 for 186,000 cells, out of 100
+// trials): deriving the cells moved nothing measurable.
+//
 // # Sizing
 //
 // SizeFlowSet fills a per-CPU budget with the most cells (a multiple of 3)
 // whose flow filter, sized for a false-positive rate of 0.1 % at capacity
 // n, also fits: m = n·ln(1000)/ln²2 ≈ 14.4 bits a flow, rounded up to a
 // prime, and FilterHashes = m/n·ln 2 = 10. A flow costs about 119 bytes.
-// Measured at capacity: 0.12 % on 100,000 fresh keys (TestFilterFPR, a 1 MiB
-// budget), 0.103 % on 10^6 for 16 MiB. The rate grows with the filter's
-// fill, so a table filled to capacity holds far fewer phantoms: 16 among
-// 123,225 flows (0.013 %) for 16 MiB. SizeCountMin gives the count-min sketch its rows and the
-// widest rows the budget allows; Size splits a budget, an eighth to the
-// count-min sketch. 16 MiB per CPU: 164,301 cells (123,225 flows), a
+// Measured at capacity: 0.095 % on 100,000 fresh keys (TestFilterFPR, a
+// 1 MiB budget), 0.097 % on 10^6 for 16 MiB. The rate grows with the
+// filter's fill, so a table filled to capacity holds far fewer phantoms: 13
+// among 123,225 flows (0.011 %) for 16 MiB. SizeCountMin gives the
+// count-min sketch its rows and the widest rows the budget allows; Size
+// splits a budget, an eighth to the count-min sketch. 16 MiB per CPU: 164,301 cells (123,225 flows), a
 // 1,771,687-bit filter, a count-min sketch of 4 × 32,768.
 //
 // # Count-min
@@ -183,5 +232,9 @@
 // most δ = e^-Rows: the rows hash alike on every CPU, so the sum over CPUs of
 // the minima is at most, for any row, that row's counter summed over CPUs,
 // which is a single sketch of the merged traffic with the classic bound.
+// That bound takes each row's hash as pairwise independent over keys and
+// the rows as independent of one another (δ is the product of the rows'
+// chances of failing); the columns are the derived values g(1+K+r), which
+// behave so ("The hash": why a finalizer and not plain double hashing).
 // Estimate returns both bounds and 1-δ.
 package sketch

@@ -46,12 +46,11 @@ func (e *Encoder) AddN(k *Key, packets, bytes uint64) (inserted bool) {
 	if packets == 0 {
 		return false
 	}
-	w := words(k)
-	fa, fb := filterWords(&w)
-	inserted = !e.testAndSet(fa, fb)
+	h := hashKey(k)
+	inserted = !e.testAndSet(h)
 	fs := e.p.FlowSet
-	chk := uint32(packets) * checkTerm(fa)
-	for _, c := range cellsWords(&w, fs.Cells/K) {
+	chk := uint32(packets) * h.check()
+	for _, c := range h.cells(fs.Cells / K) {
 		b := e.FlowSet[c*CellSize : (c+1)*CellSize]
 		if inserted {
 			for i := range KeySize {
@@ -65,7 +64,7 @@ func (e *Encoder) AddN(k *Key, packets, bytes uint64) (inserted bool) {
 	}
 	cm := e.p.CountMin
 	for r := range cm.Rows {
-		off := (r*cm.Width + columnWords(&w, r, cm.Width)) * CounterSize
+		off := (r*cm.Width + h.column(r, cm.Width)) * CounterSize
 		byteOrder.PutUint64(e.CountMin[off:], byteOrder.Uint64(e.CountMin[off:])+packets)
 		byteOrder.PutUint64(e.CountMin[off+8:], byteOrder.Uint64(e.CountMin[off+8:])+bytes)
 	}
@@ -73,18 +72,17 @@ func (e *Encoder) AddN(k *Key, packets, bytes uint64) (inserted bool) {
 }
 
 // testAndSet sets the flow's bits in the flow filter and reports whether they
-// were all set already. The probes are a+i·step mod m for i < kf, step in
-// 1..m-1 from b: with m prime they are kf distinct bits (double hashing, as
+// were all set already. The probes are pos+i·step mod m for i < kf, step in
+// 1..m-1: with m prime they are kf distinct bits (double hashing, as
 // Kirsch and Mitzenmacher showed, keeps the false-positive rate of kf
 // independent hashes while the datapath computes two).
-func (e *Encoder) testAndSet(a, b uint64) (seen bool) {
+func (e *Encoder) testAndSet(h keyHash) (seen bool) {
 	fs := e.p.FlowSet
-	m := uint64(fs.FilterBits)
-	pos := a % m
-	step := 1 + b%(m-1)
+	m := fs.FilterBits
+	pos, step := h.probes(m)
 	seen = true
 	for range fs.FilterHashes {
-		off := int(pos/64) * 8
+		off := pos / 64 * 8
 		w := byteOrder.Uint64(e.Filter[off:])
 		bit := uint64(1) << (pos % 64)
 		seen = seen && w&bit != 0

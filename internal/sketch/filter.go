@@ -26,10 +26,10 @@ func NewFilter(p FlowSetParams, filters [][]byte) (*Filter, error) {
 // Contains reports whether some CPU's filter has every bit of k set: k
 // spilled in the interval, or (at the filter's false-positive rate) not.
 func (f *Filter) Contains(k *Key) bool {
-	a, b := filterHashes(k)
-	m := uint64(f.p.FilterBits)
+	m := f.p.FilterBits
+	start, step := hashKey(k).probes(m)
 	for _, filter := range f.filters {
-		pos, step, all := a%m, 1+b%(m-1), true
+		pos, all := start, true
 		for range f.p.FilterHashes {
 			if filter[pos/64*8+pos%64/8]&(1<<(pos%8)) == 0 {
 				all = false

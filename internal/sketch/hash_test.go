@@ -24,26 +24,32 @@ func goldenKeys() []Key {
 	}
 }
 
-// TestHashGolden pins Hash under every seed. The values were checked against
-// an independent implementation written from the package documentation.
+// The golden values below were computed by testdata/reference.py, an
+// implementation written from the package documentation alone (python3
+// internal/sketch/testdata/reference.py prints them).
+
+// TestHashGolden pins the two full hashes of each golden key.
 func TestHashGolden(t *testing.T) {
-	want := [][len(seeds)]uint64{
-		{0x153B5F777DF46326, 0x513BF45AB12055F9, 0x336518BD1E79506B, 0x18A9CAB43A0E6CBE, 0xF4C3E861B8032932, 0x90EEAB0AF3A68870, 0xDE9853E3C49E38BC, 0xD5A919ECEBE5DB76, 0x1FBE7860D32D1668, 0x9B3BE811CE553554, 0x06D5D11F7245A97D, 0xC9EEEF203EFD7D91, 0xD9C749D0711A28EA},
-		{0x223ED2E6F8A83102, 0xB12F1956CAA8065B, 0xF8CCC22CFF4FECD5, 0xF3586F04751F7827, 0x4F61C59E93B5F93A, 0x9863D24678FF4707, 0x3CC18FB438CC7C7A, 0xC9CEE0D0DB196240, 0x9C7AD7D10A840224, 0x041D76D4B6AE86C5, 0x738CE94CDA1D3FE0, 0x58140BF7EB65ACE2, 0x2D055CEB895BD031},
-		{0xF87DCAD689EDDD50, 0x12FE75D0CDC6211F, 0xEF1476ABF6584730, 0x9E1CB8EE17F9DA23, 0x7A1703054ADB7368, 0xBE22D62563AC737C, 0x82B0C3DD1A83498C, 0x345408C765128174, 0xDEBE862CBC675111, 0xAB65C827123BBB46, 0x529C2302C4378032, 0x9D958B3F957CA393, 0xC658B07E71967DDF},
+	want := [][2]uint64{
+		{0x153B5F777DF46326, 0x513BF45AB12055F9},
+		{0x223ED2E6F8A83102, 0xB12F1956CAA8065B},
+		{0xF87DCAD689EDDD50, 0x12FE75D0CDC6211F},
 	}
 	for i, k := range goldenKeys() {
-		for s, seed := range seeds {
+		for s, seed := range []uint64{seedA, seedB} {
 			if got := Hash(seed, &k); got != want[i][s] {
 				t.Errorf("key %d, seed %d (%#016x): Hash = %#016x, want %#016x", i, s, seed, got, want[i][s])
 			}
 		}
+		if h := hashKey(&k); h != (keyHash{want[i][0], want[i][1]}) {
+			t.Errorf("key %d: hashKey = %#016x, want %#016x", i, h, want[i])
+		}
 	}
 }
 
-// TestIndexesGolden pins the reductions of the hashes for a reference shape:
-// 1000 cells per subrange, a 1009-bit filter probed 10 times, count-min rows
-// 1000 wide.
+// TestIndexesGolden pins the values derived from the hashes for a reference
+// shape: 1000 cells per subrange, a 1009-bit filter probed 10 times,
+// count-min rows 1000 wide.
 func TestIndexesGolden(t *testing.T) {
 	want := []struct {
 		cells  [K]int
@@ -51,16 +57,17 @@ func TestIndexesGolden(t *testing.T) {
 		check  uint32
 		cols   [4]int
 	}{
-		{[K]int{470, 1897, 2483}, [10]int{918, 776, 634, 492, 350, 208, 66, 933, 791, 649}, 0x18A9CAB4, [4]int{960, 652, 174, 624}},
-		{[K]int{698, 1667, 2573}, [10]int{291, 269, 247, 225, 203, 181, 159, 137, 115, 93}, 0xF3586F04, [4]int{679, 322, 520, 212}},
-		{[K]int{504, 1719, 2536}, [10]int{14, 263, 512, 761, 1, 250, 499, 748, 997, 237}, 0x9E1CB8EE, [4]int{300, 532, 492, 9}},
+		{[K]int{876, 1733, 2294}, [10]int{83, 403, 723, 34, 354, 674, 994, 305, 625, 945}, 0x7DF46326, [4]int{470, 222, 924, 370}},
+		{[K]int{467, 1974, 2124}, [10]int{134, 832, 521, 210, 908, 597, 286, 984, 673, 362}, 0xF8A83102, [4]int{256, 935, 642, 981}},
+		{[K]int{32, 1982, 2488}, [10]int{979, 45, 120, 195, 270, 345, 420, 495, 570, 645}, 0x89EDDD50, [4]int{29, 147, 413, 809}},
 	}
 	p := Params{
 		FlowSet:  FlowSetParams{Cells: K * 1000, FilterBits: 1009, FilterHashes: 10},
 		CountMin: CountMinParams{Rows: 4, Width: 1000},
 	}
 	for i, k := range goldenKeys() {
-		if got := cells(&k, 1000); got != want[i].cells {
+		h := hashKey(&k)
+		if got := h.cells(1000); got != want[i].cells {
 			t.Errorf("key %d: cells %v, want %v", i, got, want[i].cells)
 		}
 		// The probes, read back from the bits one insert sets.
@@ -84,12 +91,11 @@ func TestIndexesGolden(t *testing.T) {
 				t.Errorf("key %d: filter bit %d set, want only %v", i, b, want[i].probes)
 			}
 		}
-		fa, _ := filterHashes(&k)
-		if got := checkTerm(fa); got != want[i].check {
+		if got := h.check(); got != want[i].check {
 			t.Errorf("key %d: check term %#08x, want %#08x", i, got, want[i].check)
 		}
 		for r := range 4 {
-			if got := column(&k, r, 1000); got != want[i].cols[r] {
+			if got := h.column(r, 1000); got != want[i].cols[r] {
 				t.Errorf("key %d: row %d column %d, want %d", i, r, got, want[i].cols[r])
 			}
 		}
@@ -98,8 +104,7 @@ func TestIndexesGolden(t *testing.T) {
 
 // TestEncodeGolden pins the bytes of a whole sketch after a fixed sequence of
 // packets, for the reference shape: the datapath's insert must leave the same
-// memory. The values were checked against an independent implementation
-// written from the package documentation.
+// memory.
 func TestEncodeGolden(t *testing.T) {
 	if byteOrder.Uint16([]byte{1, 0}) != 1 {
 		t.Skip("the golden memory is little-endian, as on every host the bpfel datapath loads on")
@@ -115,9 +120,9 @@ func TestEncodeGolden(t *testing.T) {
 		}
 	}
 	want := map[string]string{
-		"flow set":  "d97799ec53b56171a3f407b88421506734031db1c2b912f93076b0f57f7cb0ce",
-		"filter":    "d5ea663debb6d42a0104212fd7897cc17d1db2cc1e3337e28ffe2ddecd966682",
-		"count-min": "24232deb56ec08541d28720ff20b302516225e241f73d5ec503fee3b4b14f868",
+		"flow set":  "35b9c02cee99b68f6d1c86b22dd7e88b69985a167990da0a4f99a941a98d912e",
+		"filter":    "d58904a77cae0a9bf48873b09f99ff765b029f5ebfc18fdd8337d9033c82be7c",
+		"count-min": "6e17e96091bcad34c8aee9219d0bb6a6053e921edbd7f62ceef26f518d77633c",
 	}
 	for name, b := range map[string][]byte{"flow set": e.FlowSet, "filter": e.Filter, "count-min": e.CountMin} {
 		sum := sha256.Sum256(b)
@@ -138,7 +143,7 @@ func TestHashAvalanche(t *testing.T) {
 	hashes := make([]uint64, n)
 	for i := range keys {
 		keys[i] = randomKey(r)
-		hashes[i] = Hash(seeds[0], &keys[i])
+		hashes[i] = Hash(seedA, &keys[i])
 	}
 	var sumDev float64
 	for in := range KeySize * 8 {
@@ -146,7 +151,7 @@ func TestHashAvalanche(t *testing.T) {
 		for i := range keys {
 			k := keys[i]
 			k[in/8] ^= 1 << (in % 8)
-			d := hashes[i] ^ Hash(seeds[0], &k)
+			d := hashes[i] ^ Hash(seedA, &k)
 			for b := range 64 {
 				flips[b] += int(d >> b & 1)
 			}
@@ -162,5 +167,96 @@ func TestHashAvalanche(t *testing.T) {
 	}
 	if mean := sumDev / (KeySize * 8 * 64); mean > 0.01 {
 		t.Errorf("mean deviation from 1/2: %.4f, want at most 0.01", mean)
+	}
+}
+
+// TestDerivedIndependence checks that the values derived from a key's two
+// hashes behave as independent: over realistic keys, the joint value of a
+// flow's K cells (in subranges of 7 and of 8 cells) and of its count-min
+// columns (4 rows of 5) is spread evenly over all the combinations, by a
+// chi-square test. Its control is plain double hashing, a + i·b mod S,
+// which puts a flow's cells on one of S² lines of the S³ combinations and
+// must fail the same test by far.
+func TestDerivedIndependence(t *testing.T) {
+	const perBin = 100
+	keys := distinctKeys(rand.New(rand.NewPCG(21, 21)), 5*5*5*5*perBin)
+	hashes := make([]keyHash, len(keys))
+	for i := range keys {
+		hashes[i] = hashKey(&keys[i])
+	}
+	plain := func(h keyHash, i, n int) int { return int((h.a + uint64(i)*h.b) % uint64(n)) }
+	for _, tc := range []struct {
+		name    string
+		n, dims int
+		value   func(h keyHash, d, n int) int
+		control bool // must fail
+	}{
+		{"cells of 7", 7, K, func(h keyHash, j, n int) int { return h.cells(n)[j] - j*n }, false},
+		{"cells of 8", 8, K, func(h keyHash, j, n int) int { return h.cells(n)[j] - j*n }, false},
+		{"count-min 4 rows of 5", 5, 4, keyHash.column, false},
+		{"plain double hashing, cells of 7", 7, K, func(h keyHash, j, n int) int { return plain(h, deriveCell+j, n) }, true},
+	} {
+		bins := 1
+		for range tc.dims {
+			bins *= tc.n
+		}
+		sample := hashes[:min(len(hashes), bins*perBin)]
+		count := make([]int, bins)
+		for _, h := range sample {
+			b := 0
+			for d := range tc.dims {
+				b = b*tc.n + tc.value(h, d, tc.n)
+			}
+			count[b]++
+		}
+		expect := float64(len(sample)) / float64(bins)
+		var chi2 float64
+		for _, c := range count {
+			chi2 += (float64(c) - expect) * (float64(c) - expect) / expect
+		}
+		// Chi-square with bins-1 degrees of freedom: mean bins-1,
+		// standard deviation sqrt(2(bins-1)). Six of them.
+		dof := float64(bins - 1)
+		limit := dof + 6*math.Sqrt(2*dof)
+		t.Logf("%s: chi-square %.0f over %d combinations (limit %.0f)", tc.name, chi2, bins, limit)
+		if fail := chi2 > limit; fail != tc.control {
+			t.Errorf("%s: chi-square %.0f, limit %.0f: independent %v, want %v", tc.name, chi2, limit, !fail, !tc.control)
+		}
+	}
+}
+
+// TestCellsShared counts, in flow sets of 1024 cells per subrange filled to
+// capacity, the pairs of flows that share all K cells: such a pair never
+// peels. With independent cells a table holds n²/2S³ ≈ 0.0025 of them; with
+// plain double hashing (the control), n²/2S² ≈ 2.5, whatever S.
+func TestCellsShared(t *testing.T) {
+	const sub, tables = minSub, 50
+	r := rand.New(rand.NewPCG(22, 22))
+	plain := func(h keyHash) (c [K]int) {
+		for j := range K {
+			c[j] = int((h.a + uint64(deriveCell+j)*h.b) % sub)
+		}
+		return c
+	}
+	var shared, control int
+	for range tables {
+		seen := make(map[[K]int]int)
+		seenPlain := make(map[[K]int]int)
+		for _, k := range distinctKeys(r, capacity(K*sub)) {
+			h := hashKey(&k)
+			c, p := h.cells(sub), plain(h)
+			shared += seen[c]
+			control += seenPlain[p]
+			seen[c]++
+			seenPlain[p]++
+		}
+	}
+	t.Logf("pairs sharing all cells in %d tables: %d (plain double hashing: %d)", tables, shared, control)
+	// Expected 0.12 and 127.
+	if shared > 3 {
+		t.Errorf("%d pairs of flows share all their cells in %d tables, want about 0.12", shared, tables)
+	}
+	if control < 60 {
+		t.Errorf("plain double hashing: %d pairs share all their cells in %d tables, want about 127", control, tables)
 	}
 }

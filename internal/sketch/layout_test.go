@@ -70,14 +70,14 @@ func TestEncoderCells(t *testing.T) {
 	if e.Add(&k, 50) {
 		t.Fatal("second packet: inserted again")
 	}
-	fa, _ := filterHashes(&k)
-	idx := cells(&k, 1000)
+	h := hashKey(&k)
+	idx := h.cells(1000)
 	for c := range p.FlowSet.Cells {
 		got := ParseCell(e.FlowSet[c*CellSize:])
 		want := Cell{}
 		for j := range K {
 			if idx[j] == c {
-				want = Cell{KeyXor: k, FlowCount: 1, Check: 2 * checkTerm(fa), Packets: 2, Bytes: 150}
+				want = Cell{KeyXor: k, FlowCount: 1, Check: 2 * h.check(), Packets: 2, Bytes: 150}
 			}
 		}
 		if got != want {

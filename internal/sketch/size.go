@@ -11,8 +11,8 @@ import (
 // per cell; 0.772 for four, 0.702 for five).
 const K = 3
 
-// MaxRows bounds the rows of a count-min sketch: the seeds table holds that
-// many row seeds.
+// MaxRows bounds the rows of a count-min sketch: the datapath's insert is
+// unrolled over that many (SKETCH_MAX_ROWS).
 const MaxRows = 8
 
 // loadReliable is the number of flows per cell at which a flow set still
@@ -49,8 +49,8 @@ func (p FlowSetParams) Validate() error {
 		return fmt.Errorf("flow set: %d cells, want a positive multiple of %d", p.Cells, K)
 	case p.Cells/K > math.MaxUint32:
 		return fmt.Errorf("flow set: %d cells per subrange, want at most 2^32-1", p.Cells/K)
-	case p.FilterBits < 2:
-		return fmt.Errorf("flow set: %d filter bits, want at least 2", p.FilterBits)
+	case p.FilterBits < 2 || p.FilterBits > math.MaxUint32:
+		return fmt.Errorf("flow set: %d filter bits, want 2..2^32-1", p.FilterBits)
 	case p.FilterHashes < 1 || p.FilterHashes > p.FilterBits:
 		return fmt.Errorf("flow set: %d filter hashes, want 1..%d", p.FilterHashes, p.FilterBits)
 	}
@@ -62,8 +62,8 @@ func (p CountMinParams) Validate() error {
 	switch {
 	case p.Rows < 1 || p.Rows > MaxRows:
 		return fmt.Errorf("count-min: %d rows, want 1..%d", p.Rows, MaxRows)
-	case p.Width < 1:
-		return fmt.Errorf("count-min: width %d, want at least 1", p.Width)
+	case p.Width < 1 || p.Width > math.MaxUint32:
+		return fmt.Errorf("count-min: width %d, want 1..2^32-1", p.Width)
 	}
 	return nil
 }

@@ -66,14 +66,13 @@ func TestFilterFPR(t *testing.T) {
 	r := rand.New(rand.NewPCG(15, 15))
 	keys := distinctKeys(r, fs.Capacity()+100000)
 	for _, k := range keys[:fs.Capacity()] {
-		a, b := filterHashes(&k)
-		e.testAndSet(a, b)
+		e.testAndSet(hashKey(&k))
 	}
-	m := uint64(fs.FilterBits)
+	m := fs.FilterBits
 	fp := 0
 	for _, k := range keys[fs.Capacity():] {
-		a, b := filterHashes(&k)
-		pos, step, seen := a%m, 1+b%(m-1), true
+		pos, step := hashKey(&k).probes(m)
+		seen := true
 		for range fs.FilterHashes {
 			seen = seen && byteOrder.Uint64(e.Filter[pos/64*8:])>>(pos%64)&1 == 1
 			pos = (pos + step) % m

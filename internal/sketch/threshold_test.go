@@ -50,13 +50,12 @@ func size(k *Key) uint64 { return 40 + uint64(k[15]) + uint64(k[50]) }
 // insert adds a flow to a flow set as the datapath does for a flow the filter
 // has not seen, without the filter: the threshold is the flow set's.
 func insert(table []byte, sub int, k *Key, packets, bytes uint64) {
-	w := words(k)
-	fa := hashWords(seeds[seedFilterA], &w)
-	for _, c := range cellsWords(&w, sub) {
+	h := hashKey(k)
+	for _, c := range h.cells(sub) {
 		b := table[c*CellSize : (c+1)*CellSize]
 		xorKey((*Key)(b[:KeySize]), k)
 		byteOrder.PutUint32(b[offFlowCount:], byteOrder.Uint32(b[offFlowCount:])+1)
-		byteOrder.PutUint32(b[offCheck:], byteOrder.Uint32(b[offCheck:])+uint32(packets)*checkTerm(fa))
+		byteOrder.PutUint32(b[offCheck:], byteOrder.Uint32(b[offCheck:])+uint32(packets)*h.check())
 		byteOrder.PutUint64(b[offPackets:], byteOrder.Uint64(b[offPackets:])+packets)
 		byteOrder.PutUint64(b[offBytes:], byteOrder.Uint64(b[offBytes:])+bytes)
 	}
