@@ -449,7 +449,7 @@ func (h *SketchHalf) Decode() (flow.Spill, error) {
 	if total.Packets == 0 {
 		return flow.Spill{}, nil
 	}
-	res, err := sketch.Decode(h.Params.FlowSet, h.FlowSet)
+	res, err := sketch.DecodeFiltered(h.Params.FlowSet, h.FlowSet, h.Filter)
 	if err != nil {
 		return flow.Spill{}, fmt.Errorf("decode the sketch: %w", err)
 	}

@@ -71,10 +71,21 @@ func (r *Result) Unattributed() (Counts, bool) {
 // CPU on which its key did not decode keeps its traffic in the Residual).
 // The CPUs decode in parallel.
 func Decode(p FlowSetParams, tables [][]byte) (Result, error) {
+	return DecodeFiltered(p, tables, nil)
+}
+
+// DecodeFiltered is Decode with each CPU's flow filter (filters[cpu], or
+// nil): a flow decoded on some CPUs whose key another CPU's filter holds,
+// where that CPU did not decode completely, may have packets there under no
+// key (the filter, overloaded, took it for seen) or none (the filter's
+// false positive): its counts are then not known, and it is Unverified with
+// no upper bound (^0), for an estimate to take over.
+func DecodeFiltered(p FlowSetParams, tables, filters [][]byte) (Result, error) {
 	if err := p.Validate(); err != nil {
 		return Result{}, err
 	}
 	results := make([]Result, len(tables))
+	rests := make([]*residual, len(tables))
 	errs := make([]error, len(tables))
 	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
 	var wg sync.WaitGroup
@@ -82,7 +93,7 @@ func Decode(p FlowSetParams, tables [][]byte) (Result, error) {
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			results[cpu], errs[cpu] = DecodeCPU(p, t)
+			results[cpu], rests[cpu], errs[cpu] = decodeCPU(p, t)
 			if errs[cpu] != nil {
 				errs[cpu] = fmt.Errorf("cpu %d: %w", cpu, errs[cpu])
 			}
@@ -92,7 +103,54 @@ func Decode(p FlowSetParams, tables [][]byte) (Result, error) {
 	if err := errors.Join(errs...); err != nil {
 		return Result{}, err
 	}
-	return Merge(results...), nil
+	recoverPhantoms(results, rests)
+	merged := Merge(results...)
+	if filters != nil {
+		if err := unsure(p, &merged, results, filters); err != nil {
+			return Result{}, err
+		}
+	}
+	return merged, nil
+}
+
+// unsure moves to Unverified, without a bound, the decoded flows that an
+// incompletely decoded CPU's filter holds but that CPU did not decode.
+func unsure(p FlowSetParams, merged *Result, results []Result, filters [][]byte) error {
+	if len(filters) != len(results) {
+		return fmt.Errorf("%d flow filters for %d flow sets", len(filters), len(results))
+	}
+	doubt := make(map[int]map[Key]struct{})
+	for cpu, r := range results {
+		if r.Residual == (Counts{}) || filters[cpu] == nil {
+			continue
+		}
+		keys := make(map[Key]struct{}, len(r.Flows)+len(r.Unverified))
+		for _, fl := range r.Flows {
+			keys[fl.Key] = struct{}{}
+		}
+		for _, fl := range r.Unverified {
+			keys[fl.Key] = struct{}{}
+		}
+		doubt[cpu] = keys
+	}
+	if len(doubt) == 0 {
+		return nil
+	}
+	f, err := NewFilter(p, filters)
+	if err != nil {
+		return err
+	}
+	kept := merged.Flows[:0]
+	for _, fl := range merged.Flows {
+		if f.doubted(&fl.Key, doubt) {
+			merged.Unverified = append(merged.Unverified, Flow{Key: fl.Key, Packets: ^uint64(0), Bytes: ^uint64(0)})
+			continue
+		}
+		kept = append(kept, fl)
+	}
+	merged.Flows = kept
+	sortFlows(merged.Unverified)
+	return nil
 }
 
 // Merge sums per-CPU results by key. A key exact on every CPU stays exact;
@@ -163,11 +221,27 @@ type decoded struct {
 // the cell's checksum matches; a cell that fails holds traffic recorded under
 // no key and is left alone, and the flow waits for another of its cells.
 func DecodeCPU(p FlowSetParams, table []byte) (Result, error) {
+	res, _, err := decodeCPU(p, table)
+	return res, err
+}
+
+// residual is what a CPU's flow set holds once decoded: per cell, the keys
+// still in it (counts), the decoded flows whose counts are unknown (left),
+// and the traffic no decoded flow accounts for.
+type residual struct {
+	sub    int
+	counts []uint32
+	left   []uint32
+	pk, by []uint64
+	chk    []uint32
+}
+
+func decodeCPU(p FlowSetParams, table []byte) (Result, *residual, error) {
 	if err := p.Validate(); err != nil {
-		return Result{}, err
+		return Result{}, nil, err
 	}
 	if err := checkLen("flow set", table, p.Cells, CellSize); err != nil {
-		return Result{}, err
+		return Result{}, nil, err
 	}
 	sub := p.Cells / K
 	keys := make([]Key, p.Cells)
@@ -205,7 +279,7 @@ func DecodeCPU(p FlowSetParams, table []byte) (Result, error) {
 			continue
 		}
 		if uint64(len(flows)) == inserted {
-			return Result{}, fmt.Errorf("%w: more flows peel than were inserted (%d)", ErrInconsistent, inserted)
+			return Result{}, nil, fmt.Errorf("%w: more flows peel than were inserted (%d)", ErrInconsistent, inserted)
 		}
 		flows = append(flows, decoded{key: k, cells: idx, check: h.check()})
 		for _, d := range idx {
@@ -306,18 +380,115 @@ func DecodeCPU(p FlowSetParams, table []byte) (Result, error) {
 		if j == 0 {
 			res.Undecoded, res.Residual = n, r
 		} else if n != res.Undecoded || r != res.Residual {
-			return Result{}, fmt.Errorf("%w: subrange %d holds %d flows, %d packets, %d bytes; subrange 0 %d, %d, %d",
+			return Result{}, nil, fmt.Errorf("%w: subrange %d holds %d flows, %d packets, %d bytes; subrange 0 %d, %d, %d",
 				ErrInconsistent, j, n, r.Packets, r.Bytes, res.Undecoded, res.Residual.Packets, res.Residual.Bytes)
 		}
 	}
 	if res.Undecoded == 0 {
 		for c := range keys {
 			if keys[c] != (Key{}) {
-				return Result{}, fmt.Errorf("%w: cell %d holds a key and no flow", ErrInconsistent, c)
+				return Result{}, nil, fmt.Errorf("%w: cell %d holds a key and no flow", ErrInconsistent, c)
 			}
 		}
 	}
-	return res, nil
+	return res, &residual{sub: sub, counts: counts, left: left, pk: pk, by: by, chk: chk}, nil
+}
+
+// recoverPhantoms gives back the traffic a CPU recorded under no key for a
+// flow whose key another CPU decoded. A CPU's flow filter can take a flow it
+// never saw for one it did (a false positive): the flow's packets on that
+// CPU then go into its cells without its key, and that CPU cannot decode
+// them. When the flow's key decoded elsewhere, it is known: on that CPU its
+// cells are computed, and a cell holding no key and no flow of unknown
+// counts, whose checksum says all of its traffic is that flow's, gives the
+// flow's packets and bytes there, exactly, as decoding's second phase reads
+// a flow's counts. Repeated until nothing more is recovered.
+func recoverPhantoms(results []Result, rests []*residual) {
+	if len(results) < 2 {
+		return
+	}
+	known := make(map[Key]struct{})
+	for _, r := range results {
+		for _, f := range r.Flows {
+			known[f.Key] = struct{}{}
+		}
+		for _, f := range r.Unverified {
+			known[f.Key] = struct{}{}
+		}
+	}
+	for cpu, res := range results {
+		rest := rests[cpu]
+		if rest == nil || (res.Residual == Counts{}) {
+			continue
+		}
+		here := make(map[Key]struct{}, len(res.Flows)+len(res.Unverified))
+		for _, f := range res.Flows {
+			here[f.Key] = struct{}{}
+		}
+		for _, f := range res.Unverified {
+			here[f.Key] = struct{}{}
+		}
+		var cands []Key
+		for k := range known {
+			if _, ok := here[k]; !ok {
+				cands = append(cands, k)
+			}
+		}
+		for progress := true; progress && len(cands) > 0; {
+			progress = false
+			for i := 0; i < len(cands); i++ {
+				f, ok := rest.claim(&cands[i])
+				if !ok {
+					continue
+				}
+				res.Flows = append(res.Flows, f)
+				res.Residual.Packets -= f.Packets
+				res.Residual.Bytes -= f.Bytes
+				cands[i] = cands[len(cands)-1]
+				cands = cands[:len(cands)-1]
+				i--
+				progress = true
+			}
+		}
+		res.Contaminated = 0
+		for c := range rest.pk {
+			if rest.counts[c] == 0 && rest.left[c] == 0 && (rest.pk[c] != 0 || rest.by[c] != 0) {
+				res.Contaminated++
+			}
+		}
+		results[cpu] = res
+	}
+}
+
+// claim takes k's traffic out of the residual if one of its cells verifies
+// it holds that flow's traffic alone, and every one of its cells holds that
+// much with no key or unknown flow in it.
+func (r *residual) claim(k *Key) (Flow, bool) {
+	h := hashKey(k)
+	cells, term := h.cells(r.sub), h.check()
+	for _, c := range cells {
+		if r.counts[c] != 0 || r.left[c] != 0 || r.pk[c] == 0 {
+			return Flow{}, false
+		}
+	}
+	for _, c := range cells {
+		if r.chk[c] != uint32(r.pk[c])*term {
+			continue
+		}
+		f := Flow{Key: *k, Packets: r.pk[c], Bytes: r.by[c]}
+		for _, d := range cells {
+			if r.pk[d] < f.Packets || r.by[d] < f.Bytes {
+				return Flow{}, false
+			}
+		}
+		for _, d := range cells {
+			r.pk[d] -= f.Packets
+			r.by[d] -= f.Bytes
+			r.chk[d] -= uint32(f.Packets) * term
+		}
+		return f, true
+	}
+	return Flow{}, false
 }
 
 // xorKey XORs src into dst a word at a time (the compiler makes each line

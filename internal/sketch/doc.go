@@ -184,6 +184,12 @@
 //     being written, for one).
 //   - Contaminated: cells left with traffic and no flow.
 //
+// Decode then recovers phantoms of known keys: a flow whose key one CPU
+// decoded but another CPU's filter took for seen (its packets on that CPU in
+// its cells without its key) is given its counts from a cell of that CPU
+// holding no key and no flow of unknown counts whose check verifies them as
+// that flow's alone, and subtracted from its other cells (recoverPhantoms).
+//
 // Decoding is complete when nothing is Undecoded or Unverified; the Residual
 // is then exactly the phantoms' traffic, which Unattributed returns.
 //

@@ -26,21 +26,36 @@ func NewFilter(p FlowSetParams, filters [][]byte) (*Filter, error) {
 // Contains reports whether some CPU's filter has every bit of k set: k
 // spilled in the interval, or (at the filter's false-positive rate) not.
 func (f *Filter) Contains(k *Key) bool {
-	m := f.p.FilterBits
-	start, step := hashKey(k).probes(m)
-	for _, filter := range f.filters {
-		pos, all := start, true
-		for range f.p.FilterHashes {
-			if filter[pos/64*8+pos%64/8]&(1<<(pos%8)) == 0 {
-				all = false
-				break
-			}
-			pos += step
-			if pos >= m {
-				pos -= m
-			}
+	for cpu := range f.filters {
+		if f.containsOn(cpu, k) {
+			return true
 		}
-		if all {
+	}
+	return false
+}
+
+// containsOn is Contains for one CPU's filter.
+func (f *Filter) containsOn(cpu int, k *Key) bool {
+	filter := f.filters[cpu]
+	m := f.p.FilterBits
+	pos, step := hashKey(k).probes(m)
+	for range f.p.FilterHashes {
+		if filter[pos/64*8+pos%64/8]&(1<<(pos%8)) == 0 {
+			return false
+		}
+		pos += step
+		if pos >= m {
+			pos -= m
+		}
+	}
+	return true
+}
+
+// doubted reports whether one of the CPUs of decodedOn holds k in its
+// filter without having decoded it.
+func (f *Filter) doubted(k *Key, decodedOn map[int]map[Key]struct{}) bool {
+	for cpu, keys := range decodedOn {
+		if _, ok := keys[*k]; !ok && f.containsOn(cpu, k) {
 			return true
 		}
 	}
