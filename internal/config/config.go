@@ -62,6 +62,7 @@ import (
 	"loupe/internal/config/check"
 	"loupe/internal/export/promflow"
 	"loupe/internal/export/targets"
+	"loupe/internal/k8s"
 )
 
 // None is the value of store.path, listen and pin_dir that disables the
@@ -98,6 +99,9 @@ type Config struct {
 	Capture capture.Config `yaml:"capture"`
 	// Rules is the rules capability's section, owned by its package.
 	Rules rulesunit.Config `yaml:"rules"`
+	// Kubernetes is the enrichment's section (pod, workload, service and
+	// node names), owned by its package.
+	Kubernetes k8s.Config `yaml:"kubernetes"`
 	// Exporters are export, delivery, ipfix, kafka and otlp, owned by the
 	// exporter packages.
 	targets.Exporters `yaml:",inline"`
@@ -133,6 +137,7 @@ func Default() Config {
 		Control:    api.DefaultConfig(),
 		Capture:    capture.DefaultConfig(),
 		Rules:      rulesunit.DefaultConfig(),
+		Kubernetes: k8s.DefaultConfig(),
 		Exporters:  targets.Default(),
 		Prometheus: promflow.DefaultConfig(),
 		LogLevel:   "info",

@@ -25,6 +25,7 @@ import (
 	"loupe/internal/export/otlp"
 	"loupe/internal/export/promflow"
 	"loupe/internal/export/targets"
+	"loupe/internal/k8s"
 )
 
 // run loads a configuration the way `loupe run` does: file (if yamlText is
@@ -98,7 +99,8 @@ func TestDefault(t *testing.T) {
 		Capture: capture.Config{MaxTriggersPerSec: 100, Connections: 16384, KeepPackets: 4, KeepBytes: 2048,
 			KeepSlots: 1024, IdleTimeout: 30 * time.Second, MaxAge: time.Hour, HTTPMaxSeries: 4096, BufferSize: 4 << 20,
 			FileMaxSize: 100 << 20, FileMaxAge: time.Hour, MaxFiles: 100, MaxSize: 1 << 30},
-		Rules: rulesunit.Config{Reload: 2 * time.Second, MaxSeries: 1000},
+		Rules:      rulesunit.Config{Reload: 2 * time.Second, MaxSeries: 1000},
+		Kubernetes: k8s.Config{History: 10 * time.Minute},
 		Exporters: targets.Exporters{
 			Delivery: delivery.Config{QueueSize: 65536, BatchSize: 4096, MaxLinger: time.Second,
 				RetryMax: 30 * time.Second, ShutdownTimeout: 5 * time.Second},
@@ -194,6 +196,9 @@ func keyCases() []keyCase {
 		{"rules.enabled", "true", func(c *Config) { c.Rules.Enabled = true }},
 		{"rules.reload_interval", "5s", func(c *Config) { c.Rules.Reload = 5 * time.Second }},
 		{"rules.max_series", "10", func(c *Config) { c.Rules.MaxSeries = 10 }},
+		{"kubernetes.kubeconfig", "/etc/loupe/kubeconfig", func(c *Config) { c.Kubernetes.Kubeconfig = "/etc/loupe/kubeconfig" }},
+		{"kubernetes.node_name", "node-1", func(c *Config) { c.Kubernetes.NodeName = "node-1" }},
+		{"kubernetes.history", "1m", func(c *Config) { c.Kubernetes.History = time.Minute }},
 		{"export", "json:/var/log/flows.json,json:-", func(c *Config) { c.Export = []string{"json:/var/log/flows.json", "json:-"} }},
 		{"delivery.queue_size", "1000", func(c *Config) { c.Delivery.QueueSize = 1000 }},
 		{"delivery.batch_size", "100", func(c *Config) { c.Delivery.BatchSize = 100 }},
