@@ -15,7 +15,7 @@ import (
 
 // The cluster every test builds: two nodes, this one (lk8-node-a) and
 // another; pod IPs in 10.244.1.0/24 on this node and 10.244.2.0/24 on the
-// other; services in the harness's 10.0.0.0/24. No packet is sent to any of
+// other; services in the harness's 10.0.0.0/16. No packet is sent to any of
 // these addresses: they are data in the API server.
 const (
 	thisNode  = "lk8-node-a"
@@ -62,7 +62,7 @@ func startResolver(t *testing.T, c *kubeapi.Cluster, opts k8s.Options) *k8s.Reso
 	return r
 }
 
-func addr(t *testing.T, s string) netip.Addr {
+func addr(t testing.TB, s string) netip.Addr {
 	t.Helper()
 	a, err := netip.ParseAddr(s)
 	if err != nil {

@@ -220,7 +220,8 @@ func (c *Cluster) startAPIServer(t testing.TB, name string, port int) *process {
 		"--cert-dir="+c.path("certs"),
 		"--tls-cert-file="+c.path("serving.crt"),
 		"--tls-private-key-file="+c.path("serving.key"),
-		"--service-cluster-ip-range=10.0.0.0/24",
+		// Room for a benchmark's thousands of services.
+		"--service-cluster-ip-range=10.0.0.0/16",
 		"--service-account-issuer="+url+"/",
 		"--service-account-key-file="+c.path("sa.key"),
 		"--service-account-signing-key-file="+c.path("sa.key"),

@@ -217,7 +217,7 @@ func (o *Objects) DeletePod(ns, name string) {
 // Service is a service to create.
 type Service struct {
 	Namespace, Name string
-	// ClusterIP: an address in 10.0.0.0/24 (the harness's service range),
+	// ClusterIP: an address in 10.0.0.0/16 (the harness's service range),
 	// "None" for a headless service, "" for one the server picks.
 	ClusterIP string
 	Port      int32
