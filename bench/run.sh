@@ -17,6 +17,8 @@
 #               packets/s written to pcapng against tcpdump
 #     rules     measurement rules: BPF ns per packet with 0, 10 and 10 000
 #               rules, measured, skipped, unmatched
+#     k8s       Kubernetes names: informer memory and ns per lookup with
+#               5 000 pods and 1 000 services on a real API server
 #
 # Knobs (environment): BENCH_IPERF_ROUNDS (5), BENCH_IPERF_SECONDS (10),
 # BENCH_ROUNDS (3, bpfstats and tables), BENCH_RSS_SECONDS (30),
@@ -34,7 +36,7 @@ ROOT=$(dirname "$BENCH_DIR")
 cd "$ROOT"
 . scripts/env.sh
 
-ALL=(iperf bpfstats monitor tables rss store export capture rules)
+ALL=(iperf bpfstats monitor tables rss store export capture rules k8s)
 
 usage() {
 	echo "usage: bench/run.sh [${ALL[*]}]..." >&2
