@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/rest"
 )
 
@@ -25,10 +26,13 @@ type health struct {
 	lastError   string
 	outages     uint64
 	watchErrors map[string]uint64 // by resource
+	refused     map[string]bool   // resources whose watch was refused, logged
 }
 
 // watchError counts an informer's failed list or watch, which starts an
-// outage unless one is going on.
+// outage unless one is going on. A refusal (the agent's role lacks a
+// permission, its token is not accepted) is no outage, since the server
+// answers: it is logged once per resource, and the informer keeps trying.
 func (h *health) watchError(r *Resolver, resource string, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -37,6 +41,17 @@ func (h *health) watchError(r *Resolver, resource string, err error) {
 	}
 	h.watchErrors[resource]++
 	h.lastError = resource + ": " + err.Error()
+	if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
+		if !h.refused[resource] {
+			if h.refused == nil {
+				h.refused = map[string]bool{}
+			}
+			h.refused[resource] = true
+			r.log.Error("kubernetes API server refuses a watch: names from it are missing until the agent's role allows list and watch (k8s.PolicyRules)",
+				"resource", resource, "err", err)
+		}
+		return
+	}
 	h.startOutage(r)
 }
 

@@ -1,7 +1,9 @@
 package k8s_test
 
 import (
+	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -132,4 +134,26 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name, res string) float
 	}
 	t.Fatalf("no series %s{resource=%q}", name, res)
 	return 0
+}
+
+// TestRefused: without the role, the API server answers but refuses every
+// watch. That is no outage: the status says connected, not synced, and
+// why.
+func TestRefused(t *testing.T) {
+	c := kubeapi.Start(t)
+	cfg := k8s.DefaultConfig()
+	cfg.Kubeconfig = c.Kubeconfig(t)
+	r, err := k8s.New(cfg, k8s.Options{ProbeInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = r.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	eventually(t, 10*time.Second, func() (bool, string) {
+		st := r.Status()
+		return st.Connected && !st.Synced && st.Outages == 0 && strings.Contains(st.LastError, "forbidden"),
+			fmt.Sprintf("status without a role: %+v", st)
+	})
 }
