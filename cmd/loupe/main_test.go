@@ -288,7 +288,7 @@ func TestConfigBounds(t *testing.T) {
 	}
 	cut := `"` + strings.Repeat("x", 64) + `"... (`
 	code, _, errOut = run(t, "run", "--config", file)
-	if code != 1 || !strings.Contains(errOut, "line 1: map_type: must be one of auto, percpu, shared, got "+cut+"524288 bytes)") || len(errOut) > 300 {
+	if code != 1 || !strings.Contains(errOut, "line 1: map_type: must be one of auto, percpu, shared, ringbuf, got "+cut+"524288 bytes)") || len(errOut) > 300 {
 		t.Errorf("file: exit %d, %.400q", code, errOut)
 	}
 	t.Setenv("LOUPE_LOG_LEVEL", huge)
