@@ -2,6 +2,8 @@ package k8s
 
 import (
 	"context"
+	"errors"
+	"io"
 	"sync"
 	"time"
 
@@ -29,10 +31,13 @@ type health struct {
 	refused     map[string]bool   // resources whose watch was refused, logged
 }
 
-// watchError counts an informer's failed list or watch, which starts an
-// outage unless one is going on. A refusal (the agent's role lacks a
-// permission, its token is not accepted) is no outage, since the server
-// answers: it is logged once per resource, and the informer keeps trying.
+// watchError counts an informer's failed list or watch. The server's
+// being unreachable (no connection, a connection cut, a 5xx answer) starts
+// an outage unless one is going on. The rest is no outage, since the server
+// answers: a watch that ended or whose resource version the server no
+// longer has (after a restart) is how informers resync, and a refusal (the
+// agent's role lacks a permission, its token is not accepted) is logged
+// once per resource while the informer keeps trying.
 func (h *health) watchError(r *Resolver, resource string, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -40,7 +45,14 @@ func (h *health) watchError(r *Resolver, resource string, err error) {
 		h.watchErrors = map[string]uint64{}
 	}
 	h.watchErrors[resource]++
+	if errors.Is(err, io.EOF) || apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+		return
+	}
 	h.lastError = resource + ": " + err.Error()
+	var status apierrors.APIStatus
+	if errors.As(err, &status) && status.Status().Code < 500 && !apierrors.IsForbidden(err) && !apierrors.IsUnauthorized(err) {
+		return
+	}
 	if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
 		if !h.refused[resource] {
 			if h.refused == nil {
@@ -79,14 +91,20 @@ func (h *health) probed(r *Resolver, err error) {
 	}
 }
 
-// probe asks the API server's /readyz every interval. /readyz is readable
-// by any client (the system:public-info-viewer role), so the probe needs no
-// access beyond the informers'.
+// probeTimeout bounds one /readyz: a server slow to answer under load is
+// not an outage.
+const probeTimeout = 5 * time.Second
+
+// probe asks the API server's /readyz every interval, on a client of its
+// own without a rate limit, so that the informers' relists after an outage
+// do not hold it back. /readyz is readable by any client (the
+// system:public-info-viewer role), so the probe needs no access beyond the
+// informers'.
 func (r *Resolver) probe(ctx context.Context, c rest.Interface) {
 	t := time.NewTicker(r.opts.ProbeInterval)
 	defer t.Stop()
 	for {
-		pctx, cancel := context.WithTimeout(ctx, min(r.opts.ProbeInterval, 5*time.Second))
+		pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 		err := c.Get().AbsPath("/readyz").Do(pctx).Error()
 		cancel()
 		if ctx.Err() != nil {

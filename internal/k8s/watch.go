@@ -79,24 +79,25 @@ func (s informerSet) synced() bool {
 }
 
 // clients returns REST clients of the core and discovery.k8s.io groups
-// that decode only the two groups' types, and a metadata client.
+// that decode only the two groups' types, a metadata client, and a client
+// for the health probe.
 //
 // client-go's clientset and informer factories register every API group
 // of Kubernetes (some sixty) in their scheme: linking them doubled the
 // agent's binary (35 to 72 MB). The informers here need two groups' types
 // and metadata alone of two more, so they are built on plain REST
 // clients with a scheme of those two groups.
-func clients(rc *rest.Config) (core, discovery rest.Interface, md metadata.Interface, err error) {
+func clients(rc *rest.Config) (core, discovery rest.Interface, md metadata.Interface, probe rest.Interface, err error) {
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, discoveryv1.AddToScheme} {
 		if err := add(scheme); err != nil {
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 	}
 	metav1.AddToGroupVersion(scheme, schema.GroupVersion{Version: "v1"})
 	codecs := serializer.NewCodecFactory(scheme)
-	typed := func(gv schema.GroupVersion, apiPath string) (*rest.RESTClient, error) {
-		c := rest.CopyConfig(rc)
+	typed := func(base *rest.Config, gv schema.GroupVersion, apiPath string) (*rest.RESTClient, error) {
+		c := rest.CopyConfig(base)
 		c.GroupVersion, c.APIPath = &gv, apiPath
 		c.NegotiatedSerializer = codecs.WithoutConversion()
 		// Protobuf is several times cheaper to decode than JSON.
@@ -104,16 +105,21 @@ func clients(rc *rest.Config) (core, discovery rest.Interface, md metadata.Inter
 		c.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 		return rest.RESTClientFor(c)
 	}
-	if core, err = typed(corev1.SchemeGroupVersion, "/api"); err != nil {
-		return nil, nil, nil, err
+	if core, err = typed(rc, corev1.SchemeGroupVersion, "/api"); err != nil {
+		return nil, nil, nil, nil, err
 	}
-	if discovery, err = typed(discoveryv1.SchemeGroupVersion, "/apis"); err != nil {
-		return nil, nil, nil, err
+	if discovery, err = typed(rc, discoveryv1.SchemeGroupVersion, "/apis"); err != nil {
+		return nil, nil, nil, nil, err
 	}
 	if md, err = metadata.NewForConfig(rc); err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
-	return core, discovery, md, nil
+	unthrottled := rest.CopyConfig(rc)
+	unthrottled.QPS = -1 // no client-side rate limit
+	if probe, err = typed(unthrottled, corev1.SchemeGroupVersion, "/api"); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	return core, discovery, md, probe, nil
 }
 
 // metadataListWatch lists and watches the metadata alone of a resource.
@@ -132,7 +138,7 @@ func metadataListWatch(md metadata.Interface, gvr schema.GroupVersionResource) *
 func (r *Resolver) newInformers() (informerSet, error) {
 	rc := rest.CopyConfig(r.rest)
 	rc.UserAgent = "loupe"
-	core, disc, md, err := clients(rc)
+	core, disc, md, probe, err := clients(rc)
 	if err != nil {
 		return informerSet{}, fmt.Errorf("kubernetes client: %w", err)
 	}
@@ -153,7 +159,7 @@ func (r *Resolver) newInformers() (informerSet, error) {
 		pods:        inf(cache.NewFilteredListWatchFromClient(core, "pods", metav1.NamespaceAll, thisNode), &corev1.Pod{}),
 		rs:          inf(metadataListWatch(md, replicaSets), &metav1.PartialObjectMetadata{}),
 		jobs:        inf(metadataListWatch(md, jobs), &metav1.PartialObjectMetadata{}),
-		probeClient: core,
+		probeClient: probe,
 	}
 	s.all = map[string]cache.SharedIndexInformer{
 		"pods":           s.pods,
