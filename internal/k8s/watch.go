@@ -56,6 +56,7 @@ func controllerKey(kind, ns, name string) string { return kind + "/" + ns + "/" 
 // informerSet is the running informers.
 type informerSet struct {
 	all         map[string]cache.SharedIndexInformer // by resource name
+	handlers    []cache.ResourceEventHandlerRegistration
 	pods        cache.SharedIndexInformer
 	rs, jobs    cache.SharedIndexInformer
 	probeClient rest.Interface
@@ -69,9 +70,12 @@ func (s informerSet) run(ctx context.Context) {
 	wg.Wait()
 }
 
+// synced reports whether every handler has been given every object of
+// its informer's first list: the informer's own HasSynced says only that
+// its store has them.
 func (s informerSet) synced() bool {
-	for _, inf := range s.all {
-		if !inf.HasSynced() {
+	for _, h := range s.handlers {
+		if !h.HasSynced() {
 			return false
 		}
 	}
@@ -188,13 +192,15 @@ func (r *Resolver) newInformers() (informerSet, error) {
 		"jobs":           func(obj any, _ bool) { r.onOwner(s, "Job", obj) },
 	}
 	for name, h := range handlers {
-		if _, err := s.all[name].AddEventHandler(cache.ResourceEventHandlerFuncs{
+		reg, err := s.all[name].AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { h(obj, false) },
 			UpdateFunc: func(_, obj any) { h(obj, false) },
 			DeleteFunc: func(obj any) { h(tombstone(obj), true) },
-		}); err != nil {
+		})
+		if err != nil {
 			return informerSet{}, err
 		}
+		s.handlers = append(s.handlers, reg)
 	}
 	return s, nil
 }
