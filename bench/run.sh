@@ -26,6 +26,8 @@
 #               kernel memory, accuracy against the trace, agent CPU
 #     tunnels   the parse's tunnel step: BPF ns per packet, tunnelled or not,
 #               against the commit before it; instruction counts
+#     k8s       Kubernetes names: informer memory and ns per lookup with
+#               5 000 pods and 1 000 services on a real API server
 #
 # Knobs (environment): BENCH_IPERF_ROUNDS (5), BENCH_IPERF_SECONDS (10),
 # BENCH_ROUNDS (3, bpfstats and tables), BENCH_RSS_SECONDS (30),
@@ -45,7 +47,7 @@ ROOT=$(dirname "$BENCH_DIR")
 cd "$ROOT"
 . scripts/env.sh
 
-ALL=(iperf bpfstats monitor tables rss store export capture rules signals designs tunnels)
+ALL=(iperf bpfstats monitor tables rss store export capture rules signals designs tunnels k8s)
 
 usage() {
 	echo "usage: bench/run.sh [${ALL[*]}]..." >&2

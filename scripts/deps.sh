@@ -4,12 +4,14 @@
 #   deps.sh test       + iproute2, ping, capsh, nftables, nginx, tcpdump, dnsmasq: what the test suite drives,
 #                      and the real collectors the exporter tests talk to:
 #                      tshark, nfdump, pmacct, Prometheus, a JDK and the
-#                      Apache Kafka jars (scripts/peers/kafka.sh)
+#                      Apache Kafka jars (scripts/peers/kafka.sh), and
+#                      kube-apiserver and etcd built from the Go module
+#                      proxy (scripts/peers/kube.sh; up to 15 minutes cold)
 #   deps.sh generate   + clang-19, llvm-19, bpftool, protoc: regenerate BPF
 #                      objects and the protobuf schema's Go code
 #   deps.sh bench      + iperf3, tcpreplay, tcpdump, pmacct, perf, python3,
 #                      nginx, h2load (nghttp2-client),
-#                      a JDK and the Kafka jars
+#                      a JDK and the Kafka jars, kube-apiserver and etcd
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -59,8 +61,12 @@ if [ -z "$have" ] || older "$have" "$want"; then
 	echo "deps: Go installed in /usr/local/go; add /usr/local/go/bin to PATH" >&2
 fi
 
-# The Kafka broker the exporter tests and benchmarks start: jars from Maven
-# Central, cached outside the repository.
+# The Kafka broker the exporter tests and benchmarks start (jars from Maven
+# Central), and the Kubernetes API server and etcd the enrichment's tests
+# start (built with the Go above): cached outside the repository.
 case "$purpose" in
-test | bench) scripts/peers/kafka.sh ;;
+test | bench)
+	scripts/peers/kafka.sh
+	scripts/peers/kube.sh
+	;;
 esac

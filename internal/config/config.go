@@ -64,6 +64,7 @@ import (
 	"loupe/internal/config/check"
 	"loupe/internal/export/promflow"
 	"loupe/internal/export/targets"
+	"loupe/internal/k8s"
 )
 
 // None is the value of store.path, listen and pin_dir that disables the
@@ -105,6 +106,9 @@ type Config struct {
 	// DNS is the section of the signals at the TC hook (DNS exchanges,
 	// TCP handshake RTT), owned by their unit's package.
 	DNS dnsunit.Config `yaml:"dns"`
+	// Kubernetes is the enrichment's section (pod, workload, service and
+	// node names), owned by its package.
+	Kubernetes k8s.Config `yaml:"kubernetes"`
 	// Exporters are export, delivery, ipfix, kafka and otlp, owned by the
 	// exporter packages.
 	targets.Exporters `yaml:",inline"`
@@ -142,6 +146,7 @@ func Default() Config {
 		Rules:      rulesunit.DefaultConfig(),
 		Signals:    signalsunit.DefaultConfig(),
 		DNS:        dnsunit.DefaultConfig(),
+		Kubernetes: k8s.DefaultConfig(),
 		Exporters:  targets.Default(),
 		Prometheus: promflow.DefaultConfig(),
 		LogLevel:   "info",

@@ -27,6 +27,7 @@ import (
 	"loupe/internal/export/otlp"
 	"loupe/internal/export/promflow"
 	"loupe/internal/export/targets"
+	"loupe/internal/k8s"
 )
 
 // run loads a configuration the way `loupe run` does: file (if yamlText is
@@ -104,6 +105,7 @@ func TestDefault(t *testing.T) {
 		Signals: signalsunit.Config{RTT: true, Retransmits: true, Drops: true, TableSize: 16384},
 		DNS: dnsunit.Config{Enabled: true, HandshakeRTT: true, Timeout: 5 * time.Second, MaxPending: 4096, MaxFlows: 8192,
 			HandshakeMaxPending: 8192},
+		Kubernetes: k8s.Config{History: 10 * time.Minute},
 		Exporters: targets.Exporters{
 			Delivery: delivery.Config{QueueSize: 65536, BatchSize: 4096, MaxLinger: time.Second,
 				RetryMax: 30 * time.Second, ShutdownTimeout: 5 * time.Second},
@@ -209,6 +211,9 @@ func keyCases() []keyCase {
 		{"dns.max_pending", "100", func(c *Config) { c.DNS.MaxPending = 100 }},
 		{"dns.max_flows", "200", func(c *Config) { c.DNS.MaxFlows = 200 }},
 		{"dns.handshake_max_pending", "300", func(c *Config) { c.DNS.HandshakeMaxPending = 300 }},
+		{"kubernetes.kubeconfig", "/etc/loupe/kubeconfig", func(c *Config) { c.Kubernetes.Kubeconfig = "/etc/loupe/kubeconfig" }},
+		{"kubernetes.node_name", "node-1", func(c *Config) { c.Kubernetes.NodeName = "node-1" }},
+		{"kubernetes.history", "1m", func(c *Config) { c.Kubernetes.History = time.Minute }},
 		{"export", "json:/var/log/flows.json,json:-", func(c *Config) { c.Export = []string{"json:/var/log/flows.json", "json:-"} }},
 		{"delivery.queue_size", "1000", func(c *Config) { c.Delivery.QueueSize = 1000 }},
 		{"delivery.batch_size", "100", func(c *Config) { c.Delivery.BatchSize = 100 }},

@@ -83,7 +83,7 @@ func StartWith(t testing.TB, opts Options) *Broker {
 	t.Helper()
 	libs := requireLibs(t)
 	b := &Broker{t: t, libs: libs, dir: t.TempDir(), opts: opts}
-	ports := freePorts(t, 2)
+	ports := testutil.FreePorts(t, 2)
 	b.port, b.ctlPort = ports[0], ports[1]
 	if err := b.writeConfig(); err != nil {
 		t.Fatal(err)
@@ -354,28 +354,6 @@ func requireLibs(t testing.TB) string {
 }
 
 func javaPath(t testing.TB) string { return testutil.RequirePeer(t, "java") }
-
-// freePorts returns n distinct free TCP ports on 127.0.0.1. They are held
-// open together so that they differ, then released for the broker.
-func freePorts(t testing.TB, n int) []int {
-	t.Helper()
-	var ports []int
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports
-}
 
 // clusterID is a random Kafka cluster id: 16 random bytes, base64url
 // without padding, as `StorageTool random-uuid` prints (without starting a
