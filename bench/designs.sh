@@ -109,6 +109,11 @@ bench_designs() {
 		"accuracy from round 1's store, judged by \`bench/accuracy.py\` against the truth: flows exact (records hold their packets and bytes)," \
 		"flows estimated and within their stated bound, flows no record names, packets in unattributed records, and how many of" \
 		"the 100 heaviest flows are exact or within their bound. $rounds rounds, designs in alternation; medians over the rounds." "" \
+		"Reading the accuracy columns: \"within bound\" counts the flows whose records, summed over every interval of the run, lie between" \
+		"the truth and the truth plus their summed bounds. A flow whose packets in some interval went to the unattributed record (its estimate" \
+		"did not fit what its interface had left, or it was not yet a candidate) sums below its truth and is not counted within." \
+		"Off-path keeps each event's ring-buffer space until the interval's records are committed, so that a crash loses nothing it read:" \
+		"its ring buffer must hold a whole interval of packets, 128 bytes each (8 MiB: 65 536), and loses what does not fit, counted as lost." "" \
 		'```'
 	for w in "${workloads[@]}"; do
 		read -r flows packets <<<"${WORKLOAD_TRACE[$w]}"
