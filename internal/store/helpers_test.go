@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -164,7 +165,7 @@ func sameRecords(t *testing.T, what string, got, want []flow.Record) {
 			t.Fatalf("%s: record %d times differ:\n got %+v\nwant %+v", what, i, g, w)
 		}
 		g.FirstSeen, g.LastSeen, w.FirstSeen, w.LastSeen = time.Time{}, time.Time{}, time.Time{}, time.Time{}
-		if g != w {
+		if !reflect.DeepEqual(g, w) {
 			t.Fatalf("%s: record %d differs:\n got %+v\nwant %+v", what, i, g, w)
 		}
 	}
