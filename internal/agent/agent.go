@@ -76,8 +76,10 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown,
 		units = append(units, rulesunit.New(cfg.Rules, log))
 	}
 	// On by default; each signal degrades alone, so the unit never stops
-	// the start.
-	units = append(units, signalsunit.New(cfg.Signals, cfg.CacheActiveTimeout, log))
+	// the start. The flows unit puts them on its records.
+	sigUnit := signalsunit.New(cfg.Signals, cfg.CacheActiveTimeout, log)
+	flowUnit.SetSignals(sigUnit)
+	units = append(units, sigUnit)
 	// The memory budget pays for the kernel signals' tables too.
 	var reserved uint64
 	if cfg.Memory > 0 && cfg.Signals.Any() {
