@@ -2,7 +2,6 @@ package flow
 
 import (
 	"fmt"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,7 +56,18 @@ type DropReasons map[string]uint64
 
 // Names returns the reasons, sorted: the order every encoder writes them
 // in, so that a record always encodes the same.
-func (d DropReasons) Names() []string { return slices.Sorted(maps.Keys(d)) }
+func (d DropReasons) Names() []string { return d.AppendNames(nil) }
+
+// AppendNames appends the reasons to dst, sorted, for an encoder that
+// allocates nothing (dst on its stack).
+func (d DropReasons) AppendNames(dst []string) []string {
+	start := len(dst)
+	for n := range d {
+		dst = append(dst, n)
+	}
+	slices.Sort(dst[start:])
+	return dst
+}
 
 // String is the reasons as "NAME=packets" sorted by name and separated by
 // commas, the form the CLI's table prints.
