@@ -85,21 +85,23 @@ func (f *Field) appendJSON(b []byte, r *Record) []byte {
 		b = a.AppendTo(b)
 		return append(b, '"')
 	case TypeCounts:
-		return appendCounts(b, *f.Counts(r))
+		return f.Counts(r).AppendJSON(b)
 	}
 	return append(b, "null"...)
 }
 
-// appendCounts appends counts by name as a JSON object, names sorted.
-func appendCounts(b []byte, c DropReasons) []byte {
+// AppendJSON appends the reasons as their JSON object, names sorted:
+// {"NETFILTER_DROP":3,"NO_SOCKET":1}.
+func (d DropReasons) AppendJSON(b []byte) []byte {
+	var buf [16]string
 	b = append(b, '{')
-	for i, n := range c.Names() {
+	for i, n := range d.AppendNames(buf[:0]) {
 		if i > 0 {
 			b = append(b, ',')
 		}
 		b = strconv.AppendQuote(b, n)
 		b = append(b, ':')
-		b = strconv.AppendUint(b, c[n], 10)
+		b = strconv.AppendUint(b, d[n], 10)
 	}
 	return append(b, '}')
 }
