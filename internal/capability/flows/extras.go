@@ -14,12 +14,20 @@ type Signals interface {
 	// Up reports whether a signal is attached: a record's field of a
 	// signal that is not is absent, not zero.
 	Up(datapath.Signal) bool
+	// Claim hands the intervals to the caller of Drain before its first:
+	// nothing else drains them from then on.
+	Claim()
 }
 
 // SetSignals makes the unit put the kernel signals on its records: at each
 // eviction of the running tables it drains s, and the evictor joins what s
-// returns onto the interval's records (flow/join.go). Call it before Open.
-func (u *Unit) SetSignals(s Signals) { u.signals = s }
+// returns onto the interval's records (flow/join.go). The intervals are
+// the unit's from now on, so that a run shorter than one eviction
+// interval keeps its signals for the final eviction. Call it before Open.
+func (u *Unit) SetSignals(s Signals) {
+	u.signals = s
+	s.Claim()
+}
 
 // extras is the evictor's EvictorConfig.Extras: the tunnels beside table
 // d, and for a table of the running set the interval's kernel signals.
