@@ -115,6 +115,14 @@ func gen(rng *rand.Rand, n int, base time.Time) []flow.Record {
 			r.SetDNS(&flow.DNSExchange{ID: uint16(i), QName: []string{"a.test", "nosuch.test", "xn--bcher-kva.test"}[i%3],
 				HasRcode: i%2 == 0, Rcode: uint16(i % 4), HasLatency: i%2 == 0, LatencyNs: uint64(i%41) * 1000})
 		}
+		if i%37 == 11 {
+			// The signals of a socket whose egress no hook saw: a record
+			// on no interface, with no packets.
+			r.IfIndex, r.Iface, r.Direction = 0, "", flow.Egress
+			r.Packets, r.Bytes, r.Segments, r.WireBytes = 0, 0, 0, 0
+			r.SetRTT(uint64(i)*10, uint64(i)*30, uint64(i)*20)
+			r.SetRetransmits(uint64(i % 5))
+		}
 		if i%29 == 8 {
 			r.SetTunnel(&tunnel.Info{Type: tunnel.Type(1 + i%4), ID: uint32(i), HasID: i%4 != 3,
 				SrcAddr: netip.MustParseAddr([]string{"10.88.0.1", "fd88::1"}[i%2]), DstAddr: netip.MustParseAddr([]string{"10.88.0.2", "fd88::2"}[i%2]),
@@ -318,12 +326,14 @@ func bruteTopBy(recs []flow.Record, q store.Query, by store.GroupBy, sort store.
 		e.Packets += r.Packets
 		e.Error.AddRecord(r)
 		bruteSignals(&e.Signals, r)
-		flows[k][r.Key] = true
+		if r.Packets > 0 || r.Bytes > 0 { // a record of signals alone is no flow
+			flows[k][r.Key] = true
+		}
 	}
 	var out []store.TopEntry
 	for k, e := range groups {
 		e.Flows = uint64(len(flows[k]))
-		if _, ok := bruteMetric(e, sort); ok {
+		if _, ok := bruteMetric(e, sort); ok && (sort != store.SortBytes || e.Bytes > 0 || e.Packets > 0) {
 			out = append(out, *e)
 		}
 	}

@@ -530,7 +530,9 @@ func (w *sumWorker) each(fn func(g uint64, a *agg)) {
 // candidates returns the groups that may be among the first n: all of
 // them if n <= 0 or there are at most n, else those whose (bytes,
 // packets) is at least the n-th best. Groups without a matching record
-// (an address only records outside the query have) are none.
+// (an address only records outside the query have) are none, and so are
+// groups that carried nothing (records of kernel signals alone, on no
+// interface): they are no talkers.
 func (w *sumWorker) candidates(n int) []topCand {
 	var least volume
 	if n > 0 {
@@ -551,7 +553,7 @@ func (w *sumWorker) candidates(n int) []topCand {
 	}
 	var out []topCand
 	w.each(func(g uint64, a *agg) {
-		if a.flows > 0 && !(volume{a.bytes, a.packets}).less(least) {
+		if a.flows > 0 && !(volume{a.bytes, a.packets}).less(least) && (a.bytes > 0 || a.packets > 0) {
 			out = append(out, topCand{g, *a})
 		}
 	})
