@@ -22,14 +22,17 @@ import (
 // tableRows splits a table into its header and rows of cells. Columns
 // are separated where every line has two or more spaces (cells never hold
 // two spaces in a row; every header names its column), so that empty
-// cells are kept.
+// cells are kept. Positions are runes, as the table aligns them (µs).
 func tableRows(t *testing.T, out string) (head []string, rows [][]string) {
 	t.Helper()
 	out = strings.TrimRight(out, "\n")
 	if out == "" {
 		return nil, nil
 	}
-	lines := strings.Split(out, "\n")
+	var lines [][]rune
+	for _, l := range strings.Split(out, "\n") {
+		lines = append(lines, []rune(l))
+	}
 	width := 0
 	for _, l := range lines {
 		width = max(width, len(l))
@@ -56,11 +59,11 @@ func tableRows(t *testing.T, out string) (head []string, rows [][]string) {
 			spans = append(spans, [2]int{from, p})
 		}
 	}
-	cut := func(l string) []string {
+	cut := func(l []rune) []string {
 		cells := make([]string, len(spans))
 		for i, sp := range spans {
 			if sp[0] < len(l) {
-				cells[i] = strings.TrimSpace(l[sp[0]:min(sp[1], len(l))])
+				cells[i] = strings.TrimSpace(string(l[sp[0]:min(sp[1], len(l))]))
 			}
 		}
 		return cells

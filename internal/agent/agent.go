@@ -78,8 +78,10 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown,
 		units = append(units, rulesunit.New(cfg.Rules, log))
 	}
 	// On by default; each signal degrades alone, so the unit never stops
-	// the start.
-	units = append(units, signalsunit.New(cfg.Signals, cfg.CacheActiveTimeout, log))
+	// the start. The flows unit puts them on its records.
+	sigUnit := signalsunit.New(cfg.Signals, cfg.CacheActiveTimeout, log)
+	flowUnit.SetSignals(sigUnit)
+	units = append(units, sigUnit)
 	if cfg.DNS.Any() {
 		units = append(units, dnsunit.New(cfg.DNS, cfg.CacheActiveTimeout, log))
 	}

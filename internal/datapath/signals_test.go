@@ -65,7 +65,7 @@ func TestSignalsDropsNetfilter(t *testing.T) {
 	s := loadSignalsForTest(t, SignalDrops)
 	p := newSigPair(t)
 	const port, n, payload = 9301, 17, 100
-	nftRules(t, p.b, `table inet lsg {
+	testutil.NFTRules(t, p.b, `table inet lsg {
 	chain in {
 		type filter hook input priority 0; udp dport 9301 drop
 	}
@@ -100,7 +100,7 @@ func TestSignalsDropsTC(t *testing.T) {
 				ns, ifname = p.a, p.ifA
 			}
 			// The buffer's length at the hook: Ethernet, IPv4, UDP, payload.
-			tcProgram(t, ns, ifname, tc.at, dropLenProgram(14+20+8+payload))
+			testutil.TCProgram(t, ns, ifname, tc.at, testutil.DropLenProgram(14+20+8+payload))
 			to := netip.AddrPortFrom(p.b4, 9302)
 			from := sendUDP(t, p.a, to, n, payload)
 			checkDrops(t, s, sigKey(from, to, 17), tc.reason, n, ipLen(p.b4, payload))
@@ -119,25 +119,25 @@ func TestSignalsRetransmits(t *testing.T) {
 	// segments and each retransmission is one.
 	p.a.SetOffload(t, p.ifA, testutil.TSO, false)
 	p.a.SetOffload(t, p.ifA, testutil.GSO, false)
-	tcProgram(t, p.b, p.ifB, ebpf.AttachTCXIngress, dropEveryNthProgram(t, 200, 20))
+	testutil.TCProgram(t, p.b, p.ifB, ebpf.AttachTCXIngress, testutil.DropEveryNthProgram(t, 200, 20))
 
 	c := newCollector(t, s)
 	c.drain()
-	before := retransSegs(t, p.a)
+	before := testutil.RetransSegs(t, p.a)
 	to := netip.AddrPortFrom(p.b4, 9303)
-	conn := tcpTransfer(t, p.a, p.b, to, 2<<20)
+	conn := testutil.TCPTransfer(t, p.a, p.b, to, 2<<20)
 	from := conn.LocalAddr().(*net.TCPAddr).AddrPort()
-	ss := ssOf(t, p.a, from, to)
-	delta := retransSegs(t, p.a) - before
+	ss := testutil.SS(t, p.a, from, to)
+	delta := testutil.RetransSegs(t, p.a) - before
 
 	key := sigKey(from, to, 6)
-	c.until(func() bool { return c.got[key].Retransmits >= ss.totalRetrans })
+	c.until(func() bool { return c.got[key].Retransmits >= ss.TotalRetrans })
 	got := c.got[key].Retransmits
-	if ss.totalRetrans == 0 {
+	if ss.TotalRetrans == 0 {
 		t.Fatal("the sender retransmitted nothing: the dropping program did not drop")
 	}
-	if got != ss.totalRetrans || got != delta {
-		t.Fatalf("retransmits of %s: %d; the sender's ss total %d, TcpRetransSegs delta %d", key, got, ss.totalRetrans, delta)
+	if got != ss.TotalRetrans || got != delta {
+		t.Fatalf("retransmits of %s: %d; the sender's ss total %d, TcpRetransSegs delta %d", key, got, ss.TotalRetrans, delta)
 	}
 	t.Logf("%d segments retransmitted", got)
 }
@@ -153,9 +153,9 @@ func TestSignalsRTT(t *testing.T) {
 	measure := func(port uint16, size int) (RTT, float64) {
 		t.Helper()
 		to := netip.AddrPortFrom(p.b4, port)
-		conn := tcpTransfer(t, p.a, p.b, to, size)
+		conn := testutil.TCPTransfer(t, p.a, p.b, to, size)
 		from := conn.LocalAddr().(*net.TCPAddr).AddrPort()
-		ss := ssOf(t, p.a, from, to)
+		ss := testutil.SS(t, p.a, from, to)
 		key := sigKey(from, to, 6)
 		c.until(func() bool { return c.got[key].RTT != nil })
 		r := c.got[key].RTT
@@ -170,11 +170,11 @@ func TestSignalsRTT(t *testing.T) {
 		// processed, which may move the estimate by an eighth of a
 		// new sample.
 		last := float64(r.LastNs) / 1000
-		if diff := last - ss.rttUs; diff > 0.2*ss.rttUs+2 || -diff > 0.2*ss.rttUs+2 {
-			t.Fatalf("RTT of %s: last %.0f µs, ss says %.0f µs", key, last, ss.rttUs)
+		if diff := last - ss.RTTUs; diff > 0.2*ss.RTTUs+2 || -diff > 0.2*ss.RTTUs+2 {
+			t.Fatalf("RTT of %s: last %.0f µs, ss says %.0f µs", key, last, ss.RTTUs)
 		}
-		t.Logf("%s: %+v, ss %.0f µs", key, *r, ss.rttUs)
-		return *r, ss.rttUs
+		t.Logf("%s: %+v, ss %.0f µs", key, *r, ss.RTTUs)
+		return *r, ss.RTTUs
 	}
 
 	bare, _ := measure(9304, 256<<10)
@@ -213,7 +213,7 @@ func TestSignalsTracepointUnavailable(t *testing.T) {
 	}
 	p := newSigPair(t)
 	to := netip.AddrPortFrom(p.b4, 9306)
-	conn := tcpTransfer(t, p.a, p.b, to, 64<<10)
+	conn := testutil.TCPTransfer(t, p.a, p.b, to, 64<<10)
 	key := sigKey(conn.LocalAddr().(*net.TCPAddr).AddrPort(), to, 6)
 	c := newCollector(t, s)
 	c.until(func() bool { return c.got[key].RTT != nil })

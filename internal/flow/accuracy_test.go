@@ -3,6 +3,7 @@ package flow
 import (
 	"encoding/json"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -70,7 +71,7 @@ func TestJSONAccuracyContract(t *testing.T) {
 			}
 		}
 		var back Record
-		if err := json.Unmarshal([]byte(js), &back); err != nil || back != r {
+		if err := json.Unmarshal([]byte(js), &back); err != nil || !reflect.DeepEqual(back, r) {
 			t.Errorf("%s: read back %+v, %v", c.acc, back, err)
 		}
 	}

@@ -74,6 +74,13 @@ type EvictorConfig struct {
 	// BatchSize is the number of records handed to Out per Write.
 	BatchSize int
 	Logger    *slog.Logger
+	// Extras, if set, returns what was measured beside table d over its
+	// interval (the kernel signals of its 5-tuples, the tunnels of its
+	// flows), which the evictor joins onto the records it makes of d
+	// (join.go). It is called once per table, before the table is read;
+	// running says whether d is of the running set (the others are tables
+	// earlier agents left, whose interval is not now's).
+	Extras func(d Drain, running bool) Extras
 }
 
 // EvictorStats are cumulative counters, safe to read at any time.
@@ -155,6 +162,9 @@ type Evictor struct {
 	// candidates for the count-min sketch when the next one does not
 	// decode (spill.go).
 	heavy heavyFlows
+	// join joins the extras of the table being settled onto its records
+	// (join.go); nil between tables, and without EvictorConfig.Extras.
+	join *joiner
 
 	spillDecoded, spillEstimated, spillPackets, spillBytes atomic.Uint64
 	spillUnattrPackets, spillUnattrBytes                   atomic.Uint64
@@ -419,6 +429,9 @@ func (e *Evictor) settle(ctx context.Context, d Drain) (int, error) {
 	// decode.
 	spill := e.spill(d)
 	e.heavy.begin()
+	if e.cfg.Extras != nil {
+		e.join = newJoiner(e.cfg.Extras(d, running))
+	}
 	n, err := d.Read(func(k *Key, perCPU []Stats) {
 		s, stale := MergePerCPU(perCPU, cutoff)
 		if stale > 0 {
@@ -441,6 +454,9 @@ func (e *Evictor) settle(ctx context.Context, d Drain) (int, error) {
 		if running {
 			e.diverted.putBack(pending)
 		}
+		// The records held for the join are made again with the table;
+		// the signals drained for it are lost with this interval.
+		e.join = nil
 		e.stuck, e.stuckRead = d, true
 		e.log.Error("reading a flow table failed; retrying it before the next swap", "err", err)
 		return n, err
@@ -464,6 +480,7 @@ func (e *Evictor) settle(ctx context.Context, d Drain) (int, error) {
 		e.diverted.recycle(pending)
 	}
 	e.emitSpill(ctx, &spill, cutoff)
+	e.emitJoined(ctx, cutoff)
 	err = e.flushOutput(ctx, mark)
 	faultPoint(FaultAfterCommit, n)
 	// Cleared even when the flush failed: a sink that could not store the
@@ -526,16 +543,47 @@ func (e *Evictor) emit(ctx context.Context, k *Key, s *Stats) {
 
 // emitRecord names r's interface and hands it to the output's next batch.
 func (e *Evictor) emitRecord(ctx context.Context, r Record) {
-	name, ok := e.names[r.IfIndex]
-	if !ok {
-		name = e.cfg.IfaceName(r.IfIndex)
-		e.names[r.IfIndex] = name
+	r.Iface = e.ifaceName(r.IfIndex)
+	if e.join != nil && e.join.take(&r) {
+		return // until emitJoined
 	}
-	r.Iface = name
+	e.appendBatch(ctx, r)
+}
+
+// ifaceName names an interface, once per eviction.
+func (e *Evictor) ifaceName(ifindex uint32) string {
+	name, ok := e.names[ifindex]
+	if !ok {
+		name = e.cfg.IfaceName(ifindex)
+		e.names[ifindex] = name
+	}
+	return name
+}
+
+// appendBatch hands r to the output's next batch.
+func (e *Evictor) appendBatch(ctx context.Context, r Record) {
 	e.batch = append(e.batch, r)
 	if len(e.batch) == cap(e.batch) {
 		e.writeBatch(ctx)
 	}
+}
+
+// emitJoined emits the records the join held back, with the signals
+// placed, and those of the signals no record carried, which span the
+// interval as a spill's records do: from cutoff to now.
+func (e *Evictor) emitJoined(ctx context.Context, cutoff uint64) {
+	if e.join == nil {
+		return
+	}
+	first := time.Unix(0, int64(cutoff)+e.wallOffset)
+	last := time.Unix(0, int64(e.cfg.Clock.Mono())+e.wallOffset)
+	for _, r := range e.join.finish(first, last) {
+		if r.Iface == "" && r.IfIndex != 0 { // a DNS exchange's or handshake's own record
+			r.Iface = e.ifaceName(r.IfIndex)
+		}
+		e.appendBatch(ctx, r)
+	}
+	e.join = nil
 }
 
 func (e *Evictor) writeBatch(ctx context.Context) {

@@ -1,6 +1,11 @@
 package flow
 
-import "time"
+import (
+	"net/netip"
+	"time"
+
+	"loupe/internal/tunnel"
+)
 
 // This file is the one definition of a flow record's fields: their names,
 // meaning, types and how to read them from a Record, and, per field, the
@@ -36,6 +41,14 @@ const (
 	TypeAccuracy
 	// TypeFloat is a 64-bit floating-point number (Float).
 	TypeFloat
+	// TypeEnum is an unsigned integer of Field.Bits bits written by its
+	// name, which Field.Enum gives (Uint, SetUint).
+	TypeEnum
+	// TypeIP is an IP address of its own family, outside the flow key
+	// (IP): a tunnel's outer addresses.
+	TypeIP
+	// TypeCounts is a count by name (Counts): drop reasons.
+	TypeCounts
 )
 
 func (t FieldType) String() string {
@@ -56,6 +69,12 @@ func (t FieldType) String() string {
 		return "accuracy"
 	case TypeFloat:
 		return "number"
+	case TypeEnum:
+		return "name"
+	case TypeIP:
+		return "IP address"
+	case TypeCounts:
+		return "counts by name"
 	}
 	return "unknown"
 }
@@ -86,14 +105,24 @@ type Field struct {
 	// Optional fields are left out of the JSON form of the records they
 	// do not apply to (the others are always written, zero or not).
 	Optional bool
+	// Presence is the field's bit in Record.Has for a field present only
+	// where it was measured (0 for the others): such a field applies to
+	// the records that have its bit, is optional, and SetUint sets the
+	// bit with the value (the other accessors hand out the value alone:
+	// whoever writes through them calls MarkPresent).
+	Presence Presence
+	// Enum names the values of a TypeEnum field.
+	Enum *Enum
 
-	Uint    func(r *Record) uint64 // TypeUint, TypeDirection, TypeAccuracy
+	Uint    func(r *Record) uint64 // TypeUint, TypeDirection, TypeAccuracy, TypeEnum
 	SetUint func(r *Record, v uint64)
-	Str     func(r *Record) *string    // TypeString
-	MAC     func(r *Record) *[6]byte   // TypeMAC
-	Addr    func(r *Record) *[16]byte  // TypeAddr
-	Time    func(r *Record) *time.Time // TypeTime
-	Float   func(r *Record) *float64   // TypeFloat
+	Str     func(r *Record) *string      // TypeString
+	MAC     func(r *Record) *[6]byte     // TypeMAC
+	Addr    func(r *Record) *[16]byte    // TypeAddr
+	Time    func(r *Record) *time.Time   // TypeTime
+	Float   func(r *Record) *float64     // TypeFloat
+	IP      func(r *Record) *netip.Addr  // TypeIP
+	Counts  func(r *Record) *DropReasons // TypeCounts
 
 	// Wire is the field's identifier in each wire format.
 	Wire Wire
@@ -101,6 +130,41 @@ type Field struct {
 
 // AppliesTo reports whether f can be non-zero in r.
 func (f *Field) AppliesTo(r *Record) bool { return f.Applies == nil || f.Applies(r) }
+
+// MarkPresent sets f's bit in r.Has, for a decoder that wrote the field
+// through an accessor other than SetUint.
+func (f *Field) MarkPresent(r *Record) { r.Has |= f.Presence }
+
+// Enum names the values of a TypeEnum field.
+type Enum struct {
+	// Name names a valid value.
+	Name func(v uint64) string
+	// Parse is the inverse of Name.
+	Parse func(s string) (uint64, error)
+	// Valid reports whether v is a value the field can hold.
+	Valid func(v uint64) bool
+}
+
+// tunnelTypes are the values of tunnel_type: a record of a flow that came
+// through no tunnel has no tunnel_type.
+var tunnelTypes = &Enum{
+	Name: func(v uint64) string { return tunnel.Type(v).String() },
+	Parse: func(s string) (uint64, error) {
+		t, err := tunnel.ParseType(s)
+		return uint64(t), err
+	},
+	Valid: func(v uint64) bool { return v > uint64(tunnel.None) && v <= uint64(tunnel.IPIP) },
+}
+
+// rcodes are the values of dns_rcode.
+var rcodes = &Enum{
+	Name: func(v uint64) string { return RcodeName(uint16(v)) },
+	Parse: func(s string) (uint64, error) {
+		rc, err := ParseRcode(s)
+		return uint64(rc), err
+	},
+	Valid: func(v uint64) bool { return v <= MaxRcode },
+}
 
 // Fields returns every field of a record, in JSON order.
 func Fields() []Field { return append([]Field(nil), fields[:]...) }
@@ -143,6 +207,9 @@ func isTCP(r *Record) bool       { return r.IsTCP() }
 func isAggregate(r *Record) bool { return r.AggPrefix != 0 }
 func hasMACs(r *Record) bool     { return r.AggPrefix == 0 }
 func isEstimate(r *Record) bool  { return r.Estimated() }
+
+// has is the Applies of a field present only where measured.
+func has(p Presence) func(r *Record) bool { return func(r *Record) bool { return r.Has&p != 0 } }
 
 // fields is the table. It is read-only: Fields hands out copies.
 var fields = [...]Field{
@@ -340,6 +407,152 @@ var fields = [...]Field{
 		Float: func(r *Record) *float64 { return &r.ErrorConfidence },
 		Wire: Wire{Proto: 57, Store: 26, OTLP: []string{"loupe.max_error.confidence"},
 			IPFIX: []IE{{ID: 12, Name: "loupeErrorConfidence", Enterprise: true}}},
+	},
+	{
+		Name: "rtt_min_ns", Type: TypeUint, Bits: 64, Unit: "nanoseconds", Presence: HasRTTMin, Applies: has(HasRTTMin), Optional: true,
+		Doc: "kernel signals: the smallest smoothed RTT of the flow's TCP socket in the interval (the kernel's `srtt`, " +
+			"microsecond precision, as `ss -ti` shows it), on one record per 5-tuple: the socket's egress record, " +
+			"else a record with an empty interface",
+		Uint:    func(r *Record) uint64 { return r.RTTMinNs },
+		SetUint: func(r *Record, v uint64) { r.RTTMinNs = v; r.Has |= HasRTTMin },
+		Wire: Wire{Proto: 30, Store: 28, OTLP: []string{"loupe.tcp.rtt.min"},
+			IPFIX: []IE{{ID: 13, Name: "loupeRttMinNanoseconds", Enterprise: true}}},
+	},
+	{
+		Name: "rtt_max_ns", Type: TypeUint, Bits: 64, Unit: "nanoseconds", Presence: HasRTTMax, Applies: has(HasRTTMax), Optional: true,
+		Doc:     "kernel signals: the largest smoothed RTT of the socket in the interval, as `rtt_min_ns`",
+		Uint:    func(r *Record) uint64 { return r.RTTMaxNs },
+		SetUint: func(r *Record, v uint64) { r.RTTMaxNs = v; r.Has |= HasRTTMax },
+		Wire: Wire{Proto: 31, Store: 29, OTLP: []string{"loupe.tcp.rtt.max"},
+			IPFIX: []IE{{ID: 14, Name: "loupeRttMaxNanoseconds", Enterprise: true}}},
+	},
+	{
+		Name: "rtt_last_ns", Type: TypeUint, Bits: 64, Unit: "nanoseconds", Presence: HasRTTLast, Applies: has(HasRTTLast), Optional: true,
+		Doc:     "kernel signals: the socket's last smoothed RTT in the interval, as `rtt_min_ns`",
+		Uint:    func(r *Record) uint64 { return r.RTTLastNs },
+		SetUint: func(r *Record, v uint64) { r.RTTLastNs = v; r.Has |= HasRTTLast },
+		Wire: Wire{Proto: 32, Store: 30, OTLP: []string{"loupe.tcp.rtt.last"},
+			IPFIX: []IE{{ID: 15, Name: "loupeRttLastNanoseconds", Enterprise: true}}},
+	},
+	{
+		Name: "handshake_rtt_ns", Type: TypeUint, Bits: 64, Unit: "nanoseconds", Presence: HasHandshakeRTT, Applies: has(HasHandshakeRTT), Optional: true,
+		Doc:     "TCP handshake RTT seen at the hook (SYN to SYN-ACK and SYN-ACK to ACK), for connections that only pass through the host",
+		Uint:    func(r *Record) uint64 { return r.HandshakeRTTNs },
+		SetUint: func(r *Record, v uint64) { r.HandshakeRTTNs = v; r.Has |= HasHandshakeRTT },
+		Wire: Wire{Proto: 33, Store: 31, OTLP: []string{"loupe.tcp.handshake_rtt"},
+			IPFIX: []IE{{ID: 16, Name: "loupeHandshakeRttNanoseconds", Enterprise: true}}},
+	},
+	{
+		Name: "retransmits", Type: TypeUint, Bits: 64, Unit: "segments", Presence: HasRetransmits, Applies: has(HasRetransmits), Optional: true,
+		Doc: "kernel signals: TCP segments the flow's socket retransmitted in the interval (`ss -ti`'s retrans, `TcpRetransSegs`), " +
+			"on the record that carries the socket's RTT; 0 when the socket retransmitted nothing",
+		Uint:    func(r *Record) uint64 { return r.Retransmits },
+		SetUint: func(r *Record, v uint64) { r.Retransmits = v; r.Has |= HasRetransmits },
+		Wire: Wire{Proto: 22, Store: 32, OTLP: []string{"loupe.tcp.retransmits"},
+			IPFIX: []IE{{ID: 17, Name: "loupeRetransmittedSegmentDeltaCount", Enterprise: true}}},
+	},
+	{
+		Name: "drop_packets", Type: TypeUint, Bits: 64, Unit: "packets", Presence: HasDropPackets, Applies: has(HasDropPackets), Optional: true,
+		Doc: "kernel signals: packets of the 5-tuple the kernel dropped in the interval (every reason but the unspecified one), " +
+			"on one record per 5-tuple: an ingress record of it, else an egress one, else a record with an empty interface",
+		Uint:    func(r *Record) uint64 { return r.DropPackets },
+		SetUint: func(r *Record, v uint64) { r.DropPackets = v; r.Has |= HasDropPackets },
+		Wire: Wire{Proto: 19, Store: 33, OTLP: []string{"loupe.drop.packets"},
+			IPFIX: []IE{{ID: 133, Name: "droppedPacketDeltaCount"}}},
+	},
+	{
+		Name: "drop_bytes", Type: TypeUint, Bits: 64, Unit: "bytes", Presence: HasDropBytes, Applies: has(HasDropBytes), Optional: true,
+		Doc:     "kernel signals: the IP length of those packets (no link-layer header), as `drop_packets`",
+		Uint:    func(r *Record) uint64 { return r.DropBytes },
+		SetUint: func(r *Record, v uint64) { r.DropBytes = v; r.Has |= HasDropBytes },
+		Wire: Wire{Proto: 20, Store: 34, OTLP: []string{"loupe.drop.bytes"},
+			IPFIX: []IE{{ID: 132, Name: "droppedOctetDeltaCount"}}},
+	},
+	{
+		Name: "drop_reasons", Type: TypeCounts, Presence: HasDropReasons, Applies: has(HasDropReasons), Optional: true,
+		Doc: "kernel signals: `drop_packets` by the kernel's drop reason, an object of reason name to packets " +
+			"(`{\"NETFILTER_DROP\":3}`): the running kernel's `enum skb_drop_reason` names without their prefix",
+		Counts: func(r *Record) *DropReasons { return &r.DropReasons },
+		Wire: Wire{Proto: 21, Store: 35, OTLP: []string{"loupe.drop.reasons"},
+			IPFIX: []IE{{ID: 18, Name: "loupeDropReasons", Enterprise: true}}},
+	},
+	{
+		Name: "dns_id", Type: TypeUint, Bits: 16, Presence: HasDNSID, Applies: has(HasDNSID), Optional: true,
+		Doc:     "DNS: the ID of a query of the flow, matched with its response by ID and 5-tuple",
+		Uint:    func(r *Record) uint64 { return uint64(r.DNSID) },
+		SetUint: func(r *Record, v uint64) { r.DNSID = uint16(v); r.Has |= HasDNSID },
+		Wire: Wire{Proto: 40, Store: 36, OTLP: []string{"loupe.dns.id"},
+			IPFIX: []IE{{ID: 19, Name: "loupeDnsId", Enterprise: true}}},
+	},
+	{
+		Name: "dns_qname", Type: TypeString, Presence: HasDNSQName, Applies: has(HasDNSQName), Optional: true,
+		Doc: "DNS: the query's name (bounded length)",
+		Str: func(r *Record) *string { return &r.DNSQName },
+		Wire: Wire{Proto: 41, Store: 37, OTLP: []string{"dns.question.name"},
+			IPFIX: []IE{{ID: 20, Name: "loupeDnsQueryName", Enterprise: true}}},
+	},
+	{
+		Name: "dns_rcode", Type: TypeEnum, Bits: 12, Enum: rcodes, Presence: HasDNSRcode, Applies: has(HasDNSRcode), Optional: true,
+		Doc:     "DNS: the response's code by name (`\"NOERROR\"`, `\"NXDOMAIN\"`, `\"SERVFAIL\"`, ...; `\"RCODE<n>\"` for a code IANA has not named); absent without a response",
+		Uint:    func(r *Record) uint64 { return uint64(r.DNSRcode) },
+		SetUint: func(r *Record, v uint64) { r.DNSRcode = uint16(v); r.Has |= HasDNSRcode },
+		Wire: Wire{Proto: 42, Store: 38, OTLP: []string{"loupe.dns.rcode"},
+			IPFIX: []IE{{ID: 21, Name: "loupeDnsResponseCode", Enterprise: true}}},
+	},
+	{
+		Name: "dns_latency_ns", Type: TypeUint, Bits: 64, Unit: "nanoseconds", Presence: HasDNSLatency, Applies: has(HasDNSLatency), Optional: true,
+		Doc:     "DNS: from the query to its response, at the hook; absent without a response",
+		Uint:    func(r *Record) uint64 { return r.DNSLatencyNs },
+		SetUint: func(r *Record, v uint64) { r.DNSLatencyNs = v; r.Has |= HasDNSLatency },
+		Wire: Wire{Proto: 43, Store: 39, OTLP: []string{"loupe.dns.latency"},
+			IPFIX: []IE{{ID: 22, Name: "loupeDnsLatencyNanoseconds", Enterprise: true}}},
+	},
+	{
+		Name: "tunnel_type", Type: TypeEnum, Bits: 8, Enum: tunnelTypes, Presence: HasTunnelType, Applies: has(HasTunnelType), Optional: true,
+		Doc: "the tunnel the flow's packets were taken out of at the hook: `\"vxlan\"`, `\"geneve\"`, `\"gre\"` or `\"ipip\"` " +
+			"(the key is the inner packet's); absent for packets that came through no tunnel",
+		Uint:    func(r *Record) uint64 { return uint64(r.TunnelType) },
+		SetUint: func(r *Record, v uint64) { r.TunnelType = tunnel.Type(v); r.Has |= HasTunnelType },
+		Wire: Wire{Proto: 58, Store: 40, OTLP: []string{"loupe.tunnel.type"},
+			IPFIX: []IE{{ID: 23, Name: "loupeTunnelType", Enterprise: true}}},
+	},
+	{
+		Name: "tunnel_id", Type: TypeUint, Bits: 32, Presence: HasTunnelID, Applies: has(HasTunnelID), Optional: true,
+		Doc:     "the tunnel's ID: the VNI of VXLAN and Geneve, GRE's key; absent for GRE without a key and for IP in IP",
+		Uint:    func(r *Record) uint64 { return uint64(r.TunnelID) },
+		SetUint: func(r *Record, v uint64) { r.TunnelID = uint32(v); r.Has |= HasTunnelID },
+		Wire: Wire{Proto: 59, Store: 41, OTLP: []string{"loupe.tunnel.id"},
+			IPFIX: []IE{{ID: 351, Name: "layer2SegmentId"}, {ID: 296, Name: "greKey"}, {ID: 24, Name: "loupeTunnelId", Enterprise: true}}},
+	},
+	{
+		Name: "outer_src_addr", Type: TypeIP, Presence: HasOuterSrcAddr, Applies: has(HasOuterSrcAddr), Optional: true,
+		Doc: "the tunnel's outer source address (its own family, whatever the inner packet's)",
+		IP:  func(r *Record) *netip.Addr { return &r.OuterSrcAddr },
+		Wire: Wire{Proto: 60, Store: 42, OTLP: []string{"loupe.tunnel.source.address"},
+			IPFIX: []IE{{ID: 25, Name: "loupeOuterSourceIPv4Address", Enterprise: true}, {ID: 27, Name: "loupeOuterSourceIPv6Address", Enterprise: true}}},
+	},
+	{
+		Name: "outer_dst_addr", Type: TypeIP, Presence: HasOuterDstAddr, Applies: has(HasOuterDstAddr), Optional: true,
+		Doc: "the tunnel's outer destination address, as `outer_src_addr`",
+		IP:  func(r *Record) *netip.Addr { return &r.OuterDstAddr },
+		Wire: Wire{Proto: 61, Store: 43, OTLP: []string{"loupe.tunnel.destination.address"},
+			IPFIX: []IE{{ID: 26, Name: "loupeOuterDestinationIPv4Address", Enterprise: true}, {ID: 28, Name: "loupeOuterDestinationIPv6Address", Enterprise: true}}},
+	},
+	{
+		Name: "outer_src_port", Type: TypeUint, Bits: 16, Presence: HasOuterSrcPort, Applies: has(HasOuterSrcPort), Optional: true,
+		Doc:     "the tunnel's outer UDP source port (VXLAN, Geneve)",
+		Uint:    func(r *Record) uint64 { return uint64(r.OuterSrcPort) },
+		SetUint: func(r *Record, v uint64) { r.OuterSrcPort = uint16(v); r.Has |= HasOuterSrcPort },
+		Wire: Wire{Proto: 62, Store: 44, OTLP: []string{"loupe.tunnel.source.port"},
+			IPFIX: []IE{{ID: 29, Name: "loupeOuterSourcePort", Enterprise: true}}},
+	},
+	{
+		Name: "outer_dst_port", Type: TypeUint, Bits: 16, Presence: HasOuterDstPort, Applies: has(HasOuterDstPort), Optional: true,
+		Doc:     "the tunnel's outer UDP destination port: 4789 or 8472 for VXLAN, 6081 for Geneve",
+		Uint:    func(r *Record) uint64 { return uint64(r.OuterDstPort) },
+		SetUint: func(r *Record, v uint64) { r.OuterDstPort = uint16(v); r.Has |= HasOuterDstPort },
+		Wire: Wire{Proto: 63, Store: 45, OTLP: []string{"loupe.tunnel.destination.port"},
+			IPFIX: []IE{{ID: 30, Name: "loupeOuterDestinationPort", Enterprise: true}}},
 	},
 	{
 		Name: "first_seen", Type: TypeTime,

@@ -18,14 +18,35 @@ import (
 // TestTableCoversEveryGoField fails when Record or Key gain a field that
 // the table does not define: every Go field must be changed by exactly one
 // field of the table (through its accessors), and every table field must
-// change one Go field.
+// change one Go field. Has, the presence of the fields present only where
+// measured, is the one exception: a field with a Presence changes its own
+// bit of it, and nothing else of it, when it was absent.
 func TestTableCoversEveryGoField(t *testing.T) {
 	owner := map[string]string{} // Go field -> table field
+	bits := map[flow.Presence]string{}
 	for _, f := range flow.Fields() {
+		if f.Presence != 0 {
+			if f.Presence&(f.Presence-1) != 0 {
+				t.Errorf("field %s: presence %#x is not one bit", f.Name, f.Presence)
+			}
+			if o, ok := bits[f.Presence]; ok {
+				t.Errorf("presence bit %#x is both %s's and %s's", f.Presence, o, f.Name)
+			}
+			bits[f.Presence] = f.Name
+			if !f.Optional {
+				t.Errorf("field %s: present only where measured, yet written where absent", f.Name)
+			}
+		}
 		for _, b := range flowtest.Bases() {
 			r := b.Rec
 			v := r
 			flowtest.Vary(&f, &v)
+			if f.Presence != 0 && v.Has != r.Has|f.Presence {
+				t.Errorf("field %s (base %s): presence %#x after Vary, want %#x", f.Name, b.Name, v.Has, r.Has|f.Presence)
+			} else if f.Presence == 0 && v.Has != r.Has {
+				t.Errorf("field %s (base %s) changes the presence of others", f.Name, b.Name)
+			}
+			r.Has, v.Has = 0, 0
 			changed := changedGoFields(reflect.ValueOf(r), reflect.ValueOf(v), "")
 			if len(changed) != 1 {
 				t.Errorf("field %s (base %s) changes Go fields %v, want exactly one", f.Name, b.Name, changed)
@@ -37,6 +58,7 @@ func TestTableCoversEveryGoField(t *testing.T) {
 			owner[changed[0]] = f.Name
 		}
 	}
+	owner["Has"] = "the presence of the fields present only where measured"
 	for _, name := range goFields(reflect.TypeFor[flow.Record](), "") {
 		if _, ok := owner[name]; !ok {
 			t.Errorf("Go field %s has no row in the field table (internal/flow/fields.go): add one", name)
@@ -104,6 +126,12 @@ func TestTableIsWellFormed(t *testing.T) {
 			ok = f.Uint != nil && f.SetUint != nil
 		case flow.TypeFloat:
 			ok = f.Float != nil
+		case flow.TypeEnum:
+			ok = f.Uint != nil && f.SetUint != nil && f.Enum != nil && f.Bits > 0 && f.Bits <= 16
+		case flow.TypeIP:
+			ok = f.IP != nil
+		case flow.TypeCounts:
+			ok = f.Counts != nil
 		}
 		if !ok {
 			t.Errorf("field %s: type %v without its accessors", f.Name, f.Type)
@@ -332,6 +360,10 @@ func docType(f *flow.Field) string {
 		return "string (" + f.Type.String() + ")"
 	case flow.TypeFloat:
 		return "number"
+	case flow.TypeIP:
+		return "string (IP address)"
+	case flow.TypeCounts:
+		return "object"
 	}
 	return "string"
 }

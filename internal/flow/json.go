@@ -74,8 +74,36 @@ func (f *Field) appendJSON(b []byte, r *Record) []byte {
 			// The shortest form that reads back as the same float64.
 			return strconv.AppendFloat(b, v, 'g', -1, 64)
 		}
+	case TypeEnum:
+		return strconv.AppendQuote(b, f.Enum.Name(f.Uint(r)))
+	case TypeIP:
+		a := *f.IP(r)
+		if !a.IsValid() {
+			return append(b, `""`...)
+		}
+		b = append(b, '"')
+		b = a.AppendTo(b)
+		return append(b, '"')
+	case TypeCounts:
+		return f.Counts(r).AppendJSON(b)
 	}
 	return append(b, "null"...)
+}
+
+// AppendJSON appends the reasons as their JSON object, names sorted:
+// {"NETFILTER_DROP":3,"NO_SOCKET":1}.
+func (d DropReasons) AppendJSON(b []byte) []byte {
+	var buf [16]string
+	b = append(b, '{')
+	for i, n := range d.AppendNames(buf[:0]) {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendQuote(b, n)
+		b = append(b, ':')
+		b = strconv.AppendUint(b, d[n], 10)
+	}
+	return append(b, '}')
 }
 
 // AppendTime appends t in TimeLayout. It writes the digits itself: the
@@ -148,6 +176,7 @@ func (r *Record) UnmarshalJSON(data []byte) error {
 		if err := f.parseJSON(r, raw); err != nil {
 			return fmt.Errorf("%s: %w", f.Name, err)
 		}
+		f.MarkPresent(r)
 	}
 	return nil
 }
@@ -169,6 +198,17 @@ func (f *Field) parseJSON(r *Record, raw json.RawMessage) error {
 	if f.Type == TypeFloat {
 		return json.Unmarshal(raw, f.Float(r))
 	}
+	if f.Type == TypeCounts {
+		var c DropReasons
+		if err := json.Unmarshal(raw, &c); err != nil {
+			return err
+		}
+		if c == nil {
+			c = DropReasons{} // present, if empty: null is {}
+		}
+		*f.Counts(r) = c
+		return nil
+	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return err
@@ -186,6 +226,21 @@ func (f *Field) parseJSON(r *Record, raw json.RawMessage) error {
 			return err
 		}
 		f.SetUint(r, uint64(a))
+	case TypeEnum:
+		v, err := f.Enum.Parse(s)
+		if err != nil {
+			return err
+		}
+		f.SetUint(r, v)
+	case TypeIP:
+		if s == "" {
+			return nil
+		}
+		ip, err := netip.ParseAddr(s)
+		if err != nil || ip.Zone() != "" {
+			return fmt.Errorf("bad address %q", s)
+		}
+		*f.IP(r) = ip
 	case TypeString:
 		*f.Str(r) = s
 	case TypeMAC:

@@ -3,9 +3,12 @@ package flow
 import (
 	"encoding/json"
 	"net/netip"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"loupe/internal/tunnel"
 )
 
 func TestJSONRoundTrip(t *testing.T) {
@@ -65,5 +68,81 @@ func TestMergePerCPU(t *testing.T) {
 	want := Stats{Packets: 3, Bytes: 30, FirstSeen: 90, LastSeen: 200, DSCP: 2, TCPFlags: 5}
 	if got != want || stale != 1 {
 		t.Fatalf("merged %+v stale %d, want %+v and 1", got, stale, want)
+	}
+}
+
+// signalNames are the JSON names of the kernel signals' and tunnels'
+// fields, as issues 10 and 11 fix them: a contract, not a choice.
+var signalNames = []string{"rtt_min_ns", "rtt_max_ns", "rtt_last_ns", "handshake_rtt_ns", "retransmits", "drop_packets",
+	"drop_bytes", "drop_reasons", "dns_id", "dns_qname", "dns_rcode", "dns_latency_ns",
+	"tunnel_type", "tunnel_id", "outer_src_addr", "outer_dst_addr", "outer_src_port", "outer_dst_port"}
+
+// TestJSONSignalFieldsPresence: the fields of the kernel signals, DNS and
+// tunnels have their contract's names, are absent from the records they
+// were not measured for, and present, 0 included, where they were.
+func TestJSONSignalFieldsPresence(t *testing.T) {
+	for _, n := range signalNames {
+		if _, ok := FieldByName(n); !ok {
+			t.Errorf("no field %s", n)
+		}
+	}
+	base := Record{Key: Key{SrcAddr: AddrBytes(netip.MustParseAddr("10.0.0.1")), DstAddr: AddrBytes(netip.MustParseAddr("10.0.0.2")),
+		EtherType: EtherTypeIPv4, SrcPort: 40000, DstPort: 80, Proto: ProtoTCP, Direction: Egress}, Packets: 3, Bytes: 180, Sampling: 1}
+	rtt := base
+	rtt.SetRTT(100_000, 300_000, 200_000)
+	rtt.SetRetransmits(0)
+	drops := base
+	drops.SetDrops(3, 156, DropReasons{"NETFILTER_DROP": 2, "NO_SOCKET": 1})
+	dns := base
+	dns.DNSID, dns.DNSQName, dns.DNSRcode, dns.DNSLatencyNs = 7, "nosuch.test", 3, 0
+	dns.Has |= HasDNSID | HasDNSQName | HasDNSRcode | HasDNSLatency
+	query := base // a query without its response
+	query.DNSID, query.DNSQName = 8, "slow.test"
+	query.Has |= HasDNSID | HasDNSQName
+	vx := base
+	vx.SetTunnel(&tunnel.Info{Type: tunnel.VXLAN, ID: 42, HasID: true, SrcAddr: netip.MustParseAddr("fd88::1"),
+		DstAddr: netip.MustParseAddr("fd88::2"), SrcPort: 50000, DstPort: 4789})
+	ipip := base
+	ipip.SetTunnel(&tunnel.Info{Type: tunnel.IPIP, SrcAddr: netip.MustParseAddr("192.0.2.1"), DstAddr: netip.MustParseAddr("192.0.2.2")})
+	for _, c := range []struct {
+		name string
+		rec  Record
+		want map[string]string // the fields of signalNames present, as JSON
+	}{
+		{"none", base, nil},
+		{"rtt, no retransmission", rtt, map[string]string{"rtt_min_ns": "100000", "rtt_max_ns": "300000", "rtt_last_ns": "200000", "retransmits": "0"}},
+		{"drops", drops, map[string]string{"drop_packets": "3", "drop_bytes": "156", "drop_reasons": `{"NETFILTER_DROP":2,"NO_SOCKET":1}`}},
+		{"dns", dns, map[string]string{"dns_id": "7", "dns_qname": `"nosuch.test"`, "dns_rcode": `"NXDOMAIN"`, "dns_latency_ns": "0"}},
+		{"dns query alone", query, map[string]string{"dns_id": "8", "dns_qname": `"slow.test"`}},
+		{"vxlan", vx, map[string]string{"tunnel_type": `"vxlan"`, "tunnel_id": "42", "outer_src_addr": `"fd88::1"`,
+			"outer_dst_addr": `"fd88::2"`, "outer_src_port": "50000", "outer_dst_port": "4789"}},
+		{"ipip", ipip, map[string]string{"tunnel_type": `"ipip"`, "outer_src_addr": `"192.0.2.1"`, "outer_dst_addr": `"192.0.2.2"`}},
+	} {
+		js := AppendJSON(nil, &c.rec)
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(js, &m); err != nil {
+			t.Fatalf("%s: invalid JSON %s: %v", c.name, js, err)
+		}
+		for _, n := range signalNames {
+			got, ok := m[n]
+			want, wantOK := c.want[n]
+			if ok != wantOK || string(got) != want {
+				t.Errorf("%s: %s is %q (present %v), want %q (present %v)", c.name, n, got, ok, want, wantOK)
+			}
+		}
+		var back Record
+		if err := json.Unmarshal(js, &back); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if back.Has != c.rec.Has || !reflect.DeepEqual(back, c.rec) {
+			t.Errorf("%s: read back %+v, want %+v", c.name, back, c.rec)
+		}
+	}
+	for _, bad := range []string{`{"dns_rcode":"NOSUCH"}`, `{"tunnel_type":"vpn"}`, `{"tunnel_type":""}`, `{"drop_reasons":[1]}`,
+		`{"drop_reasons":{"X":-1}}`, `{"outer_src_addr":"fe80::1%eth0"}`, `{"dns_id":65536}`} {
+		var r Record
+		if err := json.Unmarshal([]byte(bad), &r); err == nil {
+			t.Errorf("%s: no error", bad)
+		}
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"net/netip"
 	"time"
+
+	"loupe/internal/tunnel"
 )
 
 // Direction is the hook a packet was seen at.
@@ -185,6 +187,40 @@ type Record struct {
 	MaxErrorPackets uint64
 	MaxErrorBytes   uint64
 	ErrorConfidence float64
+
+	// Has says which of the optional fields below hold a value: each is
+	// present only where it was measured, so that 0 means measured as
+	// zero and an absent field means "not measured" (the signal is off,
+	// or does not apply to this record). Set a field through its Set*
+	// method or its Field's setter, which set its bit (signals.go).
+	Has Presence
+
+	// The kernel signals of the record's 5-tuple over the interval
+	// (join.go puts them on one record per 5-tuple): the smoothed RTT of
+	// its TCP socket (minimum, maximum and last, nanoseconds), the
+	// handshake RTT seen at the hook, the segments the socket
+	// retransmitted, and the packets the kernel dropped with their IP
+	// length and their packets by drop reason.
+	RTTMinNs, RTTMaxNs, RTTLastNs uint64
+	HandshakeRTTNs                uint64
+	Retransmits                   uint64
+	DropPackets, DropBytes        uint64
+	DropReasons                   DropReasons
+
+	// A DNS exchange of the flow: the query's ID and name, and the
+	// response's code and how long after the query it came.
+	DNSID        uint16
+	DNSRcode     uint16
+	DNSQName     string
+	DNSLatencyNs uint64
+
+	// The tunnel the flow's packets were taken out of at the hook: its
+	// type and ID (VNI, GRE key) and the outer IP header's addresses and
+	// UDP ports (tunnel.Info).
+	TunnelType                 tunnel.Type
+	TunnelID                   uint32
+	OuterSrcAddr, OuterDstAddr netip.Addr
+	OuterSrcPort, OuterDstPort uint16
 }
 
 // Estimated reports whether the record's counters are an estimate.

@@ -8,11 +8,13 @@ package flow
 //
 // Free identifiers, for the next field:
 //
-//	IPFIX, Loupe enterprise: 13 and up (2-5: see EnterpriseElements)
-//	protobuf (loupe.flow.v1.FlowRecord): 19-49 are kept for drop and
-//	  loss counters (19-29), latency (30-39), DNS and application data
-//	  (40-49); other fields take 58 and up
-//	store column kinds: 27 to 99 (100-103 are the segment dictionaries)
+//	IPFIX, Loupe enterprise: 31 and up (2-5: withdrawn, see
+//	  EnterpriseElements)
+//	protobuf (loupe.flow.v1.FlowRecord): 23-29 are kept for drop and
+//	  loss counters, 34-39 for latency, 44-49 for DNS and application
+//	  data; other fields take 64 and up
+//	store column kinds: 46 to 99 (27 is the presence column, 100-103
+//	  the segment dictionaries)
 
 // Wire is a field's identifiers in each wire format.
 type Wire struct {
@@ -103,10 +105,12 @@ var enterpriseElements = [...]EnterpriseElement{
 		Doc: "was: packets of the flow dropped by the kernel; drops use IANA's droppedPacketDeltaCount (133)"},
 	{ID: 3, Name: "loupeDroppedOctetCount", Type: "unsigned64", Length: 8, Status: Withdrawn,
 		Doc: "was: bytes of the flow dropped by the kernel; drops use IANA's droppedOctetDeltaCount (132)"},
-	{ID: 4, Name: "loupeDropReason", Type: "unsigned16", Length: 2, Status: Reserved,
-		Doc: "kernel drop reason (enum skb_drop_reason) of the last dropped packet (IANA's forwardingStatus cannot carry it)"},
-	{ID: 5, Name: "loupeSmoothedRttMicroseconds", Type: "unsigned32", Length: 4, Status: Reserved,
-		Doc: "smoothed TCP round-trip time, microseconds"},
+	{ID: 4, Name: "loupeDropReason", Type: "unsigned16", Length: 2, Status: Withdrawn,
+		Doc: "was: the kernel's drop reason of the last dropped packet, as a number; kernels renumber enum skb_drop_reason, " +
+			"so drops carry their reasons by name, with their packets (loupeDropReasons, 18)"},
+	{ID: 5, Name: "loupeSmoothedRttMicroseconds", Type: "unsigned32", Length: 4, Status: Withdrawn,
+		Doc: "was: the smoothed TCP RTT in microseconds; records carry the interval's minimum, maximum and last in " +
+			"nanoseconds (loupeRttMinNanoseconds, 13, to loupeRttLastNanoseconds, 15)"},
 	{ID: 6, Name: "loupeSegmentDeltaCount", Type: "unsigned64", Length: 8, Status: Sent,
 		Doc: "wire packets (segments) of the flow in this record: a GSO/GRO super-packet counts as its segments"},
 	{ID: 7, Name: "loupeWireOctetDeltaCount", Type: "unsigned64", Length: 8, Status: Sent,
@@ -121,7 +125,47 @@ var enterpriseElements = [...]EnterpriseElement{
 		Doc: "estimates only: octetDeltaCount exceeds the true count by at most this many, with probability loupeErrorConfidence"},
 	{ID: 12, Name: "loupeErrorConfidence", Type: "float64", Length: 8, Status: Sent,
 		Doc: "estimates only: the probability (0 to 1) that both bounds hold"},
+	{ID: 13, Name: "loupeRttMinNanoseconds", Type: "unsigned64", Length: 8, Status: Sent,
+		Doc: "the smallest smoothed RTT of the flow's TCP socket in the interval, nanoseconds"},
+	{ID: 14, Name: "loupeRttMaxNanoseconds", Type: "unsigned64", Length: 8, Status: Sent,
+		Doc: "the largest smoothed RTT of the flow's TCP socket in the interval, nanoseconds"},
+	{ID: 15, Name: "loupeRttLastNanoseconds", Type: "unsigned64", Length: 8, Status: Sent,
+		Doc: "the last smoothed RTT of the flow's TCP socket in the interval, nanoseconds"},
+	{ID: 16, Name: "loupeHandshakeRttNanoseconds", Type: "unsigned64", Length: 8, Status: Sent,
+		Doc: "the TCP handshake RTT seen at the hook, nanoseconds"},
+	{ID: 17, Name: "loupeRetransmittedSegmentDeltaCount", Type: "unsigned64", Length: 8, Status: Sent,
+		Doc: "TCP segments the flow's socket retransmitted in the interval"},
+	{ID: 18, Name: "loupeDropReasons", Type: "string", Length: VariableLength, Status: Sent,
+		Doc: "droppedPacketDeltaCount by the kernel's drop reason, as JSON: {\"NETFILTER_DROP\":3}"},
+	{ID: 19, Name: "loupeDnsId", Type: "unsigned16", Length: 2, Status: Sent,
+		Doc: "the ID of a DNS query of the flow"},
+	{ID: 20, Name: "loupeDnsQueryName", Type: "string", Length: VariableLength, Status: Sent,
+		Doc: "the name of that DNS query"},
+	{ID: 21, Name: "loupeDnsResponseCode", Type: "unsigned16", Length: 2, Status: Sent,
+		Doc: "the DNS response's code (RCODE, with EDNS's extension: 12 bits)"},
+	{ID: 22, Name: "loupeDnsLatencyNanoseconds", Type: "unsigned64", Length: 8, Status: Sent,
+		Doc: "from the DNS query to its response at the hook, nanoseconds"},
+	{ID: 23, Name: "loupeTunnelType", Type: "unsigned8", Length: 1, Status: Sent,
+		Doc: "the tunnel the flow's packets were taken out of: 1 VXLAN, 2 Geneve, 3 GRE, 4 IP in IP"},
+	{ID: 24, Name: "loupeTunnelId", Type: "unsigned32", Length: 4, Status: Sent,
+		Doc: "the tunnel's ID where IANA has no element for it: Geneve's VNI (VXLAN's goes in layer2SegmentId, GRE's key in greKey)"},
+	{ID: 25, Name: "loupeOuterSourceIPv4Address", Type: "ipv4Address", Length: 4, Status: Sent,
+		Doc: "the tunnel's outer source address, IPv4"},
+	{ID: 26, Name: "loupeOuterDestinationIPv4Address", Type: "ipv4Address", Length: 4, Status: Sent,
+		Doc: "the tunnel's outer destination address, IPv4"},
+	{ID: 27, Name: "loupeOuterSourceIPv6Address", Type: "ipv6Address", Length: 16, Status: Sent,
+		Doc: "the tunnel's outer source address, IPv6"},
+	{ID: 28, Name: "loupeOuterDestinationIPv6Address", Type: "ipv6Address", Length: 16, Status: Sent,
+		Doc: "the tunnel's outer destination address, IPv6"},
+	{ID: 29, Name: "loupeOuterSourcePort", Type: "unsigned16", Length: 2, Status: Sent,
+		Doc: "the tunnel's outer UDP source port (VXLAN, Geneve)"},
+	{ID: 30, Name: "loupeOuterDestinationPort", Type: "unsigned16", Length: 2, Status: Sent,
+		Doc: "the tunnel's outer UDP destination port (VXLAN, Geneve)"},
 }
+
+// VariableLength is the length of an element of variable length in a
+// template (RFC 7011 §7): each value carries its own length.
+const VariableLength = 65535
 
 // EnterpriseElements lists every ID of Loupe's IPFIX enterprise space:
 // sent, reserved and withdrawn.
@@ -138,9 +182,9 @@ type ProtoRange struct {
 // reservedProto are the FlowRecord field numbers kept free, as flow.proto
 // announces them.
 var reservedProto = [...]ProtoRange{
-	{19, 29, "drop and loss counters"},
-	{30, 39, "latency"},
-	{40, 49, "DNS and application metadata"},
+	{23, 29, "drop and loss counters"},
+	{34, 39, "latency"},
+	{44, 49, "DNS and application metadata"},
 }
 
 // ReservedProtoRanges lists the FlowRecord field numbers kept for fields

@@ -164,9 +164,13 @@ func (w *flowWorker) segment(s *segment, f *segFilter) {
 	}
 	w.rows = w.rows[:0]
 	simple := f.simple()
+	packets, bytes := c[cPackets], c[cBytes]
 	for i := range s.n {
 		if !simple && !f.match(s, i) {
 			continue
+		}
+		if le.Uint64(packets[8*i:]) == 0 && le.Uint64(bytes[8*i:]) == 0 {
+			continue // a record of signals alone (no traffic) is no flow
 		}
 		sa, da := le.Uint32(src[4*i:]), le.Uint32(dst[4*i:])
 		switch by {

@@ -32,9 +32,10 @@ package store
 // distinct flows, and the counters it sums), and never fault in the pages
 // of the others.
 //
-// Block kinds. Kinds 1..26 are columns of N fixed-width elements, one per
-// field of flow.Record (the kind is the field's Wire.Store in flow's
-// registry; TestColumnKindsAreTheRegistrys checks it):
+// Block kinds. Kinds 1..26 and 28..45 are columns of N fixed-width
+// elements, one per field of flow.Record (the kind is the field's
+// Wire.Store in flow's registry; TestColumnKindsAreTheRegistrys checks it);
+// kind 27 holds each record's presence bits (flow.Presence):
 //
 //	1 first_seen i64   2 last_seen i64   3 packets u64   4 bytes u64
 //	5 ifindex u32      6 sampling u32    7 eth_type u16  8 src_port u16
@@ -44,25 +45,39 @@ package store
 //	21 vlan_id u16    22 aggregate_prefix u8    23 accuracy u8
 //	24 max_error_packets u64    25 max_error_bytes u64
 //	26 error_confidence f64 (IEEE 754 binary64, as little-endian bits)
+//	27 presence u32 (flow.Record.Has)
+//	28 rtt_min_ns u64  29 rtt_max_ns u64  30 rtt_last_ns u64
+//	31 handshake_rtt_ns u64  32 retransmits u64  33 drop_packets u64
+//	34 drop_bytes u64  35 drop_reasons u32  36 dns_id u16  37 dns_qname u32
+//	38 dns_rcode u16  39 dns_latency_ns u64  40 tunnel_type u8
+//	41 tunnel_id u32  42 outer_src_addr u32  43 outer_dst_addr u32
+//	44 outer_src_port u16  45 outer_dst_port u16
 //
 // Kinds 19..26 came later: a segment written without them reads as if
 // segments were packets, wire_bytes bytes, vlan_id and aggregate_prefix
 // 0, which is what the datapath counted before it measured them (every
 // buffer one segment of its own length, tags not recorded, no aggregates),
 // and every record exact, as every record was before the sketch;
-// compaction writes the first four out. Kinds 23..26 are written only by
-// a segment that holds a record that is not exact (sparseCols): the
-// common segment, all exact, would otherwise carry 25 bytes of zeros a
-// record.
+// compaction writes the first four out. Kinds 23..45 are sparse
+// (sparseCols): each is written only by a segment where it is not all
+// zeros, so that the common segment, all exact and without kernel
+// signals, DNS or tunnels, carries nothing for them; a reader takes a
+// missing one as zeros (no record present, for kind 27). A field present
+// only where measured is present where its bit of kind 27 is set, and its
+// column holds 0 elsewhere.
 //
 // Times are unix nanoseconds; math.MinInt64 stands for the zero time.Time,
 // which has no unix-nanosecond form. Kinds 14..18 are indices into the
-// segment's dictionaries:
+// segment's dictionaries, and kinds 35, 37, 42 and 43 are indices plus
+// one (0: none): drop_reasons and dns_qname into the strings dictionary
+// (103; drop reasons as "NAME=packets,...", sorted by name), the outer
+// addresses into the address dictionary, with their own family:
 //
 //	100 address dictionary: 16-byte addresses, as flow.Key stores them
 //	101 address family, one byte per address entry (0 non-IP, 4, 6)
 //	102 MAC dictionary: 6 bytes per entry
-//	103 interface names (width 0): u32 count K, K+1 u32 offsets, the bytes
+//	103 strings (width 0): interface names, DNS names and drop reasons:
+//	    u32 count K, K+1 u32 offsets, the bytes
 //
 // An address entry is the pair (16 bytes, family): the family comes from the
 // record's eth_type, so an index alone says which netip.Addr the flow's
@@ -83,6 +98,7 @@ import (
 	"hash/crc32"
 	"io"
 	"math"
+	"net/netip"
 	"time"
 
 	"loupe/internal/flow"
@@ -126,8 +142,31 @@ const (
 	cMaxErrPackets
 	cMaxErrBytes
 	cErrConfidence
+	cPresence
+	cRTTMin
+	cRTTMax
+	cRTTLast
+	cHandshakeRTT
+	cRetransmits
+	cDropPackets
+	cDropBytes
+	cDropReasons
+	cDNSID
+	cDNSQName
+	cDNSRcode
+	cDNSLatency
+	cTunnelType
+	cTunnelID
+	cOuterSrcAddr
+	cOuterDstAddr
+	cOuterSrcPort
+	cOuterDstPort
 	numCols
 )
+
+// kindPresence is the block kind of the presence column: a column of no
+// field of its own.
+const kindPresence = cPresence + 1
 
 // Dictionary block kinds.
 const (
@@ -145,6 +184,9 @@ var colWidths = [numCols]int{
 	cSrcAddr: 4, cDstAddr: 4, cSrcMAC: 4, cDstMAC: 4, cIface: 4,
 	cSegments: 8, cWireBytes: 8, cVlanID: 2, cAggPrefix: 1,
 	cAccuracy: 1, cMaxErrPackets: 8, cMaxErrBytes: 8, cErrConfidence: 8,
+	cPresence: 4, cRTTMin: 8, cRTTMax: 8, cRTTLast: 8, cHandshakeRTT: 8, cRetransmits: 8,
+	cDropPackets: 8, cDropBytes: 8, cDropReasons: 4, cDNSID: 2, cDNSQName: 4, cDNSRcode: 2, cDNSLatency: 8,
+	cTunnelType: 1, cTunnelID: 4, cOuterSrcAddr: 4, cOuterDstAddr: 4, cOuterSrcPort: 2, cOuterDstPort: 2,
 }
 
 func colWidth(c int) int { return colWidths[c] }
@@ -152,21 +194,48 @@ func colWidth(c int) int { return colWidths[c] }
 // isDictCol reports whether column c holds dictionary indices.
 func isDictCol(c int) bool { return c >= cSrcAddr && c <= cIface }
 
+// isOptDictCol reports whether column c holds dictionary indices plus one
+// (optDictCols).
+func isOptDictCol(c int) bool {
+	return c == cDropReasons || c == cDNSQName || c == cOuterSrcAddr || c == cOuterDstAddr
+}
+
+// optDictCols are the sparse columns of dictionary indices plus one (0:
+// none), and the dictionary each indexes.
+var optDictCols = [...]struct{ col, dict int }{
+	{cDropReasons, kindNames}, {cDNSQName, kindNames}, {cOuterSrcAddr, kindAddrDict}, {cOuterDstAddr, kindAddrDict},
+}
+
 // laterCols are the columns added after the first segments were written,
 // and what a segment without them reads: the column it copies, or zeros
 // (-1).
-var laterCols = [...]struct{ col, from int }{
-	{cSegments, cPackets}, {cWireBytes, cBytes}, {cVlanID, -1}, {cAggPrefix, -1},
-	{cAccuracy, -1}, {cMaxErrPackets, -1}, {cMaxErrBytes, -1}, {cErrConfidence, -1},
-}
+var laterCols = func() []struct{ col, from int } {
+	out := []struct{ col, from int }{{cSegments, cPackets}, {cWireBytes, cBytes}, {cVlanID, -1}, {cAggPrefix, -1}}
+	for c := cAccuracy; c < numCols; c++ {
+		out = append(out, struct{ col, from int }{c, -1})
+	}
+	return out
+}()
 
-// sparseCols are left out of a segment whose every record is exact: they
-// are all zeros then. A reader leaves such a column empty rather than
-// allocating its zeros (25 bytes a record, on every query): code that
-// reads one checks its length, and reads no column as zeros.
-var sparseCols = [...]int{cAccuracy, cMaxErrPackets, cMaxErrBytes, cErrConfidence}
+// sparseCols are each left out of a segment where they are all zeros: the
+// accuracy columns where every record is exact, the presence column and
+// the fields present only where measured where no record has them. A
+// reader leaves such a column empty rather than allocating its zeros (25
+// bytes a record for the accuracy, over 100 for the rest, on every
+// query): code that reads one checks its length, and reads no column as
+// zeros.
+var sparseCols = func() []int {
+	var out []int
+	for c := cAccuracy; c < numCols; c++ {
+		out = append(out, c)
+	}
+	return out
+}()
 
-func sparseCol(c int) bool { return c >= cAccuracy && c <= cErrConfidence }
+func sparseCol(c int) bool { return c >= cAccuracy && c < numCols }
+
+// accuracyCols are the sparse columns of an estimate's accuracy and bounds.
+var accuracyCols = [...]int{cAccuracy, cMaxErrPackets, cMaxErrBytes, cErrConfidence}
 
 // Address families as stored in the family block.
 const (
@@ -313,7 +382,47 @@ func (b *batch) add(r *flow.Record) {
 	c[cMaxErrPackets] = le.AppendUint64(c[cMaxErrPackets], r.MaxErrorPackets)
 	c[cMaxErrBytes] = le.AppendUint64(c[cMaxErrBytes], r.MaxErrorBytes)
 	c[cErrConfidence] = le.AppendUint64(c[cErrConfidence], math.Float64bits(r.ErrorConfidence))
+	c[cPresence] = le.AppendUint32(c[cPresence], uint32(r.Has))
+	c[cRTTMin] = le.AppendUint64(c[cRTTMin], r.RTTMinNs)
+	c[cRTTMax] = le.AppendUint64(c[cRTTMax], r.RTTMaxNs)
+	c[cRTTLast] = le.AppendUint64(c[cRTTLast], r.RTTLastNs)
+	c[cHandshakeRTT] = le.AppendUint64(c[cHandshakeRTT], r.HandshakeRTTNs)
+	c[cRetransmits] = le.AppendUint64(c[cRetransmits], r.Retransmits)
+	c[cDropPackets] = le.AppendUint64(c[cDropPackets], r.DropPackets)
+	c[cDropBytes] = le.AppendUint64(c[cDropBytes], r.DropBytes)
+	var reasons uint32
+	if r.DropReasons != nil {
+		reasons = b.name(r.DropReasons.String()) + 1
+	}
+	c[cDropReasons] = le.AppendUint32(c[cDropReasons], reasons)
+	c[cDNSID] = le.AppendUint16(c[cDNSID], r.DNSID)
+	var qname uint32
+	if r.DNSQName != "" || r.Has.Any(flow.HasDNSQName) {
+		qname = b.name(r.DNSQName) + 1
+	}
+	c[cDNSQName] = le.AppendUint32(c[cDNSQName], qname)
+	c[cDNSRcode] = le.AppendUint16(c[cDNSRcode], r.DNSRcode)
+	c[cDNSLatency] = le.AppendUint64(c[cDNSLatency], r.DNSLatencyNs)
+	c[cTunnelType] = append(c[cTunnelType], uint8(r.TunnelType))
+	c[cTunnelID] = le.AppendUint32(c[cTunnelID], r.TunnelID)
+	c[cOuterSrcAddr] = le.AppendUint32(c[cOuterSrcAddr], b.ipIndex(r.OuterSrcAddr))
+	c[cOuterDstAddr] = le.AppendUint32(c[cOuterDstAddr], b.ipIndex(r.OuterDstAddr))
+	c[cOuterSrcPort] = le.AppendUint16(c[cOuterSrcPort], r.OuterSrcPort)
+	c[cOuterDstPort] = le.AppendUint16(c[cOuterDstPort], r.OuterDstPort)
 	b.n++
+}
+
+// ipIndex is the index plus one of an address of its own family in the
+// address dictionary; 0 for none.
+func (b *batch) ipIndex(a netip.Addr) uint32 {
+	if !a.IsValid() {
+		return 0
+	}
+	fam := uint8(famV6)
+	if a.Is4() {
+		fam = famV4
+	}
+	return b.addr(addrKey{a.As16(), fam}) + 1
 }
 
 // appendSegment appends every record of a verified segment, remapping its
@@ -337,7 +446,7 @@ func (b *batch) appendSegment(s *segment) error {
 	}
 	for c := range numCols {
 		switch {
-		case isDictCol(c):
+		case isDictCol(c) || isOptDictCol(c) && len(s.cols[c]) > 0:
 		case len(s.cols[c]) == 0 && sparseCol(c):
 			b.cols[c] = append(b.cols[c], make([]byte, s.n*colWidth(c))...)
 		default:
@@ -358,6 +467,27 @@ func (b *batch) appendSegment(s *segment) error {
 			dst = le.AppendUint32(dst, rm.m[x])
 		}
 		b.cols[rm.col] = dst
+	}
+	for _, od := range optDictCols {
+		src, dst := s.cols[od.col], b.cols[od.col]
+		if len(src) == 0 {
+			continue // zeros, appended above
+		}
+		m := nameMap
+		if od.dict == kindAddrDict {
+			m = addrMap
+		}
+		for i := range s.n {
+			x := le.Uint32(src[i*4:])
+			if x > uint32(len(m)) {
+				return corruptf(s.path, "column %d: index %d out of dictionary of %d", od.col+1, x-1, len(m))
+			}
+			if x > 0 {
+				x = m[x-1] + 1
+			}
+			dst = le.AppendUint32(dst, x)
+		}
+		b.cols[od.col] = dst
 	}
 	b.n += s.n
 	b.widen(s.minFirst, s.maxFirst, s.minLast, s.maxLast)
@@ -385,12 +515,8 @@ func pad8(n int) int { return (n + 7) &^ 7 }
 // blocks lists the batch's blocks in file order.
 func (b *batch) blocks() []block {
 	bl := make([]block, 0, numCols+4)
-	sparse := true // every record exact: no sparse column
-	for _, c := range sparseCols {
-		sparse = sparse && allZero(b.cols[c])
-	}
 	for c := range b.cols {
-		if sparse && sparseCol(c) {
+		if sparseCol(c) && allZero(b.cols[c]) {
 			continue
 		}
 		bl = append(bl, block{uint32(c + 1), uint32(colWidth(c)), b.cols[c]})

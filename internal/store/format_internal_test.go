@@ -56,6 +56,18 @@ func columnParts(t testing.TB, data []byte) flowtest.Parts {
 			v = m[:]
 		case cIface:
 			v = []byte(names[le.Uint32(v)])
+		case cDropReasons, cDNSQName:
+			if x := sparseU32(v, 0); x > 0 {
+				v = []byte(names[x-1])
+			}
+		case cOuterSrcAddr, cOuterDstAddr:
+			if x := sparseU32(v, 0); x > 0 {
+				k := s.addrKey(x - 1)
+				v = append(k.a[:], k.fam)
+			}
+		}
+		if len(v) == 0 && sparseCol(c) {
+			continue // not written: all zeros
 		}
 		p[fmt.Sprintf("kind %d", c+1)] = hex.EncodeToString(v)
 	}
@@ -69,6 +81,11 @@ func TestColumnKindsAreTheRegistrys(t *testing.T) {
 	var recs []flow.Record
 	for _, b := range flowtest.Bases() {
 		recs = append(recs, b.Rec)
+		if b.Rec.Has.Any(flow.HasRetransmits) { // measured zero in the bases: a column of zeros is not written
+			r := b.Rec
+			r.Retransmits = 1
+			recs = append(recs, r)
+		}
 	}
 	s, err := parseSegment(encodeBatch(t, recs), "test")
 	if err != nil {
@@ -90,7 +107,7 @@ func TestColumnKindsAreTheRegistrys(t *testing.T) {
 		switch {
 		case f.Type == flow.TypeTime || f.Type == flow.TypeFloat:
 			want = 8
-		case f.Type == flow.TypeUint || f.Type == flow.TypeDirection || f.Type == flow.TypeAccuracy:
+		case f.Type == flow.TypeUint || f.Type == flow.TypeDirection || f.Type == flow.TypeAccuracy || f.Type == flow.TypeEnum:
 			want = 1
 			for int(want)*8 < f.Bits {
 				want *= 2
@@ -102,7 +119,7 @@ func TestColumnKindsAreTheRegistrys(t *testing.T) {
 		delete(written, f.Wire.Store)
 	}
 	for k := range written {
-		if k < flow.StoreDictionaryKinds {
+		if k < flow.StoreDictionaryKinds && k != kindPresence {
 			t.Errorf("block kind %d is a column of no field", k)
 		}
 	}
@@ -110,7 +127,8 @@ func TestColumnKindsAreTheRegistrys(t *testing.T) {
 		Encode: func(t testing.TB, r *flow.Record) flowtest.Parts {
 			return columnParts(t, encodeBatch(t, []flow.Record{*r}))
 		},
-		IDs: func(f *flow.Field) []string { return []string{fmt.Sprintf("kind %d", f.Wire.Store)} },
+		IDs:   func(f *flow.Field) []string { return []string{fmt.Sprintf("kind %d", f.Wire.Store)} },
+		Other: map[string]string{fmt.Sprintf("kind %d", kindPresence): "the presence bits of the fields present only where measured"},
 	}.Check(t)
 }
 
@@ -288,5 +306,142 @@ func TestExactSegmentsHaveNoAccuracyColumns(t *testing.T) {
 	}
 	if d := len(encodeBatch(t, mixed)) - len(encodeBatch(t, append(oldSegmentRecords(), oldSegmentRecords()[1]))); d < 4*25 {
 		t.Errorf("the accuracy columns of 4 records take %d bytes, want at least 100", d)
+	}
+}
+
+// TestSignalColumnsOnlyWhereMeasured: a segment whose records carry no
+// kernel signal, DNS or tunnel has none of their columns (kinds 27..45);
+// one with such records has the presence column and the columns of the
+// fields some record holds a value other than 0 in, no other, and reads
+// back every record as written, presence included (a retransmits of 0
+// present, without a column). Compaction keeps them, remapping the
+// strings and addresses they index.
+func TestSignalColumnsOnlyWhereMeasured(t *testing.T) {
+	kinds := func(data []byte) map[uint32]bool {
+		out := map[uint32]bool{}
+		for i := range int(le.Uint32(data[12:])) {
+			out[le.Uint32(data[headerFixed+dirEntrySize*i:])] = true
+		}
+		return out
+	}
+	plain := oldSegmentRecords()
+	for k := range kinds(encodeBatch(t, plain)) {
+		if k >= kindPresence && k <= numCols {
+			t.Errorf("a segment without signals has column kind %d", k)
+		}
+	}
+	var measured []flow.Record
+	for _, b := range flowtest.Bases() {
+		if b.Rec.Has != 0 {
+			measured = append(measured, b.Rec)
+		}
+	}
+	if len(measured) < 4 {
+		t.Fatalf("%d bases with signals", len(measured))
+	}
+	recs := append(oldSegmentRecords(), measured...)
+	data := encodeBatch(t, recs)
+	got := kinds(data)
+	if !got[kindPresence] {
+		t.Error("no presence column")
+	}
+	for _, f := range flow.Fields() {
+		if f.Presence == 0 {
+			continue
+		}
+		nonZero := false
+		for i := range recs {
+			nonZero = nonZero || flowtest.Value(&f, &recs[i]) != flowtest.Value(&f, &flow.Record{}) && flowtest.Value(&f, &recs[i]) != "0"
+		}
+		if got[f.Wire.Store] != nonZero {
+			t.Errorf("field %s: column written %v, want %v (a record holds a value other than 0: %v)", f.Name, got[f.Wire.Store], nonZero, nonZero)
+		}
+	}
+	for _, full := range []bool{true, false} {
+		s, err := parseSegment(data, "signals")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if full {
+			err = s.verifyAll()
+		} else {
+			err = s.verify(sparseCols[:]...)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if back := decodeAll(t, s); !reflect.DeepEqual(back, recs) {
+			t.Errorf("whole file %v: read\n%+v\nwant\n%+v", full, back, recs)
+		}
+	}
+
+	// Compaction: a segment with them after one without, into a batch
+	// whose dictionaries start with other entries.
+	first := flowtest.Bases()[1].Rec
+	b := newBatch(8)
+	b.add(&first)
+	for _, in := range [][]flow.Record{plain, recs} {
+		s, err := parseSegment(encodeBatch(t, in), "in")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.verifyAll(); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.appendSegment(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var buf bytes.Buffer
+	if _, err := b.encode(&buf, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	s, err := parseSegment(buf.Bytes(), "compacted")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.verifyAll(); err != nil {
+		t.Fatal(err)
+	}
+	want := append(append([]flow.Record{first}, plain...), recs...)
+	if back := decodeAll(t, s); !reflect.DeepEqual(back, want) {
+		t.Errorf("compacted: read\n%+v\nwant\n%+v", back, want)
+	}
+}
+
+// TestReadSegmentBeforeSignals reads testdata/v1-before-signals.lseg, a
+// segment the store wrote before the presence column and the signals',
+// DNS and tunnel columns existed (an estimate among its records, so its
+// accuracy columns are there): every record reads as written, with no
+// field present only where measured.
+func TestReadSegmentBeforeSignals(t *testing.T) {
+	data, err := os.ReadFile("testdata/v1-before-signals.lseg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := oldSegmentRecords()
+	est := want[1]
+	est.SrcPort = 5354
+	est.Accuracy, est.MaxErrorPackets, est.MaxErrorBytes, est.ErrorConfidence = flow.Estimated, 3, 1<<20, 0.9816843611112658
+	want = append(want, est)
+	for _, full := range []bool{true, false} {
+		s, err := parseSegment(data, "before-signals")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if full {
+			err = s.verifyAll()
+		} else {
+			err = s.verify(sparseCols[:]...)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(s.cols[cPresence]) != 0 {
+			t.Fatal("a segment from before the presence column has one")
+		}
+		if got := decodeAll(t, s); !reflect.DeepEqual(got, want) {
+			t.Errorf("whole file %v: read\n%+v\nwant\n%+v", full, got, want)
+		}
 	}
 }

@@ -10,12 +10,14 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
 
 	"loupe/internal/flow"
 	"loupe/internal/store"
+	"loupe/internal/tunnel"
 )
 
 var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -92,6 +94,40 @@ func gen(rng *rand.Rand, n int, base time.Time) []flow.Record {
 			r.MaxErrorPackets, r.MaxErrorBytes = r.Packets/8+uint64(i%5), r.Bytes/8+uint64(i%7)
 			r.ErrorConfidence = []float64{-math.Expm1(-4), 0.99, 0.95}[i%3]
 		}
+		// And a few with kernel signals, DNS or a tunnel, some of whose
+		// values are measured zeros.
+		if i%17 == 3 {
+			r.SetRTT(uint64(i%7)*1000, uint64(i%7)*1000+uint64(i%97)*10_000, uint64(i%7)*1000+5)
+			r.SetRetransmits(uint64(i % 4))
+		}
+		if i%19 == 4 {
+			reasons := flow.DropReasons{[]string{"NETFILTER_DROP", "NO_SOCKET", "TC_INGRESS"}[i%3]: uint64(1 + i%5)}
+			if i%2 == 0 {
+				reasons["TCP_CSUM"] = 2
+			}
+			var n uint64
+			for _, v := range reasons {
+				n += v
+			}
+			r.SetDrops(n, n*60, reasons)
+		}
+		if i%23 == 6 {
+			r.SetDNS(&flow.DNSExchange{ID: uint16(i), QName: []string{"a.test", "nosuch.test", "xn--bcher-kva.test"}[i%3],
+				HasRcode: i%2 == 0, Rcode: uint16(i % 4), HasLatency: i%2 == 0, LatencyNs: uint64(i%41) * 1000})
+		}
+		if i%37 == 11 {
+			// The signals of a socket whose egress no hook saw: a record
+			// on no interface, with no packets.
+			r.IfIndex, r.Iface, r.Direction = 0, "", flow.Egress
+			r.Packets, r.Bytes, r.Segments, r.WireBytes = 0, 0, 0, 0
+			r.SetRTT(uint64(i)*10, uint64(i)*30, uint64(i)*20)
+			r.SetRetransmits(uint64(i % 5))
+		}
+		if i%29 == 8 {
+			r.SetTunnel(&tunnel.Info{Type: tunnel.Type(1 + i%4), ID: uint32(i), HasID: i%4 != 3,
+				SrcAddr: netip.MustParseAddr([]string{"10.88.0.1", "fd88::1"}[i%2]), DstAddr: netip.MustParseAddr([]string{"10.88.0.2", "fd88::2"}[i%2]),
+				SrcPort: uint16(i), DstPort: 4789})
+		}
 	}
 	return recs
 }
@@ -164,7 +200,7 @@ func sameRecords(t *testing.T, what string, got, want []flow.Record) {
 			t.Fatalf("%s: record %d times differ:\n got %+v\nwant %+v", what, i, g, w)
 		}
 		g.FirstSeen, g.LastSeen, w.FirstSeen, w.LastSeen = time.Time{}, time.Time{}, time.Time{}, time.Time{}
-		if g != w {
+		if !reflect.DeepEqual(g, w) {
 			t.Fatalf("%s: record %d differs:\n got %+v\nwant %+v", what, i, g, w)
 		}
 	}
@@ -211,6 +247,44 @@ func filter(recs []flow.Record, q store.Query) []flow.Record {
 // window as the store documents it (service.go), written here from
 // netip.Addr comparisons rather than the store's ids.
 func bruteTop(recs []flow.Record, q store.Query, by store.GroupBy, n int) []store.TopEntry {
+	return bruteTopBy(recs, q, by, store.SortBytes, n)
+}
+
+// bruteSignals adds what r measured to a group's signal sums.
+func bruteSignals(s *store.SignalSums, r *flow.Record) {
+	if r.Has&flow.HasRTTMin != 0 && (s.Has&flow.HasRTTMin == 0 || r.RTTMinNs < s.RTTMinNs) {
+		s.RTTMinNs = r.RTTMinNs
+	}
+	if r.Has&flow.HasRTTMax != 0 && r.RTTMaxNs > s.RTTMaxNs {
+		s.RTTMaxNs = r.RTTMaxNs
+	}
+	if r.Has&flow.HasDNSLatency != 0 && r.DNSLatencyNs > s.DNSLatencyMaxNs {
+		s.DNSLatencyMaxNs = r.DNSLatencyNs
+	}
+	s.Retransmits += r.Retransmits
+	s.DropPackets += r.DropPackets
+	s.DropBytes += r.DropBytes
+	s.Has |= r.Has & (flow.HasRTTMin | flow.HasRTTMax | flow.HasRetransmits | flow.HasDropPackets | flow.HasDropBytes | flow.HasDNSLatency)
+}
+
+// bruteMetric is what a group is ranked by, and whether it has it.
+func bruteMetric(e *store.TopEntry, sort store.Sort) (uint64, bool) {
+	s := &e.Signals
+	switch sort {
+	case store.SortRTT:
+		return s.RTTMaxNs, s.Has&flow.HasRTTMax != 0
+	case store.SortDrops:
+		return s.DropPackets, s.Has&flow.HasDropPackets != 0
+	case store.SortRetransmits:
+		return s.Retransmits, s.Has&flow.HasRetransmits != 0
+	case store.SortDNSLatency:
+		return s.DNSLatencyMaxNs, s.Has&flow.HasDNSLatency != 0
+	}
+	return 0, true
+}
+
+// bruteTopBy is bruteTop ranked by sort.
+func bruteTopBy(recs []flow.Record, q store.Query, by store.GroupBy, sort store.Sort, n int) []store.TopEntry {
 	type key struct {
 		src, dst netip.Addr
 		port     uint16
@@ -251,15 +325,24 @@ func bruteTop(recs []flow.Record, q store.Query, by store.GroupBy, n int) []stor
 		e.Bytes += r.Bytes
 		e.Packets += r.Packets
 		e.Error.AddRecord(r)
-		flows[k][r.Key] = true
+		bruteSignals(&e.Signals, r)
+		if r.Packets > 0 || r.Bytes > 0 { // a record of signals alone is no flow
+			flows[k][r.Key] = true
+		}
 	}
 	var out []store.TopEntry
 	for k, e := range groups {
 		e.Flows = uint64(len(flows[k]))
-		out = append(out, *e)
+		if _, ok := bruteMetric(e, sort); ok && (sort != store.SortBytes || e.Bytes > 0 || e.Packets > 0) {
+			out = append(out, *e)
+		}
 	}
 	slices.SortFunc(out, func(a, b store.TopEntry) int {
+		ma, _ := bruteMetric(&a, sort)
+		mb, _ := bruteMetric(&b, sort)
 		switch {
+		case ma != mb:
+			return cmp.Compare(mb, ma)
 		case a.Bytes != b.Bytes:
 			return cmp.Compare(b.Bytes, a.Bytes)
 		case a.Packets != b.Packets:

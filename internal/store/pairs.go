@@ -87,8 +87,8 @@ func (b *bigRecords) pairFloor(n int) uint64 {
 }
 
 // pairPass sums the pairs whose source and destination totals reach the
-// floor into st.table, and returns their error sums.
-func (r *Reader) pairPass(ctx context.Context, st *topState, sm *sums, n int) (errSums, error) {
+// floor into st.table, and returns their error and signal sums.
+func (r *Reader) pairPass(ctx context.Context, st *topState, sm *sums, n int) (errSums, sigSums, error) {
 	floor := sm.big.pairFloor(n)
 	// The addresses whose totals reach the floor, as source or
 	// destination: the ids interned here index gid and role.
@@ -110,7 +110,7 @@ func (r *Reader) pairPass(ctx context.Context, st *topState, sm *sums, n int) (e
 	}
 	ws := make([]*pairWorker, maxWorkers())
 	for i := range ws {
-		ws[i] = &pairWorker{est: errSums{}}
+		ws[i] = &pairWorker{est: errSums{}, sig: sigSums{}}
 	}
 	_, err := r.pass(ctx, st, sm.files, nil, func(wi int, s *segment, f *segFilter, ok bool) (bool, error) {
 		if !ok {
@@ -141,19 +141,22 @@ func (r *Reader) pairPass(ctx context.Context, st *topState, sm *sums, n int) (e
 			w.buf.add(uint64(sa)<<32|uint64(da), le.Uint64(bytes[8*i:]), le.Uint64(packets[8*i:]), 1)
 		}
 		st.table.flush(&w.buf)
-		w.est.segment(s, f, func(i int) (uint64, bool) {
+		group := func(i int) (uint64, bool) {
 			sa, da := w.src[le.Uint32(src[4*i:])], w.dst[le.Uint32(dst[4*i:])]
 			return uint64(sa)<<32 | uint64(da), sa != noID && da != noID
-		})
+		}
+		w.est.segment(s, f, group)
+		w.sig.segment(s, f, group)
 		return false, nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for _, w := range ws[1:] {
 		ws[0].est.merge(w.est)
+		ws[0].sig.merge(w.sig)
 	}
-	return ws[0].est, nil
+	return ws[0].est, ws[0].sig, nil
 }
 
 // pairWorker is one goroutine of pairPass.
@@ -161,4 +164,5 @@ type pairWorker struct {
 	src, dst []uint32 // per address entry: its global id if its total reaches the floor, else noID
 	buf      partBuf
 	est      errSums
+	sig      sigSums
 }

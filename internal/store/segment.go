@@ -5,10 +5,14 @@ import (
 	"fmt"
 	"io/fs"
 	"math"
+	"net/netip"
 	"os"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"loupe/internal/flow"
+	"loupe/internal/tunnel"
 )
 
 // ErrCorrupt marks a segment that failed verification: bad magic, wrong
@@ -353,14 +357,102 @@ func (d *recordDecoder) decode(i int, r *flow.Record) error {
 		MaxErrorPackets: sparseU64(c[cMaxErrPackets], i),
 		MaxErrorBytes:   sparseU64(c[cMaxErrBytes], i),
 		ErrorConfidence: math.Float64frombits(sparseU64(c[cErrConfidence], i)),
+
+		Has:            flow.Presence(sparseU32(c[cPresence], i)),
+		RTTMinNs:       sparseU64(c[cRTTMin], i),
+		RTTMaxNs:       sparseU64(c[cRTTMax], i),
+		RTTLastNs:      sparseU64(c[cRTTLast], i),
+		HandshakeRTTNs: sparseU64(c[cHandshakeRTT], i),
+		Retransmits:    sparseU64(c[cRetransmits], i),
+		DropPackets:    sparseU64(c[cDropPackets], i),
+		DropBytes:      sparseU64(c[cDropBytes], i),
+		DNSID:          sparseU16(c[cDNSID], i),
+		DNSRcode:       sparseU16(c[cDNSRcode], i),
+		DNSLatencyNs:   sparseU64(c[cDNSLatency], i),
+		TunnelType:     tunnel.Type(sparseU8(c[cTunnelType], i)),
+		TunnelID:       sparseU32(c[cTunnelID], i),
+		OuterSrcPort:   sparseU16(c[cOuterSrcPort], i),
+		OuterDstPort:   sparseU16(c[cOuterDstPort], i),
 	}
 	copy(r.SrcAddr[:], d.s.addrs[16*src:])
 	copy(r.DstAddr[:], d.s.addrs[16*dst:])
-	return nil
+	return d.decodeOptional(i, r)
 }
 
-// sparseU8 and sparseU64 read element i of a sparse column (sparseCol),
-// which is empty in a segment of exact records only.
+// decodeOptional reads the dictionary columns of the fields present only
+// where measured: indices plus one, 0 for none.
+func (d *recordDecoder) decodeOptional(i int, r *flow.Record) error {
+	c := &d.s.cols
+	name := func(col int) (string, bool, error) {
+		x := sparseU32(c[col], i)
+		if x == 0 {
+			return "", false, nil
+		}
+		if x > uint32(len(d.names)) {
+			return "", false, corruptf(d.s.path, "record %d: column %d: string index out of range", i, col+1)
+		}
+		return d.names[x-1], true, nil
+	}
+	ip := func(col int) (netip.Addr, error) {
+		x := sparseU32(c[col], i)
+		if x == 0 {
+			return netip.Addr{}, nil
+		}
+		if x > uint32(d.s.nAddr) {
+			return netip.Addr{}, corruptf(d.s.path, "record %d: column %d: address index out of range", i, col+1)
+		}
+		k := d.s.addrKey(x - 1)
+		switch k.fam {
+		case famV4:
+			return netip.AddrFrom16(k.a).Unmap(), nil
+		case famV6:
+			return netip.AddrFrom16(k.a), nil
+		}
+		return netip.Addr{}, corruptf(d.s.path, "record %d: column %d: an outer address of no IP family", i, col+1)
+	}
+	var err error
+	if r.DNSQName, _, err = name(cDNSQName); err != nil {
+		return err
+	}
+	reasons, ok, err := name(cDropReasons)
+	if err != nil {
+		return err
+	}
+	if ok {
+		if r.DropReasons, err = parseReasons(reasons); err != nil {
+			return corruptf(d.s.path, "record %d: drop reasons %q: %v", i, reasons, err)
+		}
+	}
+	if r.OuterSrcAddr, err = ip(cOuterSrcAddr); err != nil {
+		return err
+	}
+	r.OuterDstAddr, err = ip(cOuterDstAddr)
+	return err
+}
+
+// parseReasons reads drop reasons as the strings dictionary holds them:
+// flow.DropReasons.String's "NAME=packets,...".
+func parseReasons(s string) (flow.DropReasons, error) {
+	out := flow.DropReasons{}
+	if s == "" {
+		return out, nil
+	}
+	for _, kv := range strings.Split(s, ",") {
+		name, n, ok := strings.Cut(kv, "=")
+		if !ok || name == "" {
+			return nil, fmt.Errorf("no name=packets in %q", kv)
+		}
+		v, err := strconv.ParseUint(n, 10, 64)
+		if err != nil {
+			return nil, err
+		}
+		out[name] = v
+	}
+	return out, nil
+}
+
+// sparseU8, sparseU16, sparseU32 and sparseU64 read element i of a sparse
+// column (sparseCol), which is empty where it would be all zeros.
 func sparseU8(col []byte, i int) uint8 {
 	if len(col) == 0 {
 		return 0
@@ -373,6 +465,20 @@ func sparseU64(col []byte, i int) uint64 {
 		return 0
 	}
 	return le.Uint64(col[8*i:])
+}
+
+func sparseU32(col []byte, i int) uint32 {
+	if len(col) == 0 {
+		return 0
+	}
+	return le.Uint32(col[4*i:])
+}
+
+func sparseU16(col []byte, i int) uint16 {
+	if len(col) == 0 {
+		return 0
+	}
+	return le.Uint16(col[2*i:])
 }
 
 // checkIndex verifies once that every index in dictionary column c is below

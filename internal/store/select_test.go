@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net/netip"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -116,7 +117,7 @@ func sameSequence(t *testing.T, what string, got, want []flow.Record) {
 			t.Fatalf("%s: record %d times differ:\n got %+v\nwant %+v", what, i, g, w)
 		}
 		g.FirstSeen, g.LastSeen, w.FirstSeen, w.LastSeen = time.Time{}, time.Time{}, time.Time{}, time.Time{}
-		if g != w {
+		if !reflect.DeepEqual(g, w) {
 			t.Fatalf("%s: record %d differs:\n got %+v\nwant %+v", what, i, g, w)
 		}
 	}

@@ -78,6 +78,9 @@ type TopEntry struct {
 	// the sums of the estimates' bounds, with probability at least
 	// Error.Confidence() (flow.ErrorSum).
 	Error flow.ErrorSum
+	// Signals are what the group's records said of the kernel signals
+	// and DNS (signals.go).
+	Signals SignalSums
 }
 
 // topLess orders entries for Top: bytes, packets and flows descending, then
@@ -107,6 +110,7 @@ func topLess(a, b *TopEntry) bool {
 type topState struct {
 	cq    *compiled
 	by    GroupBy
+	sort  Sort
 	need  []int      // the blocks check verifies
 	vlan  int        // the VLAN column, or -1 if this format has none
 	in    *interner  // canonical addresses: the groups of BySrc, ByDst, ByPair
@@ -120,14 +124,15 @@ type topState struct {
 	verified map[uint64][numBlocks]bool
 }
 
-func newTopState(cq *compiled, by GroupBy) *topState {
-	st := &topState{cq: cq, by: by, vlan: -1, in: &interner{}, table: &partTable{}, svc: &services{},
+func newTopState(cq *compiled, by GroupBy, sort Sort) *topState {
+	st := &topState{cq: cq, by: by, sort: sort, vlan: -1, in: &interner{}, table: &partTable{}, svc: &services{},
 		first: true, verified: make(map[uint64][numBlocks]bool)}
 	st.need = []int{cBytes, cPackets, cSrcAddr, cDstAddr, bAddrDict, bAddrFam, cSrcMAC, cDstMAC, bMACDict,
 		cIfIndex, cEthType, cSrcPort, cDstPort, cProto, cDirection}
 	// What errSums reads: nothing to check in a segment of exact records,
 	// which has none of these columns.
-	st.need = append(st.need, sparseCols[:]...)
+	st.need = append(st.need, accuracyCols[:]...)
+	st.need = append(st.need, sigCols[:]...) // what sigSums reads: nothing in a segment without signals
 	if c, ok := fieldCol("vlan_id"); ok {
 		st.vlan = c
 		st.need = append(st.need, c)
@@ -145,14 +150,30 @@ func newTopState(cq *compiled, by GroupBy) *topState {
 // may be among the first n only; memory grows with the number of groups
 // and with the distinct flows of those.
 func (r *Reader) Top(ctx context.Context, q Query, by GroupBy, n int) ([]TopEntry, error) {
-	return r.top(ctx, q, by, n, keyLimits{flushEvery: flushEvery, budget: deferBudget})
+	return r.top(ctx, q, by, SortBytes, n, keyLimits{flushEvery: flushEvery, budget: deferBudget})
 }
 
-// top is Top with the thresholds of its set of flow keys (keyset.go);
+// TopBy is Top ranking its groups by sort: by bytes, as Top, or by one of
+// the kernel signals or DNS (Sort), among the groups whose records
+// measured it; ties are broken as Top breaks them.
+func (r *Reader) TopBy(ctx context.Context, q Query, by GroupBy, sort Sort, n int) ([]TopEntry, error) {
+	return r.top(ctx, q, by, sort, n, keyLimits{flushEvery: flushEvery, budget: deferBudget})
+}
+
+// top is TopBy with the thresholds of its set of flow keys (keyset.go);
 // lim.paths, if set, is told which ways the set took.
-func (r *Reader) top(ctx context.Context, q Query, by GroupBy, n int, lim keyLimits) ([]TopEntry, error) {
+func (r *Reader) top(ctx context.Context, q Query, by GroupBy, sort Sort, n int, lim keyLimits) ([]TopEntry, error) {
 	if by < 0 || by >= numGroupBy {
 		return nil, fmt.Errorf("store: top: unknown grouping %d", by)
+	}
+	if sort < 0 || sort >= numSorts {
+		return nil, fmt.Errorf("store: top: unknown ranking %d", sort)
+	}
+	// The passes that prune the groups by bytes (the biggest records,
+	// ByPair's floor) prune nothing when the ranking is by a signal.
+	pruneN := n
+	if sort != SortBytes {
+		pruneN = 0
 	}
 	cq, err := q.compile()
 	if err != nil {
@@ -164,18 +185,18 @@ func (r *Reader) top(ctx context.Context, q Query, by GroupBy, n int, lim keyLim
 		return nil, err
 	}
 	defer sn.close()
-	st := newTopState(&cq, by)
+	st := newTopState(&cq, by, sort)
 	// Biggest first, as parallel orders them, so the last to finish is
 	// small.
 	files := slices.Clone(sn.files)
 	slices.SortFunc(files, func(a, b snapFile) int { return cmp.Compare(b.e.size, a.e.size) })
-	sums, err := r.sumPass(ctx, st, files, rep, n)
+	sums, err := r.sumPass(ctx, st, files, rep, pruneN)
 	if err != nil {
 		return nil, err
 	}
-	est := sums.est
+	est, sig := sums.est, sums.sig
 	if by == ByPair {
-		if est, err = r.pairPass(ctx, st, sums, n); err != nil {
+		if est, sig, err = r.pairPass(ctx, st, sums, pruneN); err != nil {
 			return nil, err
 		}
 	}
@@ -187,14 +208,19 @@ func (r *Reader) top(ctx context.Context, q Query, by GroupBy, n int, lim keyLim
 		}
 		if len(st.svc.high) > 0 {
 			st.table = &partTable{}
-			if sums, err = r.sumPass(ctx, st, sums.files, rep, n); err != nil {
+			if sums, err = r.sumPass(ctx, st, sums.files, rep, pruneN); err != nil {
 				return nil, err
 			}
-			est = sums.est
+			est, sig = sums.est, sums.sig
 		}
 	}
 	rep.Matched = sums.matched
-	cands := sums.candidates(n)
+	var cands []topCand
+	if sort == SortBytes {
+		cands = sums.candidates(n)
+	} else {
+		cands = sums.signalCandidates(n, sig, sort)
+	}
 	flows, err := r.flowPass(ctx, st, sums.files, cands, lim)
 	if err != nil {
 		return nil, err
@@ -204,12 +230,17 @@ func (r *Reader) top(ctx context.Context, q Query, by GroupBy, n int, lim keyLim
 		cands[i].flows = flows[i]
 		out[i] = st.entryOf(cands[i].g, &cands[i].agg)
 		out[i].Error = est[cands[i].g]
+		out[i].Signals = sig[cands[i].g]
+	}
+	less := topLess
+	if sort != SortBytes {
+		less = func(a, b *TopEntry) bool { return signalLess(a, b, sort) }
 	}
 	slices.SortFunc(out, func(a, b TopEntry) int {
-		if topLess(&a, &b) {
+		if less(&a, &b) {
 			return -1
 		}
-		if topLess(&b, &a) {
+		if less(&b, &a) {
 			return 1
 		}
 		return 0
@@ -316,6 +347,7 @@ type sumWorker struct {
 	syn     synWorker // ByPort, in the query's first pass
 	matched uint64
 	est     errSums // but for ByPair, whose groups pairPass sums
+	sig     sigSums // as est
 
 	// ByPair: sums per address as destination, and the biggest records
 	// (pairs.go).
@@ -337,7 +369,7 @@ func (r *Reader) sumPass(ctx context.Context, st *topState, files []snapFile, re
 	first := st.first
 	ws := make([]*sumWorker, maxWorkers())
 	for i := range ws {
-		ws[i] = &sumWorker{st: st, syn: synWorker{syns: make(map[connID]synInfo)}, big: bigRecords{max: bigRecordsKept(n)}, est: errSums{}}
+		ws[i] = &sumWorker{st: st, syn: synWorker{syns: make(map[connID]synInfo)}, big: bigRecords{max: bigRecordsKept(n)}, est: errSums{}, sig: sigSums{}}
 	}
 	out := &sums{}
 	var win compiled
@@ -379,6 +411,7 @@ func (r *Reader) sumPass(ctx context.Context, st *topState, files []snapFile, re
 		}
 		total.big.h = append(total.big.h, w.big.h...)
 		total.est.merge(w.est)
+		total.sig.merge(w.sig)
 	}
 	out.sumWorker, out.files = total, matching
 	if out.syns != nil {
@@ -426,7 +459,9 @@ func (w *sumWorker) segment(s *segment, f *segFilter) bool {
 			a.flows++
 			matched++
 		}
-		w.est.segment(s, f, func(i int) (uint64, bool) { return uint64(remap[le.Uint32(col[4*i:])]), true })
+		group := func(i int) (uint64, bool) { return uint64(remap[le.Uint32(col[4*i:])]), true }
+		w.est.segment(s, f, group)
+		w.sig.segment(s, f, group)
 	case ByPair:
 		w.remap = st.in.remap(s, w.remap)
 		w.grow()
@@ -455,7 +490,9 @@ func (w *sumWorker) segment(s *segment, f *segFilter) bool {
 			matched++
 		}
 		st.table.flush(&w.buf)
-		w.est.segment(s, f, func(i int) (uint64, bool) { return st.group(s, i, &w.conns), true })
+		group := func(i int) (uint64, bool) { return st.group(s, i, &w.conns), true }
+		w.est.segment(s, f, group)
+		w.sig.segment(s, f, group)
 	}
 	w.matched += matched
 	return matched > 0
@@ -493,7 +530,9 @@ func (w *sumWorker) each(fn func(g uint64, a *agg)) {
 // candidates returns the groups that may be among the first n: all of
 // them if n <= 0 or there are at most n, else those whose (bytes,
 // packets) is at least the n-th best. Groups without a matching record
-// (an address only records outside the query have) are none.
+// (an address only records outside the query have) are none, and so are
+// groups that carried nothing (records of kernel signals alone, on no
+// interface): they are no talkers.
 func (w *sumWorker) candidates(n int) []topCand {
 	var least volume
 	if n > 0 {
@@ -514,7 +553,7 @@ func (w *sumWorker) candidates(n int) []topCand {
 	}
 	var out []topCand
 	w.each(func(g uint64, a *agg) {
-		if a.flows > 0 && !(volume{a.bytes, a.packets}).less(least) {
+		if a.flows > 0 && !(volume{a.bytes, a.packets}).less(least) && (a.bytes > 0 || a.packets > 0) {
 			out = append(out, topCand{g, *a})
 		}
 	})

@@ -60,8 +60,27 @@ func TestTopMatchesBruteForce(t *testing.T) {
 				}
 				got := top(t, r, q, by, n)
 				sameTop(t, by.String(), got, want)
+				for sort := store.SortRTT; sort <= store.SortDNSLatency; sort++ {
+					want := bruteTopBy(recs, q, by, sort, n)
+					if qi == 0 && len(want) == 0 {
+						t.Fatalf("%v by %v: the test data gives no group with it", by, sort)
+					}
+					got, err := r.TopBy(context.Background(), q, by, sort, n)
+					if err != nil {
+						t.Fatal(err)
+					}
+					sameTop(t, by.String()+" by "+sort.String(), got, want)
+				}
 			}
 		}
+	}
+	for _, name := range []string{"bytes", "rtt", "drops", "retransmits", "dns_latency"} {
+		if o, err := store.ParseSort(name); err != nil || o.String() != name {
+			t.Errorf("ParseSort(%q) = %v, %v", name, o, err)
+		}
+	}
+	if _, err := store.ParseSort("latency"); err == nil {
+		t.Error("ParseSort(latency): no error")
 	}
 	for _, name := range []string{"src", "dst", "pair", "port", "src-port", "dst-port"} {
 		if g, err := store.ParseGroupBy(name); err != nil || g.String() != name {

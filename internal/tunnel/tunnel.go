@@ -7,7 +7,10 @@
 // importing the loader.
 package tunnel
 
-import "net/netip"
+import (
+	"fmt"
+	"net/netip"
+)
 
 // Type is an encapsulation the datapath takes apart.
 type Type uint8
@@ -47,6 +50,17 @@ func (t Type) String() string {
 		return ""
 	}
 	return "unknown"
+}
+
+// ParseType is the inverse of String for the tunnels the datapath takes
+// apart: "vxlan", "geneve", "gre" or "ipip".
+func ParseType(s string) (Type, error) {
+	for t := VXLAN; t <= IPIP; t++ {
+		if t.String() == s {
+			return t, nil
+		}
+	}
+	return None, fmt.Errorf("unknown tunnel type %q (want vxlan, geneve, gre or ipip)", s)
 }
 
 // Info is the outer side of a tunnelled flow as the hook saw it: the

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -133,9 +134,19 @@ func checkFlowsMatchKernelCounters(t *testing.T, o agentOpts) {
 			tcpBytes, tcpPackets = tcpBytes+r.Bytes, tcpPackets+r.Packets
 		}
 	}
-	want := fmt.Sprintf(`{"port":5001,"proto":6,"bytes":%d,"packets":%d,"flows":%d,"accuracy":"exact"}`, tcpBytes, tcpPackets, 2*len(conns))
-	if got := strings.TrimSpace(a.run("top", "--by", "port", "--proto", "tcp", "--iface", p.vethA, "--json")); got != want {
-		t.Errorf("loupe top --by port --proto tcp --json:\n got %s\nwant %s", got, want)
+	// The clients' sockets are in the agent's namespace: their RTTs and
+	// retransmissions (none) are on their egress records, so the group
+	// has them too.
+	want := fmt.Sprintf(`{"port":5001,"proto":6,"bytes":%d,"packets":%d,"flows":%d,"accuracy":"exact",`, tcpBytes, tcpPackets, 2*len(conns))
+	row := strings.TrimSpace(a.run("top", "--by", "port", "--proto", "tcp", "--iface", p.vethA, "--json"))
+	var sig struct {
+		RTTMin      *uint64 `json:"rtt_min_ns"`
+		RTTMax      *uint64 `json:"rtt_max_ns"`
+		Retransmits *uint64 `json:"retransmits"`
+	}
+	if err := json.Unmarshal([]byte(row), &sig); err != nil || !strings.HasPrefix(row, want) || sig.RTTMin == nil || sig.RTTMax == nil ||
+		*sig.RTTMin == 0 || *sig.RTTMin > *sig.RTTMax || sig.Retransmits == nil || *sig.Retransmits != 0 {
+		t.Errorf("loupe top --by port --proto tcp --json:\n got %s\nwant %s and the clients' RTTs, no retransmission (%v)", row, want, err)
 	}
 
 	// Each connection is its own flow, in both directions, with its

@@ -36,13 +36,14 @@ const overlayVNI = 42
 
 // newOverlay builds the overlay over an IPv4 or IPv6 underlay, carrying
 // IPv4 or IPv6, and waits until a ping crosses it (which also resolves
-// the neighbours, so that no test packet waits for them).
-func newOverlay(t *testing.T, under6, pod6 bool) *overlay {
+// the neighbours, so that no test packet waits for them). prefix (at most
+// 3 bytes) starts the names of its namespaces and interfaces.
+func newOverlay(t *testing.T, prefix string, under6, pod6 bool) *overlay {
 	t.Helper()
 	o := &overlay{
-		a: testutil.NewNSPrefix(t, "ltn-"), b: testutil.NewNSPrefix(t, "ltn-"),
-		vethA: testutil.UniqueName("ltn"), vethB: testutil.UniqueName("ltn"),
-		vxA: testutil.UniqueName("ltnx"), vxB: testutil.UniqueName("ltnx"),
+		a: testutil.NewNSPrefix(t, prefix+"-"), b: testutil.NewNSPrefix(t, prefix+"-"),
+		vethA: testutil.UniqueName(prefix), vethB: testutil.UniqueName(prefix),
+		vxA: testutil.UniqueName(prefix + "x"), vxB: testutil.UniqueName(prefix + "x"),
 		underA: netip.MustParseAddr("10.88.0.1"), underB: netip.MustParseAddr("10.88.0.2"),
 		podA: netip.MustParseAddr("10.99.0.1"), podB: netip.MustParseAddr("10.99.0.2"),
 	}
@@ -166,7 +167,7 @@ func TestVXLANOverlay(t *testing.T) {
 }
 
 func checkVXLANOverlay(t *testing.T, under6, pod6 bool, overhead uint64, tables datapath.TableKind) {
-	o := newOverlay(t, under6, pod6)
+	o := newOverlay(t, "ltn", under6, pod6)
 	dp, err := datapath.Load(datapath.Options{FlowBudget: 256, Tables: tables, RingBufSize: 1 << 16, Capabilities: []string{"flows"}})
 	if err != nil {
 		t.Fatal(err)

@@ -49,6 +49,10 @@ type Unit struct {
 	eventCh chan flow.Event
 	ev      *flow.Evictor
 	state   atomic.Value // string
+	// signals, if set, are drained at each eviction onto the records
+	// (extras.go).
+	signals      Signals
+	tunnelErrors atomic.Uint64
 }
 
 var _ capability.Unit = (*Unit)(nil)
@@ -97,6 +101,7 @@ func (u *Unit) Open(h *capability.Host) error {
 		Interval:      u.cfg.CacheActiveTimeout,
 		IfaceName:     h.IfaceName,
 		Logger:        u.log,
+		Extras:        u.extras,
 	})
 	return nil
 }

@@ -25,6 +25,7 @@ type collector struct {
 	sketchRecords, sketchPackets, sketchBytes    *prometheus.Desc
 	sketchUnattr, sketchUnattrBytes              *prometheus.Desc
 	sketchIncomplete, sketchErrors, sketchMemory *prometheus.Desc
+	tunnelErrors                                 *prometheus.Desc
 }
 
 func newCollector(u *Unit) *collector {
@@ -69,6 +70,7 @@ func newCollector(u *Unit) *collector {
 		sketchIncomplete:  d("sketch_decode_incomplete_total", "Sketch halves that held more flows than they decode (past about 0.8 flows per cell): raise memory."),
 		sketchErrors:      d("sketch_decode_errors_total", "Sketch halves that could not be read or decoded; their traffic is in loupe_datapath_events_total{event=\"spilled_packets\"} only."),
 		sketchMemory:      d("sketch_memory_bytes", "Kernel memory the sketches take, both halves on every CPU (0: sketch mode off)."),
+		tunnelErrors:      d("tunnel_table_read_errors_total", "Tunnel tables (the outer side of tunnelled flows, beside each flow table) that could not be read: that interval's records have no tunnel fields."),
 	}
 }
 
@@ -114,6 +116,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.sketchIncomplete, es.Sketch.Incomplete)
 	counter(c.sketchErrors, es.Sketch.Errors)
 	gauge(c.sketchMemory, float64(u.dp.Plan().SketchBytes))
+	counter(c.tunnelErrors, u.tunnelErrors.Load())
 
 	for _, s := range u.fan.Stats() {
 		counter(c.sinkRecords, s.Stored.Records, s.Name)

@@ -139,6 +139,13 @@ func (u *Unit) Run(ctx context.Context) error {
 	}
 }
 
+// Claim hands the intervals to the caller before its first Drain: from
+// now on the unit drains no more on its own, not even at shutdown, so
+// that what the kernel counted waits for the caller's next Drain (the
+// flows capability's final eviction, say) rather than going to the
+// metrics alone.
+func (u *Unit) Claim() { u.claimed.Store(true) }
+
 // Drain ends the interval and returns every 5-tuple's signals since the
 // previous drain: the call the flows capability makes at each eviction to
 // put the signals on its records (datapath.SignalKeyOf finds a record's).

@@ -16,7 +16,7 @@ func BenchmarkEncode(b *testing.B) {
 	n := 0
 	for n < b.N {
 		for i := 0; i < len(recs) && n < b.N; {
-			_, k := e.message(recs[i:min(len(recs), i+b.N-n)], false, 0, 0)
+			_, k, _ := e.message(recs[i:min(len(recs), i+b.N-n)], false, 0, 0)
 			i += k
 			n += k
 		}

@@ -207,9 +207,10 @@ func (c *Client) Connected() bool { return c.connected.Load() }
 // route.
 func (c *Client) Unreachable() uint64 { return c.unreachable.Load() }
 
-// Rejected implements delivery.Rejecter. Every record fits a template and
-// the MTU holds the largest record, and each template set, so nothing is
-// refused today; the count exists for elements of variable length.
+// Rejected implements delivery.Rejecter: the records whose variable-length
+// values (DNS name, drop reasons) make them larger than a message of the
+// MTU can hold, which are not sent. Every other record fits, as does each
+// template set.
 func (c *Client) Rejected() uint64 { return c.rejected.Swap(0) }
 
 // Send implements delivery.Client: it encodes batch into as many messages
@@ -263,32 +264,48 @@ func (c *Client) Send(ctx context.Context, batch []flow.Record) ([]flow.Record, 
 			lateRefusal = true
 		}
 	}
+	// The templates of the records with fields present only where
+	// measured are made now, so that the new ones go before them.
+	c.enc.prepare(batch)
 	for i := 0; i < len(batch); {
 		now := c.opts.Now()
 		withTemplates := c.target.Network == "udp" && (c.needTemplates ||
 			now.Sub(c.templatesAt) >= c.opts.TemplateRefresh ||
 			c.sinceTemplates >= c.opts.TemplateRefreshMessages)
 		tpl := 0
-		if withTemplates {
-			if c.enc.head == nil {
-				// The MTU is too small for the templates and a record:
-				// they go first, in messages of their own.
-				if err := c.writeTemplates(ctx, now); err != nil {
-					return batch[i:], err
-				}
+		switch {
+		case withTemplates && c.enc.head == nil:
+			// The MTU is too small for the templates and a record:
+			// they go first, in messages of their own.
+			if err := c.writeTemplates(ctx, now); err != nil {
+				return batch[i:], err
 			}
+		case withTemplates:
 			tpl = len(c.enc.head)
+		case len(c.enc.fresh) > 0:
+			// Templates made since the last were sent: the receiver
+			// has the others.
+			if err := c.writeFresh(ctx, now); err != nil {
+				return batch[i:], err
+			}
 		}
-		msg, n := c.enc.message(batch[i:], tpl > 0, exportTime(now), c.seq)
-		if err := c.write(ctx, msg, n, tpl); err != nil {
-			return batch[i:], err
+		msg, taken, held := c.enc.message(batch[i:], tpl > 0, exportTime(now), c.seq)
+		if n := taken - held; n > 0 {
+			c.rejected.Add(uint64(n))
+			c.log.Warn("records too large for the MTU not sent", "records", n, "mtu", c.opts.MTU)
+		}
+		if held > 0 || tpl > 0 {
+			if err := c.write(ctx, msg, held, tpl); err != nil {
+				return batch[i:], err
+			}
 		}
 		if withTemplates {
 			c.templatesAt, c.sinceTemplates, c.needTemplates = now, 0, false
+			c.enc.fresh = nil // every template went
 		} else {
 			c.sinceTemplates++
 		}
-		i += n
+		i += taken
 	}
 	if c.udpRaw != nil && !lateRefusal {
 		c.down = false
@@ -333,11 +350,28 @@ func (c *Client) refused(err error) {
 
 // writeTemplates writes the template sets in messages of their own.
 func (c *Client) writeTemplates(ctx context.Context, now time.Time) error {
-	for i, body := range c.enc.tplMsgs {
-		if err := c.write(ctx, c.enc.templatesOnly(i, exportTime(now), c.seq), 0, len(body)); err != nil {
+	for _, body := range c.enc.tplMsgs {
+		if err := c.write(ctx, c.enc.templatesOnly(body, exportTime(now), c.seq), 0, len(body)); err != nil {
 			return err
 		}
 	}
+	c.enc.fresh = nil
+	return nil
+}
+
+// writeFresh writes the templates made since templates were last sent, in
+// messages of their own.
+func (c *Client) writeFresh(ctx context.Context, now time.Time) error {
+	var sets [][]byte
+	for _, ti := range c.enc.fresh {
+		sets = append(sets, appendTemplateSet(nil, c.enc.tpls[ti:ti+1], c.opts.EnterpriseNumber))
+	}
+	for _, body := range packSets(sets, c.opts.MTU) {
+		if err := c.write(ctx, c.enc.templatesOnly(body, exportTime(now), c.seq), 0, len(body)); err != nil {
+			return err
+		}
+	}
+	c.enc.fresh = nil
 	return nil
 }
 

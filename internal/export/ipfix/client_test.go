@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -421,4 +422,70 @@ func TestParseTarget(t *testing.T) {
 			t.Errorf("ParseTarget(%q) = %s, want %s", in, got, want)
 		}
 	}
+}
+
+// TestExtensionTemplates: a record with fields present only where measured
+// goes in an extension template, which is sent once, in a message of its
+// own just before the first record that needs it, and with every refresh
+// after; a record too large for any message is not sent, and counted.
+func TestExtensionTemplates(t *testing.T) {
+	col := listenUDP(t, "udp4", "127.0.0.1:0")
+	clock := &fakeClock{now: t0}
+	c := newClient(t, "ipfix+udp://"+col.LocalAddr().String(), Options{TemplateRefresh: time.Hour, TemplateRefreshMessages: 1000, Now: clock.Now})
+	rtt := numbered(2, false)
+	for i := range rtt {
+		rtt[i].SetRTT(1000, 3000, 2000)
+		rtt[i].SetRetransmits(0)
+	}
+	dns := numbered(1, true)
+	dns[0].SetDNS(&flow.DNSExchange{ID: 9, QName: "a.test", HasRcode: true, Rcode: 3})
+	huge := numbered(1, false)
+	huge[0].SetDNS(&flow.DNSExchange{ID: 10, QName: strings.Repeat("x", 2000)})
+
+	send(t, c, numbered(1, false))   // 1: the six templates and a record
+	send(t, c, rtt[:1])              // 2: template 262; 3: its record
+	send(t, c, rtt[1:])              // 4: a record of 262 alone
+	send(t, c, append(dns, huge...)) // 5: templates 263 and 264; 6: the DNS record (the huge one is not sent)
+	if n := c.Rejected(); n != 1 {
+		t.Errorf("rejected %d records, want 1 (a 2000-byte name at MTU 1400)", n)
+	}
+	clock.now = clock.now.Add(2 * time.Hour)
+	// 7: the refresh: every template, 262 to 264 too, which with a record
+	// no longer fit one message of 1400 bytes (1 260 bytes of templates):
+	// they go alone; 8: the record.
+	send(t, c, rtt[:1])
+
+	d := newDecoder()
+	want := []struct {
+		templates string
+		records   []uint16 // their templates
+	}{
+		{"[256 257 258 259 260 261]", []uint16{256}},
+		{"[262]", nil}, {"[]", []uint16{262}}, {"[]", []uint16{262}},
+		{"[263 264]", nil}, {"[]", []uint16{263}},
+		{"[256 257 258 259 260 261 262 263 264]", nil}, {"[]", []uint16{262}},
+	}
+	for i, b := range readDatagrams(t, col, len(want)) {
+		m, err := d.decode(b)
+		if err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+		var tpls []uint16
+		for _, r := range m.records {
+			tpls = append(tpls, r.template)
+		}
+		if fmt.Sprint(m.templates) != want[i].templates || fmt.Sprint(tpls) != fmt.Sprint(want[i].records) {
+			t.Errorf("message %d: templates %v, records of %v; want %s and %v", i, m.templates, tpls, want[i].templates, want[i].records)
+		}
+		for _, r := range m.records {
+			if r.template == 262 && (r.fields["loupeRttLastNanoseconds"] != "2000" || r.fields["loupeRetransmittedSegmentDeltaCount"] != "0") {
+				t.Errorf("message %d: RTT record %v", i, r.fields)
+			}
+			if r.template == 263 && (r.fields["loupeDnsQueryName"] != "a.test" || r.fields["loupeDnsResponseCode"] != "3" ||
+				r.fields["loupeDnsLatencyNanoseconds"] != "" || r.fields["sourceIPv4Address"] != "10.0.0.1") {
+				t.Errorf("message %d: DNS record %v (no latency: no element)", i, r.fields)
+			}
+		}
+	}
+	assertNoMore(t, col)
 }

@@ -14,9 +14,10 @@ import (
 func decodeOne(t testing.TB, r *flow.Record) flowtest.Parts {
 	t.Helper()
 	e := newEncoder(1, DefaultMTUUDP, testPEN)
-	msg, n := e.message([]flow.Record{*r}, true, 0, 0)
-	if n != 1 {
-		t.Fatalf("encoded %d records of 1", n)
+	e.prepare([]flow.Record{*r})
+	msg, _, n := e.message([]flow.Record{*r}, true, 0, 0)
+	if n != 1 || e.head == nil {
+		t.Fatalf("encoded %d records of 1, templates riding %v", n, e.head != nil)
 	}
 	m, err := newDecoder().decode(msg)
 	if err != nil {
@@ -59,7 +60,8 @@ func TestCoverage(t *testing.T) {
 // of IANA numbers (decode_test.go) ties names to IDs.
 func TestElementsAreTheRegistrys(t *testing.T) {
 	inTemplates := map[string]Element{}
-	for _, tpl := range templates() {
+	// The base templates, and an extension template with every part.
+	for _, tpl := range append(templates(), extensionTemplate(2*shapes-1, 1<<len(extParts)-1)) {
 		for _, e := range tpl.fields {
 			inTemplates[fmt.Sprintf("%v/%d", e.Enterprise, e.ID)] = e
 		}
@@ -112,18 +114,21 @@ func TestMessagesNeverExceedTheMTU(t *testing.T) {
 		if (e.head == nil) != (mtu == minMessageLen) {
 			t.Errorf("MTU %d: templates ride %v", mtu, e.head != nil)
 		}
-		for i := range e.tplMsgs {
-			if msg := e.templatesOnly(i, 0, 0); len(msg) > mtu {
+		// With the extension templates of every base, which go where the
+		// others do.
+		e.prepare(recs)
+		for i, body := range e.tplMsgs {
+			if msg := e.templatesOnly(body, 0, 0); len(msg) > mtu {
 				t.Fatalf("MTU %d: template message %d of %d bytes", mtu, i, len(msg))
 			}
 		}
-		first := true
+		first := e.head != nil
 		for rest := recs; len(rest) > 0; first = false {
-			msg, n := e.message(rest, first, 0, 0)
-			if len(msg) > mtu || n == 0 {
-				t.Fatalf("MTU %d: message of %d bytes holding %d records", mtu, len(msg), n)
+			msg, taken, held := e.message(rest, first, 0, 0)
+			if len(msg) > mtu || held == 0 || taken != held {
+				t.Fatalf("MTU %d: message of %d bytes holding %d records of %d taken", mtu, len(msg), held, taken)
 			}
-			rest = rest[n:]
+			rest = rest[taken:]
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"loupe/internal/flow"
+	"loupe/internal/tunnel"
 )
 
 // This file is an independent, minimal IPFIX decoder for the tests: it
@@ -32,7 +33,18 @@ var fieldNames = map[[2]uint32]string{
 	{testPEN, 1}: "loupeSamplingRate", {testPEN, 6}: "loupeSegmentDeltaCount", {testPEN, 7}: "loupeWireOctetDeltaCount", {testPEN, 8}: "loupeAggregatePrefix",
 	{testPEN, 9}: "loupeAccuracy", {testPEN, 10}: "loupeMaxErrorPacketDeltaCount", {testPEN, 11}: "loupeMaxErrorOctetDeltaCount",
 	{testPEN, 12}: "loupeErrorConfidence",
+	{0, 132}:      "droppedOctetDeltaCount", {0, 133}: "droppedPacketDeltaCount", {0, 296}: "greKey", {0, 351}: "layer2SegmentId",
+	{testPEN, 13}: "loupeRttMinNanoseconds", {testPEN, 14}: "loupeRttMaxNanoseconds", {testPEN, 15}: "loupeRttLastNanoseconds",
+	{testPEN, 16}: "loupeHandshakeRttNanoseconds", {testPEN, 17}: "loupeRetransmittedSegmentDeltaCount", {testPEN, 18}: "loupeDropReasons",
+	{testPEN, 19}: "loupeDnsId", {testPEN, 20}: "loupeDnsQueryName", {testPEN, 21}: "loupeDnsResponseCode",
+	{testPEN, 22}: "loupeDnsLatencyNanoseconds", {testPEN, 23}: "loupeTunnelType", {testPEN, 24}: "loupeTunnelId",
+	{testPEN, 25}: "loupeOuterSourceIPv4Address", {testPEN, 26}: "loupeOuterDestinationIPv4Address",
+	{testPEN, 27}: "loupeOuterSourceIPv6Address", {testPEN, 28}: "loupeOuterDestinationIPv6Address",
+	{testPEN, 29}: "loupeOuterSourcePort", {testPEN, 30}: "loupeOuterDestinationPort",
 }
+
+// varLength marks an element of variable length in a template (§7).
+const varLength = 0xffff
 
 type fieldSpec struct {
 	pen    uint32
@@ -127,9 +139,6 @@ func (d *decoder) templateSet(b []byte) ([]uint16, error) {
 				f.pen = binary.BigEndian.Uint32(b)
 				b = b[4:]
 			}
-			if f.length == 0xffff {
-				return nil, fmt.Errorf("template %d: variable-length field %d", id, f.id)
-			}
 			fs = append(fs, f)
 		}
 		d.templates[id] = fs
@@ -146,24 +155,35 @@ func (d *decoder) dataSet(id uint16, b []byte) ([]decodedRecord, error) {
 	if !ok {
 		return nil, fmt.Errorf("data set %d before its template", id)
 	}
-	n := 0
-	for _, f := range fs {
-		n += int(f.length)
-	}
-	if len(b)%n != 0 {
-		return nil, fmt.Errorf("data set %d: %d bytes is not a multiple of the %d-byte record (padding is not sent)", id, len(b), n)
-	}
+	// Records are read one element at a time: a variable-length element
+	// carries its length (one byte, or 255 and two bytes). Padding is
+	// not sent, so the set must end exactly after a record.
 	var out []decodedRecord
-	for ; len(b) > 0; b = b[n:] {
+	for len(b) > 0 {
 		r := decodedRecord{template: id, fields: map[string]string{}}
-		off := 0
 		for _, f := range fs {
 			name, ok := fieldNames[[2]uint32{f.pen, uint32(f.id)}]
 			if !ok {
 				return nil, fmt.Errorf("unknown element %d/%d", f.pen, f.id)
 			}
-			r.fields[name] = formatValue(name, b[off:off+int(f.length)])
-			off += int(f.length)
+			n := int(f.length)
+			if f.length == varLength {
+				if len(b) < 1 {
+					return nil, fmt.Errorf("data set %d: %s's length cut short", id, name)
+				}
+				n, b = int(b[0]), b[1:]
+				if n == 255 {
+					if len(b) < 2 {
+						return nil, fmt.Errorf("data set %d: %s's long length cut short", id, name)
+					}
+					n, b = int(binary.BigEndian.Uint16(b)), b[2:]
+				}
+			}
+			if len(b) < n {
+				return nil, fmt.Errorf("data set %d: %d bytes left for a %d-byte %s (padding is not sent)", id, len(b), n, name)
+			}
+			r.fields[name] = formatValue(name, b[:n])
+			b = b[n:]
 		}
 		out = append(out, r)
 	}
@@ -172,9 +192,12 @@ func (d *decoder) dataSet(id uint16, b []byte) ([]decodedRecord, error) {
 
 func formatValue(name string, v []byte) string {
 	switch name {
-	case "sourceIPv4Address", "destinationIPv4Address", "sourceIPv6Address", "destinationIPv6Address":
+	case "sourceIPv4Address", "destinationIPv4Address", "sourceIPv6Address", "destinationIPv6Address",
+		"loupeOuterSourceIPv4Address", "loupeOuterDestinationIPv4Address", "loupeOuterSourceIPv6Address", "loupeOuterDestinationIPv6Address":
 		a, _ := netip.AddrFromSlice(v)
 		return a.String()
+	case "loupeDropReasons", "loupeDnsQueryName": // strings
+		return string(v)
 	case "sourceMacAddress", "destinationMacAddress":
 		return net.HardwareAddr(v).String()
 	case "loupeErrorConfidence": // float64: IEEE 754 binary64, big-endian
@@ -245,6 +268,51 @@ func expectFields(r *flow.Record) (uint16, map[string]string) {
 		tpl += 3 // the estimate template of the shape: the bounds follow
 		f["loupeMaxErrorPacketDeltaCount"], f["loupeMaxErrorOctetDeltaCount"] = u(r.MaxErrorPackets), u(r.MaxErrorBytes)
 		f["loupeErrorConfidence"] = strconv.FormatFloat(r.ErrorConfidence, 'g', -1, 64)
+	}
+	// The fields present only where measured, each where the record has
+	// it; their template is one of the extension templates (tpl then
+	// names the shape's template they extend).
+	h := r.Has
+	for _, e := range []struct {
+		bit  flow.Presence
+		name string
+		v    string
+	}{
+		{flow.HasRTTMin, "loupeRttMinNanoseconds", u(r.RTTMinNs)}, {flow.HasRTTMax, "loupeRttMaxNanoseconds", u(r.RTTMaxNs)},
+		{flow.HasRTTLast, "loupeRttLastNanoseconds", u(r.RTTLastNs)}, {flow.HasHandshakeRTT, "loupeHandshakeRttNanoseconds", u(r.HandshakeRTTNs)},
+		{flow.HasRetransmits, "loupeRetransmittedSegmentDeltaCount", u(r.Retransmits)},
+		{flow.HasDropPackets, "droppedPacketDeltaCount", u(r.DropPackets)}, {flow.HasDropBytes, "droppedOctetDeltaCount", u(r.DropBytes)},
+		{flow.HasDropReasons, "loupeDropReasons", string(r.DropReasons.AppendJSON(nil))},
+		{flow.HasDNSID, "loupeDnsId", u(uint64(r.DNSID))}, {flow.HasDNSQName, "loupeDnsQueryName", r.DNSQName},
+		{flow.HasDNSRcode, "loupeDnsResponseCode", u(uint64(r.DNSRcode))}, {flow.HasDNSLatency, "loupeDnsLatencyNanoseconds", u(r.DNSLatencyNs)},
+		{flow.HasTunnelType, "loupeTunnelType", u(uint64(r.TunnelType))},
+		{flow.HasOuterSrcPort, "loupeOuterSourcePort", u(uint64(r.OuterSrcPort))}, {flow.HasOuterDstPort, "loupeOuterDestinationPort", u(uint64(r.OuterDstPort))},
+	} {
+		if h&e.bit != 0 {
+			f[e.name] = e.v
+		}
+	}
+	if h&flow.HasTunnelID != 0 {
+		switch r.TunnelType {
+		case tunnel.VXLAN: // RFC 7133: type 0x01 in the high byte
+			f["layer2SegmentId"] = u(1<<56 | uint64(r.TunnelID))
+		case tunnel.GRE:
+			f["greKey"] = u(uint64(r.TunnelID))
+		default:
+			f["loupeTunnelId"] = u(uint64(r.TunnelID))
+		}
+	}
+	for _, a := range []struct {
+		bit        flow.Presence
+		addr       netip.Addr
+		name4, nm6 string
+	}{{flow.HasOuterSrcAddr, r.OuterSrcAddr, "loupeOuterSourceIPv4Address", "loupeOuterSourceIPv6Address"},
+		{flow.HasOuterDstAddr, r.OuterDstAddr, "loupeOuterDestinationIPv4Address", "loupeOuterDestinationIPv6Address"}} {
+		if h&a.bit != 0 && a.addr.Is4() {
+			f[a.name4] = a.addr.String()
+		} else if h&a.bit != 0 {
+			f[a.nm6] = a.addr.String()
+		}
 	}
 	return tpl, f
 }

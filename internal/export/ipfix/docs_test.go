@@ -18,7 +18,11 @@ func docRow(e Element) string {
 	if e.Status != flow.Sent {
 		sent = " (" + e.Status.String() + ")"
 	}
-	return fmt.Sprintf("| `%s`%s | %d | %s | %s (%d) | %s |", e.Name, sent, e.ID, pen, e.Type, e.Length, e.Description)
+	size := fmt.Sprint(e.Length)
+	if e.Length == flow.VariableLength {
+		size = "variable"
+	}
+	return fmt.Sprintf("| `%s`%s | %d | %s | %s (%s) | %s |", e.Name, sent, e.ID, pen, e.Type, size, e.Description)
 }
 
 // TestDocsListEveryElement keeps the operators' element table equal to the

@@ -87,11 +87,18 @@ const (
 const shapes = 3
 
 // template is one template's field list in wire order, and the length of a
-// data record it describes.
+// data record it describes: all of it, or for an extension template (one
+// with fields present only where measured, ext.go) its fixed-length part.
 type template struct {
 	id        uint16
 	fields    []Element
 	recordLen int
+	// An extension template is template base (0 to 5) of baseLen bytes
+	// followed by the parts of extParts listed, vars of them of variable
+	// length. The six base templates have base = their own index.
+	base, baseLen int
+	parts         []int
+	vars          int
 }
 
 // templates returns the six templates Loupe sends: one per shape, then one
@@ -129,6 +136,7 @@ func templates() []template {
 		for _, f := range out[i].fields {
 			out[i].recordLen += int(f.Length)
 		}
+		out[i].base, out[i].baseLen = i, out[i].recordLen
 	}
 	return out
 }
@@ -140,7 +148,8 @@ func templates() []template {
 func Elements() []Element {
 	seen := map[uint16]bool{}
 	var out []Element
-	for _, t := range templates() {
+	ts := append(templates(), extensionTemplate(2*shapes-1, 1<<len(extParts)-1))
+	for _, t := range ts {
 		for _, f := range t.fields {
 			if !f.Enterprise && !seen[f.ID] {
 				seen[f.ID] = true

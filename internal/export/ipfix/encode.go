@@ -28,52 +28,84 @@ const (
 type encoder struct {
 	domain uint32
 	maxLen int
+	pen    uint32
+	// tpls are the templates by ID less 256: the six of templates(), then
+	// the extension templates of the records with fields present only
+	// where measured (ext.go), made as they first come; byKey finds
+	// those by shape and parts.
+	tpls  []template
+	byKey map[uint32]int
+	// fresh are the extension templates made since the client last sent
+	// templates: it sends them before the records that use them.
+	fresh []int
 	// head is every template set, to ride at the head of a data message
 	// (message), or nil where they and one record of the largest
 	// template do not fit in maxLen: the templates then travel in
-	// messages of their own (tplMsgs), sent just before. Built once.
+	// messages of their own (tplMsgs), sent just before. Both are made
+	// again when a template is added.
 	head    []byte
 	tplMsgs [][]byte // the template sets, as many a message as fit
 	buf     []byte
-	lens    [2 * shapes]int // data record length per template, by index
+	vals    []byte // the variable-length values of the record being encoded
 }
 
 func newEncoder(domain uint32, maxLen int, pen uint32) *encoder {
-	e := &encoder{domain: domain, maxLen: maxLen, buf: make([]byte, 0, maxLen)}
-	ts := templates()
-	biggest := 0
-	for i, t := range ts {
-		e.lens[i] = t.recordLen
-		biggest = max(biggest, t.recordLen)
-	}
-	sets := templateSets(ts, pen)
-	var all []byte
-	for _, set := range sets {
-		all = append(all, set...)
-		if n := len(e.tplMsgs); n > 0 && headerLen+len(e.tplMsgs[n-1])+len(set) <= maxLen {
-			e.tplMsgs[n-1] = append(e.tplMsgs[n-1], set...)
-		} else {
-			e.tplMsgs = append(e.tplMsgs, slices.Clone(set))
-		}
-	}
-	if headerLen+len(all)+setHeaderLen+biggest <= maxLen {
-		e.head = all
-	}
+	e := &encoder{domain: domain, maxLen: maxLen, pen: pen, buf: make([]byte, 0, maxLen), tpls: templates(), byKey: map[uint32]int{}}
+	e.pack()
 	return e
 }
 
+// pack makes head and tplMsgs of the templates there are.
+func (e *encoder) pack() {
+	biggest := 0
+	for _, t := range e.tpls {
+		biggest = max(biggest, t.recordLen)
+	}
+	sets := templateSets(e.tpls, e.pen)
+	e.tplMsgs = packSets(sets, e.maxLen)
+	var all []byte
+	for _, set := range sets {
+		all = append(all, set...)
+	}
+	e.head = nil
+	if headerLen+len(all)+setHeaderLen+biggest <= e.maxLen {
+		e.head = all
+	}
+}
+
+// packSets puts template sets into as few message bodies of at most maxLen
+// bytes (with the header) as their order allows.
+func packSets(sets [][]byte, maxLen int) [][]byte {
+	var out [][]byte
+	for _, set := range sets {
+		if n := len(out); n > 0 && headerLen+len(out[n-1])+len(set) <= maxLen {
+			out[n-1] = append(out[n-1], set...)
+		} else {
+			out = append(out, slices.Clone(set))
+		}
+	}
+	return out
+}
+
 // templateSets returns the template sets Loupe sends: the records'
-// templates, then the estimates'. Two sets rather than one, so that a
-// small MTU can carry them in two messages.
+// templates, then the estimates', then one set per extension template.
+// Sets rather than one, so that a small MTU can carry them in several
+// messages.
 func templateSets(ts []template, pen uint32) [][]byte {
-	return [][]byte{appendTemplateSet(nil, ts[:shapes], pen), appendTemplateSet(nil, ts[shapes:], pen)}
+	sets := [][]byte{appendTemplateSet(nil, ts[:shapes], pen), appendTemplateSet(nil, ts[shapes:2*shapes], pen)}
+	for i := 2 * shapes; i < len(ts); i++ {
+		sets = append(sets, appendTemplateSet(nil, ts[i:i+1], pen))
+	}
+	return sets
 }
 
 // minMaxLen is the smallest message size the encoder can work with: a
 // message carrying a template set, and one carrying a record of the
-// largest template.
+// largest template, the largest extension template's included (but for
+// the values of variable length, which a record may lack room for: see
+// message).
 func minMaxLen(pen uint32) int {
-	ts := templates()
+	ts := append(templates(), extensionTemplate(2*shapes-1, 1<<len(extParts)-1))
 	n := 0
 	for _, t := range ts {
 		n = max(n, headerLen+setHeaderLen+t.recordLen)
@@ -107,8 +139,8 @@ func appendTemplateSet(b []byte, ts []template, pen uint32) []byte {
 	return b
 }
 
-// templateIndex picks the template of r, its ID less 256: 0 IPv4, 1 IPv6,
-// 2 non-IP, and 3 to 5 the same for an estimate.
+// templateIndex picks the template of r's shape, its ID less 256: 0 IPv4,
+// 1 IPv6, 2 non-IP, and 3 to 5 the same for an estimate.
 func templateIndex(r *flow.Record) int {
 	i := 2
 	switch r.EtherType {
@@ -123,22 +155,103 @@ func templateIndex(r *flow.Record) int {
 	return i
 }
 
+// maxTemplates bounds the templates: the IDs from 256 to 65535.
+const maxTemplates = 65536 - int(TemplateIPv4)
+
+// templateFor returns the index of r's template in tpls: its shape's, or
+// for a record with fields present only where measured, the extension
+// template of its shape and parts, made if it is new (and then fresh).
+// ok is false when every template ID is taken, which no mix of records
+// reaches (there are fewer shapes and parts than IDs in practice).
+func (e *encoder) templateFor(r *flow.Record) (ti int, ok bool) {
+	ti = templateIndex(r)
+	if r.Has == 0 {
+		return ti, true
+	}
+	mask := partMask(r)
+	if mask == 0 {
+		return ti, true
+	}
+	key := uint32(ti)<<len(extParts) | mask
+	if i, ok := e.byKey[key]; ok {
+		return i, true
+	}
+	if len(e.tpls) >= maxTemplates {
+		return 0, false
+	}
+	t := extensionTemplate(ti, mask)
+	t.id = TemplateIPv4 + uint16(len(e.tpls))
+	e.byKey[key] = len(e.tpls)
+	e.fresh = append(e.fresh, len(e.tpls))
+	e.tpls = append(e.tpls, t)
+	e.pack()
+	return len(e.tpls) - 1, true
+}
+
+// extensionTemplate is the template of shape ti's records with the parts
+// of mask: ti's elements, then the parts' (its ID is set by the caller).
+func extensionTemplate(ti int, mask uint32) template {
+	base := templates()[ti]
+	t := template{base: ti, baseLen: base.recordLen, recordLen: base.recordLen, fields: slices.Clone(base.fields)}
+	for i := range extParts {
+		if mask&(1<<i) == 0 {
+			continue
+		}
+		p := &extParts[i]
+		t.fields = append(t.fields, p.elem)
+		t.parts = append(t.parts, i)
+		if p.str == nil {
+			t.recordLen += int(p.elem.Length)
+		} else {
+			t.vars++
+		}
+	}
+	return t
+}
+
+// prepare makes the templates the records of recs need: the client calls
+// it before encoding them, and sends the fresh ones first.
+func (e *encoder) prepare(recs []flow.Record) {
+	for i := range recs {
+		if recs[i].Has != 0 {
+			e.templateFor(&recs[i])
+		}
+	}
+}
+
 // message encodes as many records of recs as fit into one message of at
 // most maxLen bytes, starting with the template sets if withTemplates
 // (only where they ride: head), and returns the message (valid until the
-// next call) and the number of records it holds. Consecutive records of one template share a data set; sets are
-// not padded (padding is optional, §3.3.1, and buys a decoder nothing).
-// exportTime and seq go into the header as given.
-func (e *encoder) message(recs []flow.Record, withTemplates bool, exportTime, seq uint32) (msg []byte, n int) {
+// next call), the number of records of recs it took, and how many of them
+// it holds: a record that cannot fit a message of its own (variable-length
+// values longer than the MTU leaves room for) is taken but not sent, and
+// counted by the caller as rejected. Consecutive records of one template
+// share a data set; sets are not padded (padding is optional, §3.3.1, and
+// buys a decoder nothing). exportTime and seq go into the header as given.
+func (e *encoder) message(recs []flow.Record, withTemplates bool, exportTime, seq uint32) (msg []byte, taken, held int) {
 	b := e.buf[:headerLen]
 	if withTemplates {
 		b = append(b, e.head...)
 	}
 	setStart, cur := -1, -1
-	for n < len(recs) {
-		r := &recs[n]
-		ti := templateIndex(r)
-		need := e.lens[ti]
+	for taken < len(recs) {
+		r := &recs[taken]
+		ti, ok := e.templateFor(r)
+		if !ok {
+			taken++
+			continue
+		}
+		t := &e.tpls[ti]
+		vlen := 0
+		if t.vars > 0 {
+			vlen = e.values(t, r)
+		}
+		size := t.recordLen + vlen
+		if headerLen+setHeaderLen+size > e.maxLen {
+			taken++ // fits no message
+			continue
+		}
+		need := size
 		if ti != cur {
 			need += setHeaderLen
 		}
@@ -150,24 +263,80 @@ func (e *encoder) message(recs []flow.Record, withTemplates bool, exportTime, se
 				binary.BigEndian.PutUint16(b[setStart+2:], uint16(len(b)-setStart))
 			}
 			setStart, cur = len(b), ti
-			b = binary.BigEndian.AppendUint16(b, TemplateIPv4+uint16(ti))
+			b = binary.BigEndian.AppendUint16(b, t.id)
 			b = append(b, 0, 0)
 		}
-		b = appendRecord(b, ti, e.lens[ti], r)
-		n++
+		b = appendRecord(b, t.base, t.baseLen, r)
+		if len(t.parts) > 0 {
+			b = e.appendParts(b, t, r)
+		}
+		taken++
+		held++
 	}
 	if setStart >= 0 {
 		binary.BigEndian.PutUint16(b[setStart+2:], uint16(len(b)-setStart))
 	}
 	e.buf = b
 	putHeader(b, exportTime, seq, e.domain)
-	return b, n
+	return b, taken, held
 }
 
-// templatesOnly encodes template message i of tplMsgs: a message holding
-// only template sets.
-func (e *encoder) templatesOnly(i int, exportTime, seq uint32) []byte {
-	b := append(e.buf[:headerLen], e.tplMsgs[i]...)
+// values encodes the variable-length values of r into e.vals, each with
+// its length prefix (RFC 7011 §7: one byte under 255, else 255 and two
+// bytes), and returns their size.
+func (e *encoder) values(t *template, r *flow.Record) int {
+	e.vals = e.vals[:0]
+	for _, pi := range t.parts {
+		p := &extParts[pi]
+		if p.str == nil {
+			continue
+		}
+		start := len(e.vals)
+		e.vals = append(e.vals, 0, 0, 0) // room for the longer prefix
+		e.vals = p.str(e.vals, r)
+		n := len(e.vals) - start - 3
+		switch {
+		case n > 0xffff:
+			e.vals = e.vals[:start+3+0xffff] // no record holds that much; cut rather than corrupt
+			n = 0xffff
+			fallthrough
+		case n >= 255:
+			e.vals[start] = 255
+			binary.BigEndian.PutUint16(e.vals[start+1:], uint16(n))
+		default:
+			e.vals[start] = byte(n)
+			copy(e.vals[start+1:], e.vals[start+3:])
+			e.vals = e.vals[:len(e.vals)-2]
+		}
+	}
+	return len(e.vals)
+}
+
+// appendParts appends the parts of extension template t: the fixed-length
+// ones at their offsets, then the variable-length values values made.
+func (e *encoder) appendParts(b []byte, t *template, r *flow.Record) []byte {
+	off := len(b)
+	fixed := t.recordLen - t.baseLen
+	b = append(b, make([]byte, fixed)...)
+	p := b[off:]
+	for _, pi := range t.parts {
+		part := &extParts[pi]
+		if part.put == nil {
+			continue
+		}
+		part.put(p, r)
+		p = p[part.elem.Length:]
+	}
+	if t.vars > 0 {
+		b = append(b, e.vals...)
+	}
+	return b
+}
+
+// templatesOnly encodes a message holding only the template sets of body
+// (one of tplMsgs, say).
+func (e *encoder) templatesOnly(body []byte, exportTime, seq uint32) []byte {
+	b := append(e.buf[:headerLen], body...)
 	e.buf = b
 	putHeader(b, exportTime, seq, e.domain)
 	return b

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"net/netip"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -18,6 +19,7 @@ import (
 
 	"loupe/internal/flow"
 	"loupe/internal/testutil"
+	"loupe/internal/tunnel"
 )
 
 // peerRecords returns n records for the real-collector tests: IPv4 and
@@ -62,6 +64,27 @@ func peerRecords(n int) []flow.Record {
 		case i%11 == 6:
 			r.Accuracy, r.MaxErrorPackets, r.MaxErrorBytes = flow.Estimated, uint64(i)+3, 1<<35+uint64(i)
 			r.ErrorConfidence = 1 - 1/float64(i+2)
+		}
+		// Kernel signals, DNS and tunnels on some, in extension
+		// templates: RTT and retransmits; drops; a DNS exchange; VXLAN
+		// over IPv6 and GRE over IPv4.
+		switch i % 13 {
+		case 2:
+			r.SetRTT(uint64(i)*1000, uint64(i)*5000, uint64(i)*2000)
+			r.SetRetransmits(uint64(i % 3))
+		case 5:
+			r.SetDrops(uint64(i), uint64(i)*40, flow.DropReasons{"NETFILTER_DROP": uint64(i) - 1, "NO_SOCKET": 1})
+		case 8:
+			r.SetDNS(&flow.DNSExchange{ID: uint16(i), QName: fmt.Sprintf("host%d.example.test", i), HasRcode: true, Rcode: 3,
+				HasLatency: true, LatencyNs: uint64(i) * 10_000})
+		case 11:
+			if i%2 == 0 {
+				r.SetTunnel(&tunnel.Info{Type: tunnel.VXLAN, ID: uint32(i), HasID: true, SrcAddr: netip.MustParseAddr("fd88::1"),
+					DstAddr: netip.MustParseAddr("fd88::2"), SrcPort: uint16(50000 + i), DstPort: 4789})
+			} else {
+				r.SetTunnel(&tunnel.Info{Type: tunnel.GRE, ID: uint32(i) << 8, HasID: true, SrcAddr: netip.MustParseAddr("198.51.100.1"),
+					DstAddr: netip.MustParseAddr("198.51.100.2")})
+			}
 		}
 	}
 	return recs
@@ -143,6 +166,47 @@ func tsharkExpect(recs []flow.Record) map[string][]string {
 			add("enterprise_private_entry", hexColons(binary.BigEndian.AppendUint64(nil, r.MaxErrorPackets)))
 			add("enterprise_private_entry", hexColons(binary.BigEndian.AppendUint64(nil, r.MaxErrorBytes)))
 			add("enterprise_private_entry", hexColons(binary.BigEndian.AppendUint64(nil, math.Float64bits(r.ErrorConfidence))))
+		}
+		// The fields present only where measured, in the extension
+		// template's order: IANA's decoded, Loupe's as their bytes.
+		u64 := func(v uint64) string { return hexColons(binary.BigEndian.AppendUint64(nil, v)) }
+		h := r.Has
+		if h&flow.HasRTT != 0 {
+			add("enterprise_private_entry", u64(r.RTTMinNs))
+			add("enterprise_private_entry", u64(r.RTTMaxNs))
+			add("enterprise_private_entry", u64(r.RTTLastNs))
+		}
+		if h&flow.HasRetransmits != 0 {
+			add("enterprise_private_entry", u64(r.Retransmits))
+		}
+		if h&flow.HasDrops != 0 {
+			add("drop_packets", strconv.FormatUint(r.DropPackets, 10))
+			add("drop_octets", strconv.FormatUint(r.DropBytes, 10))
+		}
+		if h&flow.HasDNSID != 0 {
+			add("enterprise_private_entry", hexColons(binary.BigEndian.AppendUint16(nil, r.DNSID)))
+			add("enterprise_private_entry", hexColons(binary.BigEndian.AppendUint16(nil, r.DNSRcode)))
+			add("enterprise_private_entry", u64(r.DNSLatencyNs))
+		}
+		if h&flow.HasTunnelType != 0 {
+			add("enterprise_private_entry", hexColons([]byte{byte(r.TunnelType)}))
+			if r.TunnelType == tunnel.VXLAN {
+				add("layer2_segment_id", strconv.FormatUint(1<<56|uint64(r.TunnelID), 10))
+				add("enterprise_private_entry", hexColons(r.OuterSrcAddr.AsSlice()))
+				add("enterprise_private_entry", hexColons(r.OuterDstAddr.AsSlice()))
+				add("enterprise_private_entry", hexColons(binary.BigEndian.AppendUint16(nil, r.OuterSrcPort)))
+				add("enterprise_private_entry", hexColons(binary.BigEndian.AppendUint16(nil, r.OuterDstPort)))
+			} else {
+				add("gre_key", strconv.FormatUint(uint64(r.TunnelID), 10))
+				add("enterprise_private_entry", hexColons(r.OuterSrcAddr.AsSlice()))
+				add("enterprise_private_entry", hexColons(r.OuterDstAddr.AsSlice()))
+			}
+		}
+		if h&flow.HasDropReasons != 0 {
+			add("enterprise_private_entry", hexColons([]byte(`{"NETFILTER_DROP":`+strconv.FormatUint(r.DropReasons["NETFILTER_DROP"], 10)+`,"NO_SOCKET":1}`)))
+		}
+		if h&flow.HasDNSQName != 0 {
+			add("enterprise_private_entry", hexColons([]byte(r.DNSQName)))
 		}
 	}
 	return want

@@ -45,7 +45,8 @@ func TestProtoNumbersAreTheRegistrys(t *testing.T) {
 	}
 }
 
-// protoParts splits a FlowRecord into its fields, by number.
+// protoParts splits a FlowRecord into its fields, by number; the values
+// of a repeated field (a map's entries) are concatenated.
 func protoParts(t testing.TB, b []byte) flowtest.Parts {
 	t.Helper()
 	p := flowtest.Parts{}
@@ -58,7 +59,7 @@ func protoParts(t testing.TB, b []byte) flowtest.Parts {
 		if m < 0 {
 			t.Fatalf("field %d: %v", num, protowire.ParseError(m))
 		}
-		p[fmt.Sprint(num)] = hex.EncodeToString(b[n : n+m])
+		p[fmt.Sprint(num)] += hex.EncodeToString(b[n : n+m]) // a map's entries repeat the field
 		b = b[n+m:]
 	}
 	return p

@@ -3,6 +3,7 @@ package kafka
 import (
 	"encoding/binary"
 	"math"
+	"net/netip"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -34,6 +35,18 @@ const (
 	fieldTCPFlags  protowire.Number = 16
 	fieldDSCP      protowire.Number = 17
 	fieldSampling  protowire.Number = 18
+	fieldDropPkts  protowire.Number = 19
+	fieldDropBytes protowire.Number = 20
+	fieldDropWhy   protowire.Number = 21
+	fieldRetrans   protowire.Number = 22
+	fieldRTTMin    protowire.Number = 30
+	fieldRTTMax    protowire.Number = 31
+	fieldRTTLast   protowire.Number = 32
+	fieldHandshake protowire.Number = 33
+	fieldDNSID     protowire.Number = 40
+	fieldDNSQName  protowire.Number = 41
+	fieldDNSRcode  protowire.Number = 42
+	fieldDNSLat    protowire.Number = 43
 	fieldSegments  protowire.Number = 50
 	fieldWireBytes protowire.Number = 51
 	fieldVlanID    protowire.Number = 52
@@ -42,6 +55,12 @@ const (
 	fieldMaxErrPkt protowire.Number = 55
 	fieldMaxErrByt protowire.Number = 56
 	fieldErrConf   protowire.Number = 57
+	fieldTunType   protowire.Number = 58
+	fieldTunID     protowire.Number = 59
+	fieldOuterSrc  protowire.Number = 60
+	fieldOuterDst  protowire.Number = 61
+	fieldOuterSP   protowire.Number = 62
+	fieldOuterDP   protowire.Number = 63
 	keyLenIPv4                      = 24 + 2*4          // untagged IPv4 flow
 	keyLenMax                       = 24 + 2*16 + 2 + 1 // an aggregate, 16-byte addresses
 )
@@ -74,6 +93,9 @@ func AppendProto(b []byte, r *flow.Record) []byte {
 	b = appendUvarint(b, fieldTCPFlags, uint64(r.TCPFlags))
 	b = appendUvarint(b, fieldDSCP, uint64(r.DSCP))
 	b = appendUvarint(b, fieldSampling, uint64(r.Sampling))
+	if r.Has != 0 {
+		b = appendSignals(b, r)
+	}
 	b = appendUvarint(b, fieldSegments, r.Segments)
 	b = appendUvarint(b, fieldWireBytes, r.WireBytes)
 	b = appendUvarint(b, fieldVlanID, uint64(r.VlanID))
@@ -86,7 +108,81 @@ func AppendProto(b []byte, r *flow.Record) []byte {
 	// A double is left out when it is +0.0, as proto.Marshal does (-0.0
 	// is written: its bits are not zero).
 	b = appendFixed64(b, fieldErrConf, math.Float64bits(r.ErrorConfidence))
+	if r.Has.Any(flow.HasTunnel | flow.HasTunnelID) {
+		b = appendTunnel(b, r)
+	}
 	return b
+}
+
+// appendSignals writes the kernel signals' and DNS fields (19-43), each
+// where r has it: they are proto3 optional fields, written even when 0.
+func appendSignals(b []byte, r *flow.Record) []byte {
+	h := r.Has
+	b = appendOptUvarint(b, fieldDropPkts, r.DropPackets, h.Any(flow.HasDropPackets))
+	b = appendOptUvarint(b, fieldDropBytes, r.DropBytes, h.Any(flow.HasDropBytes))
+	if len(r.DropReasons) > 0 {
+		// Map entries in key order, as proto.Marshal writes them
+		// deterministically: { 1: name, 2: packets }, both always.
+		var buf [16]string
+		for _, name := range r.DropReasons.AppendNames(buf[:0]) {
+			v := r.DropReasons[name]
+			size := 1 + protowire.SizeBytes(len(name)) + 1 + protowire.SizeVarint(v)
+			b = appendVarint(appendTag(b, fieldDropWhy, protowire.BytesType), uint64(size))
+			b = appendVarint(appendTag(b, 1, protowire.BytesType), uint64(len(name)))
+			b = append(b, name...)
+			b = appendVarint(appendTag(b, 2, protowire.VarintType), v)
+		}
+	}
+	b = appendOptUvarint(b, fieldRetrans, r.Retransmits, h.Any(flow.HasRetransmits))
+	b = appendOptUvarint(b, fieldRTTMin, r.RTTMinNs, h.Any(flow.HasRTTMin))
+	b = appendOptUvarint(b, fieldRTTMax, r.RTTMaxNs, h.Any(flow.HasRTTMax))
+	b = appendOptUvarint(b, fieldRTTLast, r.RTTLastNs, h.Any(flow.HasRTTLast))
+	b = appendOptUvarint(b, fieldHandshake, r.HandshakeRTTNs, h.Any(flow.HasHandshakeRTT))
+	b = appendOptUvarint(b, fieldDNSID, uint64(r.DNSID), h.Any(flow.HasDNSID))
+	if h.Any(flow.HasDNSQName) {
+		b = appendVarint(appendTag(b, fieldDNSQName, protowire.BytesType), uint64(len(r.DNSQName)))
+		b = append(b, r.DNSQName...)
+	}
+	b = appendOptUvarint(b, fieldDNSRcode, uint64(r.DNSRcode), h.Any(flow.HasDNSRcode))
+	return appendOptUvarint(b, fieldDNSLat, r.DNSLatencyNs, h.Any(flow.HasDNSLatency))
+}
+
+// appendTunnel writes the tunnel's fields (58-63): its type as
+// loupe.flow.v1.TunnelType (flow's numbers), the outer addresses as their
+// own family's 4 or 16 bytes.
+func appendTunnel(b []byte, r *flow.Record) []byte {
+	h := r.Has
+	if h.Any(flow.HasTunnelType) {
+		b = appendUvarint(b, fieldTunType, uint64(r.TunnelType))
+	}
+	b = appendOptUvarint(b, fieldTunID, uint64(r.TunnelID), h.Any(flow.HasTunnelID))
+	for _, a := range []struct {
+		n    protowire.Number
+		addr netip.Addr
+		has  flow.Presence
+	}{{fieldOuterSrc, r.OuterSrcAddr, flow.HasOuterSrcAddr}, {fieldOuterDst, r.OuterDstAddr, flow.HasOuterDstAddr}} {
+		if !h.Any(a.has) || !a.addr.IsValid() {
+			continue
+		}
+		if a.addr.Is4() {
+			v := a.addr.As4()
+			b = appendBytes(b, a.n, v[:])
+		} else {
+			v := a.addr.As16()
+			b = appendBytes(b, a.n, v[:])
+		}
+	}
+	b = appendOptUvarint(b, fieldOuterSP, uint64(r.OuterSrcPort), h.Any(flow.HasOuterSrcPort))
+	return appendOptUvarint(b, fieldOuterDP, uint64(r.OuterDstPort), h.Any(flow.HasOuterDstPort))
+}
+
+// appendOptUvarint writes a proto3 optional varint: when present, 0
+// included.
+func appendOptUvarint(b []byte, n protowire.Number, v uint64, present bool) []byte {
+	if !present {
+		return b
+	}
+	return appendVarint(appendTag(b, n, protowire.VarintType), v)
 }
 
 // appendTag is protowire.AppendTag for field numbers below 2048 (a tag of

@@ -13,6 +13,8 @@ import (
 
 	"loupe/internal/export/kafka/flowpb"
 	"loupe/internal/flow"
+	"loupe/internal/flow/flowtest"
+	"loupe/internal/tunnel"
 )
 
 // edgeRecords are records whose fields sit at their limits.
@@ -37,7 +39,23 @@ func edgeRecords() []flow.Record {
 	// An aggregate, decoded from the sketch.
 	agg := flow.Record{Key: flow.Key{EtherType: flow.EtherTypeIPv6, Proto: 17, SrcAddr: netip.MustParseAddr("2001:db8::").As16(), AggPrefix: 128},
 		Packets: 2, Accuracy: flow.Decoded}
-	return []flow.Record{{}, maxed, cut, est, agg}
+	// The kernel signals, DNS and tunnels: every base that has them, and
+	// fields measured as zero.
+	out := []flow.Record{{}, maxed, cut, est, agg}
+	for _, b := range flowtest.Bases() {
+		if b.Rec.Has != 0 {
+			out = append(out, b.Rec)
+		}
+	}
+	zeros := maxed
+	zeros.SetRTT(0, 0, 0)
+	zeros.SetRetransmits(0)
+	zeros.SetDrops(0, 0, flow.DropReasons{"NO_SOCKET": 0, "A": math.MaxUint64})
+	zeros.SetDNS(&flow.DNSExchange{HasRcode: true, HasLatency: true})
+	zeros.SetHandshakeRTT(0)
+	zeros.Has |= flow.HasDNSQName
+	zeros.SetTunnel(&tunnel.Info{Type: tunnel.VXLAN, HasID: true, SrcAddr: netip.MustParseAddr("::ffff:10.0.0.1"), DstAddr: netip.IPv6Unspecified()})
+	return append(out, zeros)
 }
 
 // TestProtoEncodingMatchesGenerated proves the hand-written encoder writes

@@ -16,6 +16,7 @@ import (
 
 	"loupe/internal/export/kafka/flowpb"
 	"loupe/internal/flow"
+	"loupe/internal/tunnel"
 )
 
 // flowKey returns the key of test flow f: IPv4 TCP for even f, IPv6 UDP for
@@ -81,6 +82,20 @@ func testRecords(flows, perFlow int) []flow.Record {
 			case 5: // estimated by a count-min sketch of 4 rows
 				r.Accuracy, r.MaxErrorPackets, r.MaxErrorBytes = flow.Estimated, uint64(i%9)+1, uint64(i%9)*1500+7
 				r.ErrorConfidence = -math.Expm1(-4)
+			}
+			// Kernel signals, DNS and tunnels on some: their fields go
+			// through the broker too, measured zeros included.
+			switch f % 11 {
+			case 2:
+				r.SetRTT(uint64(i)*1000, uint64(i)*3000, uint64(i)*2000)
+				r.SetRetransmits(uint64(i % 3))
+			case 4:
+				r.SetDrops(uint64(i%4), uint64(i%4)*52, flow.DropReasons{"NETFILTER_DROP": uint64(i % 4)})
+			case 6:
+				r.SetDNS(&flow.DNSExchange{ID: uint16(i), QName: "q" + fmt.Sprint(i) + ".test", HasRcode: i%2 == 0, Rcode: 3, HasLatency: i%2 == 0, LatencyNs: uint64(i) * 1000})
+			case 8:
+				r.SetTunnel(&tunnel.Info{Type: tunnel.VXLAN, ID: uint32(f), HasID: true, SrcAddr: netip.MustParseAddr("10.88.0.1"),
+					DstAddr: netip.MustParseAddr("10.88.0.2"), SrcPort: uint16(40000 + f), DstPort: 4789})
 			}
 			out = append(out, r)
 		}
@@ -148,6 +163,75 @@ func fromProto(m *flowpb.FlowRecord) (flow.Record, error) {
 		return r, fmt.Errorf("accuracy %v", m.GetAccuracy())
 	}
 	r.MaxErrorPackets, r.MaxErrorBytes, r.ErrorConfidence = m.GetMaxErrorPackets(), m.GetMaxErrorBytes(), m.GetErrorConfidence()
+	// The fields present only where measured: a field set, 0 included, is
+	// present.
+	opt := func(set bool, bit flow.Presence, dst *uint64, v uint64) {
+		if set {
+			*dst, r.Has = v, r.Has|bit
+		}
+	}
+	opt(m.DropPackets != nil, flow.HasDropPackets, &r.DropPackets, m.GetDropPackets())
+	opt(m.DropBytes != nil, flow.HasDropBytes, &r.DropBytes, m.GetDropBytes())
+	if len(m.GetDropReasons()) > 0 {
+		r.DropReasons, r.Has = flow.DropReasons(m.GetDropReasons()), r.Has|flow.HasDropReasons
+	}
+	opt(m.Retransmits != nil, flow.HasRetransmits, &r.Retransmits, m.GetRetransmits())
+	opt(m.RttMinNs != nil, flow.HasRTTMin, &r.RTTMinNs, m.GetRttMinNs())
+	opt(m.RttMaxNs != nil, flow.HasRTTMax, &r.RTTMaxNs, m.GetRttMaxNs())
+	opt(m.RttLastNs != nil, flow.HasRTTLast, &r.RTTLastNs, m.GetRttLastNs())
+	opt(m.HandshakeRttNs != nil, flow.HasHandshakeRTT, &r.HandshakeRTTNs, m.GetHandshakeRttNs())
+	opt(m.DnsLatencyNs != nil, flow.HasDNSLatency, &r.DNSLatencyNs, m.GetDnsLatencyNs())
+	if m.DnsId != nil {
+		if m.GetDnsId() > 0xffff {
+			return r, fmt.Errorf("dns_id %d", m.GetDnsId())
+		}
+		r.DNSID, r.Has = uint16(m.GetDnsId()), r.Has|flow.HasDNSID
+	}
+	if m.DnsQname != nil {
+		r.DNSQName, r.Has = m.GetDnsQname(), r.Has|flow.HasDNSQName
+	}
+	if m.DnsRcode != nil {
+		if m.GetDnsRcode() > flow.MaxRcode {
+			return r, fmt.Errorf("dns_rcode %d", m.GetDnsRcode())
+		}
+		r.DNSRcode, r.Has = uint16(m.GetDnsRcode()), r.Has|flow.HasDNSRcode
+	}
+	if t := m.GetTunnelType(); t != flowpb.TunnelType_TUNNEL_TYPE_UNSPECIFIED {
+		if t > flowpb.TunnelType_TUNNEL_TYPE_IPIP {
+			return r, fmt.Errorf("tunnel_type %v", t)
+		}
+		r.TunnelType, r.Has = tunnel.Type(t), r.Has|flow.HasTunnelType
+	}
+	if m.TunnelId != nil {
+		r.TunnelID, r.Has = m.GetTunnelId(), r.Has|flow.HasTunnelID
+	}
+	for _, a := range []struct {
+		b   []byte
+		dst *netip.Addr
+		bit flow.Presence
+	}{{m.GetOuterSrcAddr(), &r.OuterSrcAddr, flow.HasOuterSrcAddr}, {m.GetOuterDstAddr(), &r.OuterDstAddr, flow.HasOuterDstAddr}} {
+		if len(a.b) == 0 {
+			continue
+		}
+		ip, ok := netip.AddrFromSlice(a.b)
+		if !ok {
+			return r, fmt.Errorf("outer address of %d bytes", len(a.b))
+		}
+		*a.dst, r.Has = ip, r.Has|a.bit
+	}
+	for _, p := range []struct {
+		v   *uint32
+		dst *uint16
+		bit flow.Presence
+	}{{m.OuterSrcPort, &r.OuterSrcPort, flow.HasOuterSrcPort}, {m.OuterDstPort, &r.OuterDstPort, flow.HasOuterDstPort}} {
+		if p.v == nil {
+			continue
+		}
+		if *p.v > 0xffff {
+			return r, fmt.Errorf("outer port %d", *p.v)
+		}
+		*p.dst, r.Has = uint16(*p.v), r.Has|p.bit
+	}
 	return r, nil
 }
 
@@ -194,6 +278,39 @@ func toProto(r *flow.Record) *flowpb.FlowRecord {
 	if a := r.DstIP(); a.IsValid() {
 		m.DstAddr = a.AsSlice()
 	}
+	opt := func(bit flow.Presence, v uint64) *uint64 {
+		if r.Has&bit == 0 {
+			return nil
+		}
+		return &v
+	}
+	opt32 := func(bit flow.Presence, v uint32) *uint32 {
+		if r.Has&bit == 0 {
+			return nil
+		}
+		return &v
+	}
+	m.DropPackets, m.DropBytes, m.Retransmits = opt(flow.HasDropPackets, r.DropPackets), opt(flow.HasDropBytes, r.DropBytes), opt(flow.HasRetransmits, r.Retransmits)
+	if len(r.DropReasons) > 0 {
+		m.DropReasons = r.DropReasons
+	}
+	m.RttMinNs, m.RttMaxNs, m.RttLastNs = opt(flow.HasRTTMin, r.RTTMinNs), opt(flow.HasRTTMax, r.RTTMaxNs), opt(flow.HasRTTLast, r.RTTLastNs)
+	m.HandshakeRttNs, m.DnsLatencyNs = opt(flow.HasHandshakeRTT, r.HandshakeRTTNs), opt(flow.HasDNSLatency, r.DNSLatencyNs)
+	m.DnsId, m.DnsRcode = opt32(flow.HasDNSID, uint32(r.DNSID)), opt32(flow.HasDNSRcode, uint32(r.DNSRcode))
+	if r.Has&flow.HasDNSQName != 0 {
+		m.DnsQname = &r.DNSQName
+	}
+	if r.Has&flow.HasTunnelType != 0 {
+		m.TunnelType = flowpb.TunnelType(r.TunnelType)
+	}
+	m.TunnelId = opt32(flow.HasTunnelID, r.TunnelID)
+	if r.Has&flow.HasOuterSrcAddr != 0 && r.OuterSrcAddr.IsValid() {
+		m.OuterSrcAddr = r.OuterSrcAddr.AsSlice()
+	}
+	if r.Has&flow.HasOuterDstAddr != 0 && r.OuterDstAddr.IsValid() {
+		m.OuterDstAddr = r.OuterDstAddr.AsSlice()
+	}
+	m.OuterSrcPort, m.OuterDstPort = opt32(flow.HasOuterSrcPort, uint32(r.OuterSrcPort)), opt32(flow.HasOuterDstPort, uint32(r.OuterDstPort))
 	return m
 }
 

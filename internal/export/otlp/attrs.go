@@ -45,6 +45,28 @@ const (
 	AttrMaxErrByts = "loupe.max_error.bytes"
 	AttrErrConf    = "loupe.max_error.confidence"
 
+	// The kernel signals, DNS and tunnel, each only where measured. The
+	// registry has dns.question.name; the rest is Loupe's. Times are
+	// integers in nanoseconds, as the record's.
+	AttrRTTMin       = "loupe.tcp.rtt.min"
+	AttrRTTMax       = "loupe.tcp.rtt.max"
+	AttrRTTLast      = "loupe.tcp.rtt.last"
+	AttrHandshakeRTT = "loupe.tcp.handshake_rtt"
+	AttrRetransmits  = "loupe.tcp.retransmits"
+	AttrDropPackets  = "loupe.drop.packets"
+	AttrDropBytes    = "loupe.drop.bytes"
+	AttrDropReasons  = "loupe.drop.reasons"
+	AttrDNSID        = "loupe.dns.id"
+	AttrDNSQName     = "dns.question.name"
+	AttrDNSRcode     = "loupe.dns.rcode"
+	AttrDNSLatency   = "loupe.dns.latency"
+	AttrTunnelType   = "loupe.tunnel.type"
+	AttrTunnelID     = "loupe.tunnel.id"
+	AttrOuterSrcAddr = "loupe.tunnel.source.address"
+	AttrOuterDstAddr = "loupe.tunnel.destination.address"
+	AttrOuterSrcPort = "loupe.tunnel.source.port"
+	AttrOuterDstPort = "loupe.tunnel.destination.port"
+
 	// EventName is every flow log record's event name.
 	EventName = "loupe.flow"
 	// ScopeName is the instrumentation scope of logs and metrics.
@@ -93,6 +115,24 @@ const (
 	aMaxErrPkts
 	aMaxErrByts
 	aErrConf
+	aRTTMin
+	aRTTMax
+	aRTTLast
+	aHandshakeRTT
+	aRetransmits
+	aDropPackets
+	aDropBytes
+	aDropReasons
+	aDNSID
+	aDNSQName
+	aDNSRcode
+	aDNSLatency
+	aTunnelType
+	aTunnelID
+	aOuterSrcAddr
+	aOuterDstAddr
+	aOuterSrcPort
+	aOuterDstPort
 	nAttrs
 )
 
@@ -108,6 +148,11 @@ var attrKeys = [nAttrs]string{
 	aSrcMAC: AttrSrcMAC, aDstMAC: AttrDstMAC, aEthType: AttrEthType, aVlanID: AttrVlanID,
 	aAggPrefix: AttrAggPrefix, aAccuracy: AttrAccuracy, aMaxErrPkts: AttrMaxErrPkts, aMaxErrByts: AttrMaxErrByts,
 	aErrConf: AttrErrConf,
+	aRTTMin:  AttrRTTMin, aRTTMax: AttrRTTMax, aRTTLast: AttrRTTLast, aHandshakeRTT: AttrHandshakeRTT,
+	aRetransmits: AttrRetransmits, aDropPackets: AttrDropPackets, aDropBytes: AttrDropBytes, aDropReasons: AttrDropReasons,
+	aDNSID: AttrDNSID, aDNSQName: AttrDNSQName, aDNSRcode: AttrDNSRcode, aDNSLatency: AttrDNSLatency,
+	aTunnelType: AttrTunnelType, aTunnelID: AttrTunnelID, aOuterSrcAddr: AttrOuterSrcAddr, aOuterDstAddr: AttrOuterDstAddr,
+	aOuterSrcPort: AttrOuterSrcPort, aOuterDstPort: AttrOuterDstPort,
 }
 
 // Transport is the network.transport value of an IP protocol number: the

@@ -123,8 +123,9 @@ func newResource(o *Options) *resourcepb.Resource {
 func (c *Client) Target() Target { return c.target }
 
 // Send implements delivery.Client. It exports batch as log records, at most
-// MaxRequestRecords per Export request, in order; then, if due, the
-// traffic metrics.
+// MaxRequestRecords per Export request (fewer when records with kernel
+// signals would take a request past gRPC's default 4 MiB limit), in order;
+// then, if due, the traffic metrics.
 //
 // A request the collector refuses with a retryable status (Unavailable,
 // DeadlineExceeded, ...) fails it and every later record: failed is the
@@ -134,7 +135,7 @@ func (c *Client) Target() Target { return c.target }
 // request is all-or-nothing on the wire, so nothing finer is possible.
 func (c *Client) Send(ctx context.Context, batch []flow.Record) ([]flow.Record, error) {
 	for start := 0; start < len(batch); {
-		end := min(start+c.opts.MaxRequestRecords, len(batch))
+		end := start + requestRecords(batch[start:], c.opts.MaxRequestRecords)
 		chunk := batch[start:end]
 		req := encodedRequest(c.logs.build(chunk, c.opts.Now()))
 		resp := new(collogspb.ExportLogsServiceResponse)

@@ -3,7 +3,9 @@ package otlp
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"go.opentelemetry.io/collector/config/configgrpc"
 
 	"loupe/internal/flow"
+	"loupe/internal/tunnel"
 )
 
 // worstRecord has every attribute a record can carry at its longest: the
@@ -44,6 +47,62 @@ func testEncoder(t testing.TB) *logEncoder {
 		t.Fatal(err)
 	}
 	return e
+}
+
+// worstSignals is worstRecord with every kernel signal, DNS and tunnel
+// field at its longest, a DNS name of name bytes and the drop reasons
+// given.
+func worstSignals(name int, reasons flow.DropReasons) flow.Record {
+	r := worstRecord()
+	const big = math.MaxInt64
+	r.SetRTT(big, big, big)
+	r.SetHandshakeRTT(big)
+	r.SetRetransmits(big)
+	r.SetDrops(big, big, reasons)
+	r.SetDNS(&flow.DNSExchange{ID: math.MaxUint16, QName: strings.Repeat("a", name), HasRcode: true, Rcode: 4095, HasLatency: true, LatencyNs: big})
+	r.SetTunnel(&tunnel.Info{Type: tunnel.Geneve, ID: math.MaxUint32, HasID: true,
+		SrcAddr: netip.MustParseAddr("ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe"), DstAddr: netip.MustParseAddr("ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffd"),
+		SrcPort: math.MaxUint16, DstPort: math.MaxUint16})
+	return r
+}
+
+// TestRecordBound: recordBound bounds what a record encodes to, with and
+// without signals, whatever its DNS name and drop reasons; and requests
+// of the records requestRecords takes stay under gRPC's default 4 MiB.
+func TestRecordBound(t *testing.T) {
+	e := testEncoder(t)
+	empty := len(e.build(nil, t0))
+	many := flow.DropReasons{}
+	for i := range 200 {
+		many[fmt.Sprintf("SUBSYSTEM_DROP_REASON_%03d", i)] = math.MaxInt64
+	}
+	for _, r := range []flow.Record{worstRecord(), worstSignals(0, nil), worstSignals(300, flow.DropReasons{"NETFILTER_DROP": 1}),
+		worstSignals(1000, many)} {
+		got := len(e.build([]flow.Record{r}, t0)) - empty
+		if got > recordBound(&r) {
+			t.Errorf("a record with a %d-byte name and %d reasons encodes to %d bytes, over its bound %d",
+				len(r.DNSQName), len(r.DropReasons), got, recordBound(&r))
+		}
+		t.Logf("record with a %d-byte name and %d reasons: %d bytes, bound %d", len(r.DNSQName), len(r.DropReasons), got, recordBound(&r))
+	}
+	batch := make([]flow.Record, MaxRequestRecordsLimit)
+	for i := range batch {
+		batch[i] = worstSignals(64*4, flow.DropReasons{"NETFILTER_DROP": 1, "NO_SOCKET": 2, "TCP_CSUM": 3})
+	}
+	n := requestRecords(batch, MaxRequestRecordsLimit)
+	if size := len(e.build(batch[:n], t0)); n == 0 || n == len(batch) || size >= 4<<20 {
+		t.Fatalf("a request of %d records with signals encodes to %d bytes; want fewer than all, under 4 MiB", n, size)
+	}
+	plain := make([]flow.Record, MaxRequestRecordsLimit+1)
+	for i := range plain {
+		plain[i] = worstRecord()
+	}
+	if n := requestRecords(plain, MaxRequestRecordsLimit); n != MaxRequestRecordsLimit {
+		t.Errorf("records without signals: %d in a request, want MaxRequestRecordsLimit (%d) as before", n, MaxRequestRecordsLimit)
+	}
+	if n := requestRecords(batch[:1], MaxRequestRecordsLimit); n != 1 {
+		t.Errorf("one record: %d in a request", n)
+	}
 }
 
 // TestRequestsFitTheDefaultMessageLimit proves the bound behind

@@ -14,9 +14,52 @@ import (
 	"loupe/internal/flow"
 )
 
-// maxRecordBytes bounds the encoded size of one log record, attributes
-// included (a test measures the worst case against it).
+// maxRecordBytes bounds the encoded size of one log record without kernel
+// signals, DNS or tunnel, attributes included (a test measures the worst
+// case against it); recordBound bounds one with them.
 const maxRecordBytes = 1000
+
+// maxSignalBytes bounds what the attributes of the kernel signals, DNS and
+// tunnel add to a record, but for the DNS name's bytes and the drop
+// reasons' (recordBound); a test measures the worst case against it.
+const maxSignalBytes = 800
+
+// reasonBytes bounds what one drop reason adds to the drop reasons
+// attribute, beyond its name's bytes.
+const reasonBytes = 20
+
+// recordBound bounds the encoded size of r's log record.
+func recordBound(r *flow.Record) int {
+	if r.Has == 0 {
+		return maxRecordBytes
+	}
+	n := maxRecordBytes + maxSignalBytes + len(r.DNSQName)
+	for name := range r.DropReasons {
+		n += len(name) + reasonBytes
+	}
+	return n
+}
+
+// maxRequestBytes bounds the records of one logs request: as many records
+// without signals as MaxRequestRecordsLimit allows, under gRPC's default 4
+// MiB receive limit; records with signals, which can be larger, fill it
+// with fewer (requestRecords).
+const maxRequestBytes = MaxRequestRecordsLimit * maxRecordBytes
+
+// requestRecords is how many of recs (at least one, at most max) the next
+// logs request takes: as many as fit in maxRequestBytes by recordBound.
+func requestRecords(recs []flow.Record, max int) int {
+	n, size := 0, 0
+	for n < len(recs) && n < max {
+		b := recordBound(&recs[n])
+		if n > 0 && size+b > maxRequestBytes {
+			break
+		}
+		size += b
+		n++
+	}
+	return n
+}
 
 // Field numbers of the OTLP messages the encoder writes
 // (opentelemetry/proto/{collector/logs,logs,common}/v1/*.proto).
@@ -35,6 +78,8 @@ const (
 	fAnyString           = 1 // AnyValue.string_value
 	fAnyInt              = 3 // AnyValue.int_value
 	fAnyDouble           = 4 // AnyValue.double_value (fixed64)
+	fAnyKVList           = 6 // AnyValue.kvlist_value
+	fKVListValues        = 1 // KeyValueList.values
 )
 
 // logEncoder writes ExportLogsServiceRequests in protobuf wire format
@@ -190,12 +235,96 @@ func (e *logEncoder) appendRecord(b []byte, r *flow.Record, observed uint64) []b
 		b = e.appendInt(b, aMaxErrByts, int64(min(r.MaxErrorBytes, math.MaxInt64)))
 		b = e.appendDouble(b, aErrConf, r.ErrorConfidence)
 	}
+	if r.Has != 0 {
+		b = e.appendSignals(b, r)
+	}
 	if observed != 0 {
 		b = protowire.AppendTag(b, fLogObserved, protowire.Fixed64Type)
 		b = protowire.AppendFixed64(b, observed)
 	}
 	b = append(b, e.eventName...)
 	return patchLength(b, start)
+}
+
+// appendSignals appends the attributes of the kernel signals, DNS and
+// tunnel that r has (a measured 0 included). Integers above 2^63 - 1, which
+// no measurement reaches, are sent as that (int_value is signed).
+func (e *logEncoder) appendSignals(b []byte, r *flow.Record) []byte {
+	h := r.Has
+	u := func(b []byte, attr int, bit flow.Presence, v uint64) []byte {
+		if !h.Any(bit) {
+			return b
+		}
+		return e.appendInt(b, attr, int64(min(v, math.MaxInt64)))
+	}
+	b = u(b, aRTTMin, flow.HasRTTMin, r.RTTMinNs)
+	b = u(b, aRTTMax, flow.HasRTTMax, r.RTTMaxNs)
+	b = u(b, aRTTLast, flow.HasRTTLast, r.RTTLastNs)
+	b = u(b, aHandshakeRTT, flow.HasHandshakeRTT, r.HandshakeRTTNs)
+	b = u(b, aRetransmits, flow.HasRetransmits, r.Retransmits)
+	b = u(b, aDropPackets, flow.HasDropPackets, r.DropPackets)
+	b = u(b, aDropBytes, flow.HasDropBytes, r.DropBytes)
+	if h.Any(flow.HasDropReasons) {
+		b = e.appendReasons(b, r.DropReasons)
+	}
+	b = u(b, aDNSID, flow.HasDNSID, uint64(r.DNSID))
+	if h.Any(flow.HasDNSQName) {
+		b = appendStr(b, e.keys[aDNSQName], r.DNSQName)
+	}
+	if h.Any(flow.HasDNSRcode) {
+		b = appendStr(b, e.keys[aDNSRcode], flow.RcodeName(r.DNSRcode))
+	}
+	b = u(b, aDNSLatency, flow.HasDNSLatency, r.DNSLatencyNs)
+	if h.Any(flow.HasTunnelType) {
+		b = appendStr(b, e.keys[aTunnelType], r.TunnelType.String())
+	}
+	b = u(b, aTunnelID, flow.HasTunnelID, uint64(r.TunnelID))
+	var tmp [48]byte
+	if h.Any(flow.HasOuterSrcAddr) && r.OuterSrcAddr.IsValid() {
+		b = appendStr(b, e.keys[aOuterSrcAddr], r.OuterSrcAddr.AppendTo(tmp[:0]))
+	}
+	if h.Any(flow.HasOuterDstAddr) && r.OuterDstAddr.IsValid() {
+		b = appendStr(b, e.keys[aOuterDstAddr], r.OuterDstAddr.AppendTo(tmp[:0]))
+	}
+	b = u(b, aOuterSrcPort, flow.HasOuterSrcPort, uint64(r.OuterSrcPort))
+	return u(b, aOuterDstPort, flow.HasOuterDstPort, uint64(r.OuterDstPort))
+}
+
+// appendReasons appends the drop reasons as one attribute whose value is a
+// map (kvlist_value): reason name -> packets, names sorted.
+func (e *logEncoder) appendReasons(b []byte, reasons flow.DropReasons) []byte {
+	var buf [16]string
+	names := reasons.AppendNames(buf[:0])
+	entry := func(name string, v uint64) int { // one KeyValue of the list
+		any := 1 + protowire.SizeVarint(uint64(min(v, math.MaxInt64)))
+		return 1 + protowire.SizeBytes(len(name)) + 1 + protowire.SizeBytes(any)
+	}
+	list := 0
+	for _, n := range names {
+		list += 1 + protowire.SizeBytes(entry(n, reasons[n]))
+	}
+	anyLen := 1 + protowire.SizeBytes(list)
+	key := e.keys[aDropReasons]
+	b = append(b, tagAttributes)
+	b = appendVarint(b, uint64(len(key)+1+protowire.SizeBytes(anyLen)))
+	b = append(b, key...)
+	b = append(b, tagKeyValueValue)
+	b = appendVarint(b, uint64(anyLen))
+	b = append(b, tagAnyKVList)
+	b = appendVarint(b, uint64(list))
+	for _, n := range names {
+		v := int64(min(reasons[n], math.MaxInt64))
+		b = append(b, tagKVListValues)
+		b = appendVarint(b, uint64(entry(n, reasons[n])))
+		b = append(b, tagKeyValueKey)
+		b = appendVarint(b, uint64(len(n)))
+		b = append(b, n...)
+		b = append(b, tagKeyValueValue)
+		b = appendVarint(b, uint64(1+protowire.SizeVarint(uint64(v))))
+		b = append(b, tagAnyInt)
+		b = appendVarint(b, uint64(v))
+	}
+	return b
 }
 
 // patchLength writes the length of b[start:] into the two bytes reserved
@@ -263,6 +392,9 @@ const (
 	tagAnyString     = fAnyString<<3 | byte(protowire.BytesType)
 	tagAnyInt        = fAnyInt<<3 | byte(protowire.VarintType)
 	tagAnyDouble     = fAnyDouble<<3 | byte(protowire.Fixed64Type)
+	tagAnyKVList     = fAnyKVList<<3 | byte(protowire.BytesType)
+	tagKVListValues  = fKVListValues<<3 | byte(protowire.BytesType)
+	tagKeyValueKey   = fKeyValueKey<<3 | byte(protowire.BytesType)
 )
 
 // appendVarint is protowire.AppendVarint in a form the compiler inlines:

@@ -22,6 +22,7 @@ func TestCoverage(t *testing.T) {
 		t.Fatal(err)
 	}
 	const summed = "summed over: no label carries it"
+	const perFlow = "a per-flow value, which no bounded label can carry: the records carry it"
 	flowtest.Coverage{
 		Encode: func(t testing.TB, r *flow.Record) flowtest.Parts {
 			s := New(Options{Keys: keys, Groups: groups, Logger: slog.New(slog.DiscardHandler)})
@@ -48,6 +49,12 @@ func TestCoverage(t *testing.T) {
 			"max_error_bytes":   "not a count of traffic: a bound on an estimate's overcount",
 			"error_confidence":  "not a count: a probability",
 			"first_seen":        "counters are cumulative since the agent started", "last_seen": "counters are cumulative since the agent started",
+			"rtt_min_ns":   "loupe_flow_rtt_seconds observes each socket's last RTT of the interval; the records keep its minimum and maximum",
+			"rtt_max_ns":   "loupe_flow_rtt_seconds observes each socket's last RTT of the interval; the records keep its minimum and maximum",
+			"drop_packets": "loupe_flow_drops_total counts the same packets by reason (drop_reasons), which sum to it",
+			"dns_id":       perFlow, "dns_qname": perFlow,
+			"tunnel_type": "not a count: the traffic of a tunnelled flow adds to its interface's as any flow's does (the records carry the tunnel)",
+			"tunnel_id":   perFlow, "outer_src_addr": perFlow, "outer_dst_addr": perFlow, "outer_src_port": perFlow, "outer_dst_port": perFlow,
 		},
 	}.Check(t)
 }

@@ -146,6 +146,8 @@ type Sink struct {
 	logged       uint64 // foldings at the last warning
 	loggedAt     time.Time
 	snapshot     []series // reused by Collect
+	// sig are the kernel signals' and DNS metrics (signals.go).
+	sig sigState
 }
 
 // Open validates opts and creates the sink.
@@ -183,6 +185,7 @@ func New(opts Options) *Sink {
 		ifaces:       make(map[string]uint32),
 		ifaceName:    make(map[uint32]string),
 		missingFolds: 2,
+		sig:          newSigState(),
 	}
 	if opts.MaxSeries == 1 {
 		s.missingFolds = 1
@@ -232,6 +235,16 @@ func (s *Sink) Write(_ context.Context, batch []flow.Record) error {
 		if r.Direction > flow.Egress {
 			bad++
 			continue
+		}
+		if r.Has != 0 {
+			iface := uint32(0) // signals on no interface
+			if r.IfIndex != 0 || r.Iface != "" {
+				iface = s.ifaceID(r.Iface)
+			}
+			s.observe(r, iface, now)
+		}
+		if r.Counters() == ([flow.NumCounters]uint64{}) {
+			continue // adds nothing (a record of signals alone): no series for it
 		}
 		if r.Iface != lastIface || last == nil {
 			lastIface, lastIfaceID = r.Iface, s.ifaceID(r.Iface)
@@ -398,6 +411,9 @@ func (s *Sink) forgetIfaces() {
 	for k := range s.series {
 		used[k.iface] = true
 	}
+	for k := range s.sig.series {
+		used[k.iface] = true
+	}
 	for id, name := range s.ifaceName {
 		if !used[id] {
 			delete(s.ifaceName, id)
@@ -422,9 +438,12 @@ func (s *Sink) Flush(context.Context) error {
 			}
 		}
 	}
+	if s.sigExpire(now) {
+		expired = true
+	}
 	// Names interned for records that folded, or for expired series, are
 	// garbage: a table larger than the series count must hold some.
-	if expired || len(s.ifaces) > len(s.series) {
+	if expired || len(s.ifaces) > len(s.series)+len(s.sig.series) {
 		s.forgetIfaces()
 	}
 	if s.foldings > s.logged && (s.logged == 0 || now.Sub(s.loggedAt) >= foldLogInterval) {
@@ -448,6 +467,11 @@ func (s *Sink) Describe(ch chan<- *prometheus.Desc) {
 	ch <- s.folded
 	ch <- s.count
 	ch <- s.limit
+	for _, d := range s.sig.descs {
+		ch <- d
+	}
+	ch <- s.sig.foldDesc
+	ch <- s.sig.countDesc
 }
 
 // Collect implements prometheus.Collector. It copies the counters under
@@ -461,7 +485,9 @@ func (s *Sink) Collect(ch chan<- prometheus.Metric) {
 	}
 	folded := s.foldings
 	s.snapshot = nil // Collect may run concurrently: each owns its copy
+	sigSnap, sigFolded := s.sigSnapshot()
 	s.mu.Unlock()
+	s.sigCollect(ch, sigSnap, sigFolded)
 
 	for i := range snap {
 		t := &snap[i]

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -68,6 +70,18 @@ func gather(t testing.TB, s *Sink) map[string]float64 {
 				ls = append(ls, fmt.Sprintf("%s=%q", lp.GetName(), lp.GetValue()))
 			}
 			sort.Strings(ls)
+			if h := m.GetHistogram(); h != nil {
+				// A histogram as its exposition has it: _count, _sum and
+				// a cumulative _bucket per bound.
+				out[mf.GetName()+"_count{"+strings.Join(ls, ",")+"}"] = float64(h.GetSampleCount())
+				out[mf.GetName()+"_sum{"+strings.Join(ls, ",")+"}"] = h.GetSampleSum()
+				for _, b := range h.GetBucket() {
+					le := append(slices.Clone(ls), fmt.Sprintf("le=%q", strconv.FormatFloat(b.GetUpperBound(), 'g', -1, 64)))
+					sort.Strings(le)
+					out[mf.GetName()+"_bucket{"+strings.Join(le, ",")+"}"] = float64(b.GetCumulativeCount())
+				}
+				continue
+			}
 			v := m.GetCounter().GetValue() + m.GetGauge().GetValue()
 			out[mf.GetName()+"{"+strings.Join(ls, ",")+"}"] = v
 		}
@@ -160,7 +174,9 @@ loupe_traffic_wire_bytes_total{direction="ingress",iface="eth0",proto="icmpv6"} 
 loupe_traffic_wire_bytes_total{direction="ingress",iface="eth0",proto="udp"} 200
 loupe_traffic_wire_bytes_total{direction="ingress",iface="unknown",proto="none"} 440
 `
-	if err := testutil.CollectAndCompare(s, strings.NewReader(want)); err != nil {
+	if err := testutil.CollectAndCompare(s, strings.NewReader(want), "loupe_traffic_bytes_total", "loupe_traffic_packets_total",
+		"loupe_traffic_segments_total", "loupe_traffic_series", "loupe_traffic_series_folded_total", "loupe_traffic_series_limit",
+		"loupe_traffic_wire_bytes_total"); err != nil {
 		t.Fatal(err)
 	}
 	// The registry accepts the collector as it is (consistent Describe).

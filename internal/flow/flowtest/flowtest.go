@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"loupe/internal/flow"
+	"loupe/internal/tunnel"
 )
 
 // Base is a record of one shape, every field that applies to it non-zero.
@@ -30,9 +31,11 @@ var T0 = time.Date(2026, 11, 21, 10, 0, 0, 123456789, time.UTC)
 
 // Bases returns one record of each shape an encoder treats differently:
 // IPv4 and IPv6, transport ports and ICMP type/code, both directions, a
-// non-IP flow, an aggregate, and a record of each accuracy. Every field
-// that applies to a shape is non-zero in it (but for the zero values of
-// the enumerations: ingress, exact).
+// non-IP flow, an aggregate, a record of each accuracy, one with kernel
+// signals, one with DNS, and flows out of tunnels (VXLAN, GRE, Geneve;
+// outer IPv4 and IPv6). Every field that applies to a shape is non-zero
+// in it (but for the zero values of the enumerations: ingress, exact; and
+// retransmits, measured as zero).
 func Bases() []Base {
 	mac1 := [6]byte{0x02, 0x42, 0xac, 0x11, 0x00, 0x02}
 	mac2 := [6]byte{0xfe, 0xed, 0xfa, 0xce, 0xbe, 0xef}
@@ -76,17 +79,52 @@ func Bases() []Base {
 		SrcPort: 50000, DstPort: 443, VlanID: 200, Proto: flow.ProtoTCP, Direction: flow.Egress}, "veth1a2b", 8)
 	est.TCPFlags = flow.TCPPsh | flow.TCPAck
 	est.Accuracy, est.MaxErrorPackets, est.MaxErrorBytes, est.ErrorConfidence = flow.Estimated, 17, 25000, -math.Expm1(-4)
+	// A TCP socket's egress record with its kernel signals: RTT, a
+	// handshake RTT, no retransmission (measured: 0), and drops of two
+	// reasons.
+	sig := rec(flow.Key{SrcAddr: addr("10.0.0.1"), DstAddr: addr("192.0.2.80"), IfIndex: 7, EtherType: flow.EtherTypeIPv4,
+		SrcPort: 40080, DstPort: 80, VlanID: 100, Proto: flow.ProtoTCP, Direction: flow.Egress}, "eth0", 9)
+	sig.TCPFlags = flow.TCPPsh | flow.TCPAck
+	sig.SetRTT(180_000, 2_400_000, 310_000)
+	sig.HandshakeRTTNs, sig.Has = 150_000, sig.Has|flow.HasHandshakeRTT
+	sig.SetRetransmits(0)
+	sig.SetDrops(4, 5840, flow.DropReasons{"NETFILTER_DROP": 3, "TCP_INVALID_SEQUENCE": 1})
+	// A DNS exchange: query and response.
+	dns := rec(flow.Key{SrcAddr: addr("2001:db8::53"), DstAddr: addr("2001:db8::1"), IfIndex: 9, EtherType: flow.EtherTypeIPv6,
+		SrcPort: 53, DstPort: 33000, VlanID: 200, Proto: flow.ProtoUDP, Direction: flow.Ingress}, "veth1a2b", 10)
+	dns.DNSID, dns.DNSQName, dns.DNSRcode, dns.DNSLatencyNs = 0x4a2f, "nosuch.example.com", 3, 1_250_000
+	dns.Has |= flow.HasDNSID | flow.HasDNSQName | flow.HasDNSRcode | flow.HasDNSLatency
+	// Flows taken out of tunnels: VXLAN over IPv6, GRE (with a key) and
+	// Geneve over IPv4.
+	vx := rec(flow.Key{SrcAddr: addr("10.99.0.1"), DstAddr: addr("10.99.0.2"), IfIndex: 11, EtherType: flow.EtherTypeIPv4,
+		SrcPort: 40001, DstPort: 40002, VlanID: 300, Proto: flow.ProtoUDP, Direction: flow.Egress}, "veth-under", 11)
+	vx.SetTunnel(&tunnel.Info{Type: tunnel.VXLAN, ID: 42, HasID: true, SrcAddr: netip.MustParseAddr("fd88::1"),
+		DstAddr: netip.MustParseAddr("fd88::2"), SrcPort: 51234, DstPort: 4789})
+	gre := rec(flow.Key{SrcAddr: addr("2001:db8:1::1"), DstAddr: addr("2001:db8:2::1"), IfIndex: 12, EtherType: flow.EtherTypeIPv6,
+		SrcPort: 443, DstPort: 50443, VlanID: 12, Proto: flow.ProtoTCP, Direction: flow.Ingress}, "eth2", 12)
+	gre.TCPFlags = flow.TCPAck
+	gre.SetTunnel(&tunnel.Info{Type: tunnel.GRE, ID: 7, HasID: true, SrcAddr: netip.MustParseAddr("198.51.100.1"),
+		DstAddr: netip.MustParseAddr("198.51.100.2")})
+	gnv := rec(flow.Key{SrcAddr: addr("10.98.0.1"), DstAddr: addr("10.98.0.2"), IfIndex: 13, EtherType: flow.EtherTypeIPv4,
+		SrcPort: 41000, DstPort: 8080, VlanID: 13, Proto: flow.ProtoUDP, Direction: flow.Ingress}, "eth3", 13)
+	gnv.SetTunnel(&tunnel.Info{Type: tunnel.Geneve, ID: 0xabcde, HasID: true, SrcAddr: netip.MustParseAddr("203.0.113.1"),
+		DstAddr: netip.MustParseAddr("203.0.113.2"), SrcPort: 61000, DstPort: 6081})
 	return []Base{{"ipv4-tcp", tcp}, {"ipv6-udp", udp}, {"ipv4-icmp", icmp}, {"ipv6-icmpv6", icmp6}, {"arp", arp}, {"ipv4-aggregate", agg},
-		{"ipv4-udp-decoded", dec}, {"ipv6-tcp-estimated", est}}
+		{"ipv4-udp-decoded", dec}, {"ipv6-tcp-estimated", est}, {"ipv4-tcp-signals", sig}, {"ipv6-udp-dns", dns},
+		{"ipv4-udp-vxlan-over-ipv6", vx}, {"ipv6-tcp-gre-over-ipv4", gre}, {"ipv4-udp-geneve", gnv}}
 }
 
 // Vary changes field f of r, and nothing else, to another value valid for
 // r: integers by one (within their width), the direction to the other
-// one, the accuracy to the next (exact, decoded, estimated, exact), the
-// last byte of a MAC or an address (which stays in its family), times by
-// a millisecond (the coarsest resolution an encoder has), the interface
-// name by a letter, a probability halfway to 1.
+// one, the accuracy to the next (exact, decoded, estimated, exact), a
+// name to the next valid one, the last byte of a MAC or an address (which
+// stays in its family), times by a millisecond (the coarsest resolution
+// an encoder has), a string by a letter, a probability halfway to 1, a
+// count by name by one. A field present only where measured is present
+// afterwards (its bit in r.Has, which is the one other thing it changes
+// when it was absent).
 func Vary(f *flow.Field, r *flow.Record) {
+	defer f.MarkPresent(r)
 	switch f.Type {
 	case flow.TypeUint:
 		mask := ^uint64(0)
@@ -117,6 +155,38 @@ func Vary(f *flow.Field, r *flow.Record) {
 		} else {
 			*v = 1 - (1-*v)/2
 		}
+	case flow.TypeEnum:
+		v := f.Uint(r)
+		for range 1 << min(f.Bits, 16) {
+			if v = (v + 1) & (1<<f.Bits - 1); f.Enum.Valid(v) {
+				break
+			}
+		}
+		f.SetUint(r, v)
+	case flow.TypeIP:
+		a := f.IP(r)
+		if !a.IsValid() {
+			*a = netip.MustParseAddr("192.0.2.1")
+			break
+		}
+		if a.Is4() {
+			b := a.As4()
+			b[3]++
+			*a = netip.AddrFrom4(b)
+		} else {
+			b := a.As16()
+			b[15]++
+			*a = netip.AddrFrom16(b)
+		}
+	case flow.TypeCounts:
+		// A new map: a record's map is shared by its copies.
+		c := maps.Clone(*f.Counts(r))
+		if len(c) == 0 {
+			c = flow.DropReasons{"NO_SOCKET": 1}
+		} else {
+			c[c.Names()[0]]++
+		}
+		*f.Counts(r) = c
 	default:
 		panic(fmt.Sprintf("flowtest: field %s has type %v, which Vary does not know", f.Name, f.Type))
 	}
@@ -138,10 +208,20 @@ func isZero(f *flow.Field, r *flow.Record) bool {
 	return Value(f, r) == Value(f, &zero)
 }
 
-// Value formats field f of r exactly: every bit of the field shows.
+// Value formats field f of r exactly: every bit of the field shows, and
+// for a field present only where measured, whether it is ("0" is a
+// measured zero, "0 absent" no measurement).
 func Value(f *flow.Field, r *flow.Record) string {
+	v := value(f, r)
+	if f.Presence != 0 && !r.Has.Any(f.Presence) {
+		v += " absent"
+	}
+	return v
+}
+
+func value(f *flow.Field, r *flow.Record) string {
 	switch f.Type {
-	case flow.TypeUint, flow.TypeDirection, flow.TypeAccuracy:
+	case flow.TypeUint, flow.TypeDirection, flow.TypeAccuracy, flow.TypeEnum:
 		return strconv.FormatUint(f.Uint(r), 10)
 	case flow.TypeFloat:
 		return strconv.FormatFloat(*f.Float(r), 'g', -1, 64)
@@ -154,6 +234,14 @@ func Value(f *flow.Field, r *flow.Record) string {
 	case flow.TypeTime:
 		t := *f.Time(r)
 		return t.Format(time.RFC3339Nano) + " " + t.Location().String()
+	case flow.TypeIP:
+		a := *f.IP(r)
+		if !a.IsValid() {
+			return "invalid"
+		}
+		return a.String()
+	case flow.TypeCounts:
+		return "{" + f.Counts(r).String() + "}"
 	}
 	panic(fmt.Sprintf("flowtest: field %s has type %v, which Value does not know", f.Name, f.Type))
 }

@@ -119,9 +119,10 @@ func plural(n uint64, one, many string) string {
 	return many
 }
 
-// The cells of a row of the flows table, in order. VLAN and ACCURACY are
-// optional: shown when a row has one (a VLAN ID, counts that are not
-// exact), or always when following (the rows to come are unknown).
+// The cells of a row of the flows table, in order. VLAN, ACCURACY and the
+// kernel signals', DNS and tunnel cells are optional: shown when a row has
+// one (a VLAN ID, counts that are not exact, a field measured), or always
+// when following (the rows to come are unknown).
 const (
 	cellTime = iota
 	cellIface
@@ -134,15 +135,25 @@ const (
 	cellBytes
 	cellFlags
 	cellAccuracy
+	cellRTT
+	cellHandshake
+	cellRetrans
+	cellDrops
+	cellDNS
+	cellTunnel
 	numCells
 )
 
 var (
-	flowHead  = [numCells]string{"", "IFACE", "DIR", "VLAN", "PROTO", "SOURCE", "DESTINATION", "PACKETS", "BYTES", "TCP FLAGS", "ACCURACY"}
-	flowRight = [numCells]bool{cellVLAN: true, cellPackets: true, cellBytes: true}
+	flowHead = [numCells]string{"", "IFACE", "DIR", "VLAN", "PROTO", "SOURCE", "DESTINATION", "PACKETS", "BYTES", "TCP FLAGS", "ACCURACY",
+		"RTT LAST (MIN-MAX)", "HANDSHAKE", "RETRANS", "DROPS", "DNS", "TUNNEL"}
+	flowRight = [numCells]bool{cellVLAN: true, cellPackets: true, cellBytes: true, cellHandshake: true, cellRetrans: true}
+	// flowWidths are the widths of common cells, for a header printed
+	// before any row (following).
+	flowWidths = [numCells]int{0, 8, 7, 4, 8, 21, 21, 7, 10, 9, 8, 18, 9, 7, 5, 3, 6}
 )
 
-func optionalCell(c int) bool { return c == cellVLAN || c == cellAccuracy }
+func optionalCell(c int) bool { return c == cellVLAN || c >= cellAccuracy }
 
 // flowTable is the table form of records. Rows are rendered as they come
 // (cells, not records, are kept).
@@ -175,6 +186,7 @@ func (ft *flowTable) add(r *flow.Record) {
 	row := [numCells]string{ft.f.time(ts), r.Iface, r.Direction.String(), vlan, protoColumn(r), src, dst,
 		approx(strconv.FormatUint(r.Packets, 10), est), approx(ft.f.bytes(r.Bytes), est), tcpFlags(r),
 		ft.f.accuracy(r.Accuracy, r.MaxErrorPackets, r.MaxErrorBytes, r.ErrorConfidence)}
+	ft.f.signalCells(&row, r)
 	for c, v := range row {
 		if v != "" {
 			ft.any[c] = true
@@ -208,8 +220,9 @@ func (ft *flowTable) flush() error {
 			// Following, the header goes out before any row: make it as
 			// wide as common rows, so that they line up under it (an
 			// IPv6 address or a long name still widens its column).
-			timeWidth := len(ft.f.time(time.Unix(0, 0)))
-			ft.t.widen([]int{timeWidth, 8, 7, 4, 8, 21, 21, 7, 10, 9, 8})
+			w := flowWidths
+			w[cellTime] = len(ft.f.time(time.Unix(0, 0)))
+			ft.t.widen(w[:])
 		}
 	}
 	for _, row := range ft.pending {

@@ -127,6 +127,77 @@ func (f format) accuracy(a flow.Accuracy, maxErrPackets, maxErrBytes uint64, con
 	return a.String()
 }
 
+// duration is a time in nanoseconds: exactly with --raw, else to three or
+// four significant digits (310µs, 2.438ms, 1.25s).
+func (f format) duration(ns uint64) string {
+	if f.raw {
+		return strconv.FormatUint(ns, 10)
+	}
+	d := time.Duration(min(ns, math.MaxInt64))
+	switch {
+	case d >= time.Second:
+		d = d.Round(time.Millisecond)
+	case d >= time.Millisecond:
+		d = d.Round(time.Microsecond)
+	}
+	return d.String()
+}
+
+// signalCells fills the cells of the kernel signals, DNS and tunnel of
+// r's row, each empty where r did not measure it.
+func (f format) signalCells(row *[numCells]string, r *flow.Record) {
+	if r.Has.Any(flow.HasRTT) {
+		row[cellRTT] = f.duration(r.RTTLastNs) + " (" + f.duration(r.RTTMinNs) + "-" + f.duration(r.RTTMaxNs) + ")"
+	}
+	if r.Has.Any(flow.HasHandshakeRTT) {
+		row[cellHandshake] = f.duration(r.HandshakeRTTNs)
+	}
+	if r.Has.Any(flow.HasRetransmits) {
+		row[cellRetrans] = strconv.FormatUint(r.Retransmits, 10)
+	}
+	if r.Has.Any(flow.HasDrops) {
+		row[cellDrops] = strconv.FormatUint(r.DropPackets, 10)
+		if len(r.DropReasons) > 0 {
+			row[cellDrops] += " " + r.DropReasons.String()
+		}
+	}
+	if r.Has.Any(flow.HasDNSID | flow.HasDNSQName | flow.HasDNSRcode | flow.HasDNSLatency) {
+		var parts []string
+		if r.Has.Any(flow.HasDNSQName) {
+			parts = append(parts, r.DNSQName)
+		}
+		if r.Has.Any(flow.HasDNSRcode) {
+			parts = append(parts, flow.RcodeName(r.DNSRcode))
+		} else {
+			parts = append(parts, "no response")
+		}
+		if r.Has.Any(flow.HasDNSLatency) {
+			parts = append(parts, f.duration(r.DNSLatencyNs))
+		}
+		if r.Has.Any(flow.HasDNSID) {
+			parts = append(parts, fmt.Sprintf("id %d", r.DNSID))
+		}
+		row[cellDNS] = strings.Join(parts, " ")
+	}
+	if r.Has.Any(flow.HasTunnelType) {
+		t := r.TunnelType.String()
+		if r.Has.Any(flow.HasTunnelID) {
+			t += " " + strconv.FormatUint(uint64(r.TunnelID), 10)
+		}
+		t += " " + outerEnd(r.OuterSrcAddr, r.OuterSrcPort, r.Has.Any(flow.HasOuterSrcPort)) +
+			" > " + outerEnd(r.OuterDstAddr, r.OuterDstPort, r.Has.Any(flow.HasOuterDstPort))
+		row[cellTunnel] = t
+	}
+}
+
+// outerEnd is a tunnel's outer address, with its port if it has one.
+func outerEnd(a netip.Addr, port uint16, hasPort bool) string {
+	if hasPort {
+		return netip.AddrPortFrom(a, port).String()
+	}
+	return a.String()
+}
+
 // approx marks an estimated count.
 func approx(count string, estimated bool) string {
 	if estimated {

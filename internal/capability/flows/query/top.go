@@ -15,8 +15,9 @@ import (
 	"loupe/internal/store"
 )
 
-const topSynopsis = "[--by src|dst|pair|port|src-port|dst-port] [-n N] [--since D|TIME] [--until D|TIME] [--src CIDR] [--dst CIDR] " +
-	"[--port N] [--proto P] [--iface GLOB] [--direction ingress|egress] [--raw] [--json] [--store PATH]"
+const topSynopsis = "[--by src|dst|pair|port|src-port|dst-port] [--sort bytes|rtt|drops|retransmits|dns_latency] [-n N] " +
+	"[--since D|TIME] [--until D|TIME] [--src CIDR] [--dst CIDR] [--port N] [--proto P] [--iface GLOB] " +
+	"[--direction ingress|egress] [--raw] [--json] [--store PATH]"
 
 func topCmd(args []string, stdout, stderr io.Writer) error {
 	ctx := context.Background()
@@ -25,6 +26,9 @@ func topCmd(args []string, stdout, stderr io.Writer) error {
 	q.bind(fs)
 	by := fs.String("by", "src", "group by `WHAT`: src, dst, pair (addresses); port (the service port: the port of the side that "+
 		"accepted the connection, from the SYNs in the window, else the lower port); src-port or dst-port")
+	sortBy := fs.String("sort", "bytes", "rank the groups by `WHAT`: bytes (then packets and flows); rtt (the largest RTT a record "+
+		"of the group saw), drops (packets dropped), retransmits (segments retransmitted), dns_latency (the slowest DNS answer), "+
+		"among the groups whose records measured it")
 	n := fs.Int("n", 10, "how many rows")
 	asJSON := fs.Bool("json", false, "print one JSON object per row, with named fields")
 	raw := fs.Bool("raw", false, "exact numbers: bytes in bytes")
@@ -35,6 +39,10 @@ func topCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--by: %w", err)
 	}
+	sort, err := store.ParseSort(*sortBy)
+	if err != nil {
+		return fmt.Errorf("--sort: %w", err)
+	}
 	if *n < 1 {
 		return fmt.Errorf("-n %d: want at least 1", *n)
 	}
@@ -43,7 +51,7 @@ func topCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	rows, err := rd.Top(ctx, sq, group, *n)
+	rows, err := rd.TopBy(ctx, sq, group, sort, *n)
 	if err != nil {
 		return err
 	}
@@ -62,6 +70,10 @@ func topCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	reportSkipped(stderr, rep)
 	if len(rows) == 0 {
+		if sort != store.SortBytes && rep.Matched > 0 {
+			fmt.Fprintf(stderr, "no record of the %d that matched measured %s (is that signal on? loupe status says)\n", rep.Matched, sort)
+			return nil
+		}
 		explainEmpty(ctx, stderr, "top", rd, &q, sq, now)
 	}
 	return nil
@@ -95,6 +107,15 @@ func printTopTable(w io.Writer, group store.GroupBy, rows []store.TopEntry, f fo
 	if withAccuracy {
 		head, right = append(head, "ACCURACY"), append(right, false)
 	}
+	// A column for each signal a group measured.
+	var has flow.Presence
+	for _, r := range rows {
+		has |= r.Signals.Has
+	}
+	sigCols := topSignalCols(has)
+	for _, c := range sigCols {
+		head, right = append(head, c.head), append(right, true)
+	}
 	t := newTable(w, head, right)
 	for _, r := range rows {
 		var cells []string
@@ -119,6 +140,9 @@ func printTopTable(w io.Writer, group store.GroupBy, rows []store.TopEntry, f fo
 		cells = append(cells, approx(f.bytes(r.Bytes), est), approx(strconv.FormatUint(r.Packets, 10), est), strconv.FormatUint(r.Flows, 10))
 		if withAccuracy {
 			cells = append(cells, f.accuracy(e.Accuracy, e.MaxErrorPackets, e.MaxErrorBytes, e.Confidence()))
+		}
+		for _, c := range sigCols {
+			cells = append(cells, c.cell(f, &r.Signals))
 		}
 		t.add(cells...)
 	}
@@ -179,8 +203,64 @@ func appendTopJSON(b []byte, group store.GroupBy, e *store.TopEntry) []byte {
 		b = strconv.AppendFloat(b, e.Error.Confidence(), 'g', -1, 64)
 		b = append(b, ',')
 	}
+	s := &e.Signals
+	for _, v := range []struct {
+		name string
+		has  flow.Presence
+		v    uint64
+	}{
+		{"rtt_min_ns", flow.HasRTTMin, s.RTTMinNs}, {"rtt_max_ns", flow.HasRTTMax, s.RTTMaxNs},
+		{"retransmits", flow.HasRetransmits, s.Retransmits}, {"drop_packets", flow.HasDropPackets, s.DropPackets},
+		{"drop_bytes", flow.HasDropBytes, s.DropBytes}, {"dns_latency_ns", flow.HasDNSLatency, s.DNSLatencyMaxNs},
+	} {
+		if s.Has.Any(v.has) {
+			b = num(b, v.name, v.v)
+		}
+	}
 	b[len(b)-1] = '}'
 	return b
+}
+
+// topSignalCol is a column of loupe top for a signal its groups measured.
+type topSignalCol struct {
+	head string
+	cell func(f format, s *store.SignalSums) string
+}
+
+// topSignalCols are the columns of the signals in has: RTT (the smallest
+// and largest a record saw), retransmits and drops (summed), the slowest
+// DNS answer. A group that did not measure one has "-" in its column.
+func topSignalCols(has flow.Presence) []topSignalCol {
+	var out []topSignalCol
+	cell := func(bit flow.Presence, v func(f format, s *store.SignalSums) string) func(format, *store.SignalSums) string {
+		return func(f format, s *store.SignalSums) string {
+			if !s.Has.Any(bit) {
+				return "-"
+			}
+			return v(f, s)
+		}
+	}
+	if has.Any(flow.HasRTTMin | flow.HasRTTMax) {
+		out = append(out, topSignalCol{"RTT (MIN-MAX)", cell(flow.HasRTTMin|flow.HasRTTMax, func(f format, s *store.SignalSums) string {
+			return f.duration(s.RTTMinNs) + "-" + f.duration(s.RTTMaxNs)
+		})})
+	}
+	if has.Any(flow.HasRetransmits) {
+		out = append(out, topSignalCol{"RETRANS", cell(flow.HasRetransmits, func(_ format, s *store.SignalSums) string {
+			return strconv.FormatUint(s.Retransmits, 10)
+		})})
+	}
+	if has.Any(flow.HasDropPackets) {
+		out = append(out, topSignalCol{"DROPS", cell(flow.HasDropPackets, func(_ format, s *store.SignalSums) string {
+			return strconv.FormatUint(s.DropPackets, 10)
+		})})
+	}
+	if has.Any(flow.HasDNSLatency) {
+		out = append(out, topSignalCol{"DNS LATENCY (MAX)", cell(flow.HasDNSLatency, func(f format, s *store.SignalSums) string {
+			return f.duration(s.DNSLatencyMaxNs)
+		})})
+	}
+	return out
 }
 
 func reportSkipped(w io.Writer, rep *store.Report) {
