@@ -83,7 +83,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown,
 	flowUnit.SetSignals(sigUnit)
 	units = append(units, sigUnit)
 	if cfg.DNS.Any() {
-		units = append(units, dnsunit.New(cfg.DNS, cfg.CacheActiveTimeout, log))
+		du := dnsunit.New(cfg.DNS, cfg.CacheActiveTimeout, log)
+		flowUnit.SetTCSignals(du)
+		units = append(units, du)
 	}
 	// The memory budget pays for the kernel signals' tables too.
 	var reserved uint64

@@ -337,6 +337,27 @@ func TestDNSAndHandshakeSignals(t *testing.T) {
 		}
 	}
 	a.stop()
+	// The same exchanges on the exported records: each response's flow
+	// record carries its name and response code, and a handshake RTT is
+	// on a record.
+	named := map[string]string{}
+	var handshakes int
+	for _, r := range a.exported() {
+		if r.DNSQName != "" && r.Direction == flow.Ingress {
+			named[r.DNSQName] = flow.RcodeName(r.DNSRcode)
+		}
+		if r.HandshakeRTTNs > 0 {
+			handshakes++
+		}
+	}
+	for _, c := range cases {
+		if got, ok := named[c.qname]; !ok || got != c.rcode {
+			t.Errorf("%s: records name %q with rcode %q (found %v), want %s", c.name, c.qname, got, ok, c.rcode)
+		}
+	}
+	if handshakes == 0 {
+		t.Error("no record carries a handshake RTT")
+	}
 }
 
 // TestTCSignalsDegrade: when the kernel refuses the entry programs with

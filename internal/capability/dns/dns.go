@@ -297,3 +297,22 @@ func (u *Unit) Status() capability.Status {
 	}
 	return capability.Status{Name: Name, Enabled: u.cfg.Any(), State: u.state.Load().(string), Detail: d}
 }
+
+// DrainFlows is Drain in the flow records' terms (flows.TCSignals): each
+// flow's DNS exchange, and its handshake RTT in nanoseconds.
+func (u *Unit) DrainFlows() (map[flow.Key]flow.DNSExchange, map[flow.Key]uint64, error) {
+	r, err := u.Drain()
+	dns := make(map[flow.Key]flow.DNSExchange, len(r.DNS))
+	for k, d := range r.DNS {
+		x := flow.DNSExchange{ID: d.ID, QName: d.QName, HasRcode: d.Response, Rcode: uint16(d.Rcode)}
+		if d.Matched {
+			x.HasLatency, x.LatencyNs = true, uint64(d.Latency)
+		}
+		dns[k] = x
+	}
+	hs := make(map[flow.Key]uint64, len(r.Handshakes))
+	for k, h := range r.Handshakes {
+		hs[k] = uint64(h.RTT)
+	}
+	return dns, hs, err
+}

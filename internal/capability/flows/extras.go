@@ -19,6 +19,18 @@ type Signals interface {
 	Claim()
 }
 
+// TCSignals are the signals read at the TC hook (the dns unit): each
+// flow's last DNS exchange and TCP handshake RTT (ns) of the interval the
+// last table swap ended.
+type TCSignals interface {
+	DrainFlows() (map[flow.Key]flow.DNSExchange, map[flow.Key]uint64, error)
+}
+
+// SetTCSignals makes the unit put the DNS exchanges and handshake RTTs of
+// t on its records, draining t at each eviction of the running tables.
+// Call it before Open.
+func (u *Unit) SetTCSignals(t TCSignals) { u.tc = t }
+
 // SetSignals makes the unit put the kernel signals on its records: at each
 // eviction of the running tables it drains s, and the evictor joins what s
 // returns onto the interval's records (flow/join.go). The intervals are
@@ -38,6 +50,10 @@ func (u *Unit) extras(d flow.Drain, running bool) flow.Extras {
 		// returns with one is still the interval's.
 		m, _ := u.signals.Drain()
 		x.Sockets, x.Drops = signalExtras(m, u.signals.Up(datapath.SignalRetransmits))
+	}
+	if running && u.tc != nil {
+		// Counted and logged by the dns unit, like the signals'.
+		x.DNS, x.Handshakes, _ = u.tc.DrainFlows()
 	}
 	t, err := datapath.Tunnels(d)
 	if err != nil {

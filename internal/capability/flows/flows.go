@@ -52,6 +52,7 @@ type Unit struct {
 	// signals, if set, are drained at each eviction onto the records
 	// (extras.go).
 	signals      Signals
+	tc           TCSignals
 	tunnelErrors atomic.Uint64
 }
 
