@@ -103,14 +103,18 @@ func spillRecords(s *Spill, candidates []Key) []spillRecord {
 		left[id] = &t
 	}
 	var out []spillRecord
+	// take counts a record's traffic out of its interface's total, or,
+	// when the datapath had no slot apart for that interface (its spill
+	// went to "other", interface 0), out of that.
 	take := func(k *Key, p, b uint64) bool {
-		t := left[ifdir{k.IfIndex, k.Direction}]
-		if t == nil || t.Packets < p || t.Bytes < b {
-			return false
+		for _, id := range [2]ifdir{{k.IfIndex, k.Direction}, {}} {
+			if t := left[id]; t != nil && t.Packets >= p && t.Bytes >= b {
+				t.Packets -= p
+				t.Bytes -= b
+				return true
+			}
 		}
-		t.Packets -= p
-		t.Bytes -= b
-		return true
+		return false
 	}
 	for _, f := range s.Decoded {
 		if take(&f.Key, f.Packets, f.Bytes) {

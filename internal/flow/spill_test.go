@@ -133,3 +133,18 @@ func TestSpillCandidatesNeedTheFilter(t *testing.T) {
 		t.Fatalf("records %+v, want the seen candidate estimated (though under its bound) and 80 packets unattributed", recs)
 	}
 }
+
+// TestSpillOtherSlot: a decoded flow of an interface whose spill the
+// datapath could not keep apart (it went to "other", interface 0) is still
+// named, its traffic counted out of "other".
+func TestSpillOtherSlot(t *testing.T) {
+	a := spillKey(7, Egress, 1)
+	s := Spill{
+		Decoded: []SpillFlow{{Key: a, Packets: 3, Bytes: 300}},
+		Totals:  []SpillTotal{{Packets: 5, Bytes: 500}},
+	}
+	recs := spillRecords(&s, nil)
+	if len(recs) != 2 || recs[0].key != a || recs[0].accuracy != Decoded || recs[1].key.IfIndex != 0 || recs[1].counts.Packets != 2 {
+		t.Fatalf("records %+v, want the flow decoded and 2 packets left unattributed", recs)
+	}
+}
