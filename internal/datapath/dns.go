@@ -3,7 +3,6 @@ package datapath
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -100,18 +99,7 @@ type DNSResult struct {
 // the codes not assigned. The header holds 4 bits; the extended codes of
 // EDNS (BADVERS and up) are in an OPT record, which the kernel does not
 // read.
-func RcodeName(code uint8) string {
-	if int(code) < len(rcodeNames) {
-		return rcodeNames[code]
-	}
-	return "RCODE" + strconv.Itoa(int(code))
-}
-
-var rcodeNames = [...]string{
-	0: "NOERROR", 1: "FORMERR", 2: "SERVFAIL", 3: "NXDOMAIN", 4: "NOTIMP", 5: "REFUSED",
-	6: "YXDOMAIN", 7: "YXRRSET", 8: "NXRRSET", 9: "NOTAUTH", 10: "NOTZONE", 11: "DSOTYPENI",
-	12: "RCODE12", 13: "RCODE13", 14: "RCODE14", 15: "RCODE15",
-}
+func RcodeName(code uint8) string { return flow.RcodeName(uint16(code)) }
 
 // RcodeName is the result's response code by name; "" unless Response.
 func (r DNSResult) RcodeName() string {
