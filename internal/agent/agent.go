@@ -181,7 +181,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown,
 	if cfg.Listen != config.None {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		reg.MustRegister(newHealthCollector(dp, mgr, log), newExportCollector(flowUnit.Queues()))
+		reg.MustRegister(newHealthCollector(dp, mgr, log), newExportCollector(flowUnit.Queues()), newSignalCollector(units))
 		for _, u := range units {
 			reg.MustRegister(u.Collectors()...)
 		}

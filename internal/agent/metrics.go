@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"loupe/internal/attach"
+	"loupe/internal/capability"
 	"loupe/internal/datapath"
 )
 
@@ -93,5 +94,39 @@ func (c *healthCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for comp, n := range scrapeErrs {
 		gauge(c.scrapeErr, float64(n), comp)
+	}
+}
+
+// signalCollector serves loupe_signal_up{signal} for the signals of every
+// unit that runs some (capability.SignalReporter): the tracepoint signals
+// and the TC hooks' DNS and handshake RTT alike.
+type signalCollector struct {
+	units []capability.SignalReporter
+	up    *prometheus.Desc
+}
+
+func newSignalCollector(units []capability.Unit) *signalCollector {
+	c := &signalCollector{up: prometheus.NewDesc("loupe_signal_up",
+		"1 when the signal runs; 0 when the configuration turned it off or the kernel refused it (the reason is in the log and loupe status).",
+		[]string{"signal"}, nil)}
+	for _, u := range units {
+		if r, ok := u.(capability.SignalReporter); ok {
+			c.units = append(c.units, r)
+		}
+	}
+	return c
+}
+
+func (c *signalCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.up }
+
+func (c *signalCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, u := range c.units {
+		for name, on := range u.SignalsUp() {
+			v := 0.0
+			if on {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, v, name)
+		}
 	}
 }

@@ -92,6 +92,17 @@ type Switched interface {
 	Refused(err error)
 }
 
+// SignalReporter is implemented by a unit that runs kernel signals, each of
+// which runs or is off on its own (the configuration turned it off, the
+// kernel refused it). The agent serves them all as one gauge,
+// loupe_signal_up{signal}, whichever unit runs them, so that an operator
+// asks one metric whether a signal is measured.
+type SignalReporter interface {
+	// SignalsUp says, for each of the unit's signals by name (its
+	// label), whether it runs.
+	SignalsUp() map[string]bool
+}
+
 // Host is what the agent gives every unit.
 type Host struct {
 	Datapath *datapath.Datapath

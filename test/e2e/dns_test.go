@@ -320,7 +320,7 @@ func TestDNSAndHandshakeSignals(t *testing.T) {
 
 	m := a.metrics()
 	for name, want := range map[string]float64{
-		"loupe_dns_up": 1, "loupe_handshake_up": 1,
+		`loupe_signal_up{signal="dns"}`: 1, `loupe_signal_up{signal="handshake_rtt"}`: 1,
 		`loupe_dns_responses_total{rcode="NXDOMAIN"}`: 1, `loupe_dns_responses_total{rcode="REFUSED"}`: 1,
 		`loupe_dns_responses_total{rcode="NOERROR"}`: 1 + 4,
 		`loupe_dns_events_total{event="queries"}`:    float64(probes + len(cases) + 1),
@@ -378,9 +378,7 @@ func TestTCSignalsDegrade(t *testing.T) {
 	p.up(t)
 	ping(t, p.a, p.b4, 3, 100)
 	m := a.metrics()
-	if m["loupe_dns_up"] != 0 || m["loupe_handshake_up"] != 0 {
-		t.Errorf("refused: loupe_dns_up %v, loupe_handshake_up %v; want 0 and 0", m["loupe_dns_up"], m["loupe_handshake_up"])
-	}
+	checkSignalsUp(t, "refused", m, map[string]float64{"dns": 0, "handshake_rtt": 0, "rtt": 1})
 	a.stop()
 	if got := find(a.exported(), flow.Egress, 1, p.a4.String(), 8, p.b4.String(), 0); got.packets != 3 {
 		t.Errorf("ICMP echo requests recorded: %+v, want 3 (flows runs without the signals)", got)
@@ -391,9 +389,7 @@ func TestTCSignalsDegrade(t *testing.T) {
 		t.Errorf("dns disabled: want dns off (disabled), handshake_rtt on:\n%s", b.logs.String())
 	}
 	m = b.metrics()
-	if m["loupe_dns_up"] != 0 || m["loupe_handshake_up"] != 1 {
-		t.Errorf("dns disabled: loupe_dns_up %v, loupe_handshake_up %v; want 0 and 1", m["loupe_dns_up"], m["loupe_handshake_up"])
-	}
+	checkSignalsUp(t, "dns disabled", m, map[string]float64{"dns": 0, "handshake_rtt": 1})
 	b.stop()
 }
 
@@ -466,4 +462,16 @@ func TestSignalsOfForwardedTraffic(t *testing.T) {
 		t.Logf("forwarded handshake on %s: RTT %v, connect() %v", side.dir, rtt, connect)
 	}
 	a.stop()
+}
+
+// checkSignalsUp checks loupe_signal_up of each signal in want, which
+// must be served, 0 as much as 1.
+func checkSignalsUp(t *testing.T, what string, m map[string]float64, want map[string]float64) {
+	t.Helper()
+	for s, w := range want {
+		name := `loupe_signal_up{signal="` + s + `"}`
+		if v, ok := m[name]; !ok || v != w {
+			t.Errorf("%s: %s = %v (served: %v), want %v", what, name, v, ok, w)
+		}
+	}
 }

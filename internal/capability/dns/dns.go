@@ -8,8 +8,8 @@
 //
 // Each signal is on by default and switched in dns.*; if the kernel refuses
 // the entry programs with them, the agent loads them without, and the unit
-// says which signal is off and why (log, loupe status, loupe_dns_up and
-// loupe_handshake_up), while every other capability runs.
+// says which signal is off and why (log, loupe status,
+// loupe_signal_up{signal}), while every other capability runs.
 //
 // The unit hands each interval's results, by flow key, to whoever calls
 // Drain: the flows capability, right after each table swap, to put them on
@@ -140,6 +140,11 @@ func (u *Unit) on(s string) bool {
 // record's field for a signal that is not up is absent, not zero.
 func (u *Unit) Up(s string) bool {
 	return u.dp != nil && u.on(s) && u.refused == nil
+}
+
+// SignalsUp implements capability.SignalReporter.
+func (u *Unit) SignalsUp() map[string]bool {
+	return map[string]bool{SignalDNS: u.Up(SignalDNS), SignalHandshakeRTT: u.Up(SignalHandshakeRTT)}
 }
 
 // reason says why signal s is off ("" when it runs).

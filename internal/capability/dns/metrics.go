@@ -9,17 +9,13 @@ import (
 // collector reads the signals' state, the kernel's counters and histograms
 // at scrape time. Label sets are bounded: the kernel's counter names and
 // the 16 response codes the DNS header holds.
-//
-// The up gauges are loupe_dns_up and loupe_handshake_up rather than
-// loupe_signal_up{signal}: the kernel signals' unit registers that name,
-// and a registry takes one collector per name. Folding them in is a
-// matter of that collector asking this unit's Up(SignalDNS) and
-// Up(SignalHandshakeRTT).
+// Whether each signal runs is loupe_signal_up{signal}, which the agent
+// serves for every unit's signals (SignalsUp).
 type collector struct {
 	u                                  *Unit
-	dnsUp, dnsEvents, dnsResponses     *prometheus.Desc
+	dnsEvents, dnsResponses            *prometheus.Desc
 	dnsLatency, dnsTimeouts, drainErrs *prometheus.Desc
-	hsUp, hsEvents, hsRTT              *prometheus.Desc
+	hsEvents, hsRTT                    *prometheus.Desc
 }
 
 func newCollector(u *Unit) *collector {
@@ -27,13 +23,11 @@ func newCollector(u *Unit) *collector {
 		return prometheus.NewDesc("loupe_"+name, help, labels, nil)
 	}
 	return &collector{u: u,
-		dnsUp:        d("dns_up", "1 when the DNS signal runs at the TC hooks; 0 when the configuration turned it off or the kernel refused it (the reason is in the log and loupe status)."),
 		dnsEvents:    d("dns_events_total", "DNS messages seen at the TC hooks and what became of them, by counter (bpf/dns/dns.h): queries, responses, matched and unmatched, full tables, messages not parsed and why.", "event"),
 		dnsResponses: d("dns_responses_total", "DNS responses seen at the TC hooks, by response code.", "rcode"),
 		dnsLatency:   d("dns_latency_seconds", "Time from a DNS query to its response at the TC hook, for every response matched to its query."),
 		dnsTimeouts:  d("dns_timeouts_total", "DNS queries without a response within dns.timeout."),
 		drainErrs:    d("dns_drain_errors_total", "Failed reads of the DNS and handshake result tables."),
-		hsUp:         d("handshake_up", "1 when the TCP handshake RTT signal runs at the TC hooks; 0 when the configuration turned it off or the kernel refused it."),
 		hsEvents:     d("handshake_events_total", "TCP handshakes seen at the TC hooks and what became of them, by counter (bpf/handshake/handshake.h).", "event"),
 		hsRTT:        d("handshake_rtt_seconds", "RTT of every TCP handshake timed at the TC hooks: SYN to SYN-ACK plus SYN-ACK to ACK."),
 	}
@@ -44,24 +38,13 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	gauge := func(d *prometheus.Desc, v float64, l ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
-	}
 	counter := func(d *prometheus.Desc, v uint64, l ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), l...)
 	}
 	hist := func(d *prometheus.Desc, h datapath.LatencyHist) {
 		ch <- prometheus.MustNewConstHistogram(d, h.Count, float64(h.SumNs)/1e9, h.Cumulative())
 	}
-	up := func(s string) float64 {
-		if c.u.Up(s) {
-			return 1
-		}
-		return 0
-	}
 	u := c.u
-	gauge(c.dnsUp, up(SignalDNS))
-	gauge(c.hsUp, up(SignalHandshakeRTT))
 	t := u.snapshot()
 	counter(c.dnsTimeouts, t.timeouts)
 	counter(c.drainErrs, t.drainErrors)

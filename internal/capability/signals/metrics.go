@@ -11,7 +11,7 @@ import (
 // drop reasons of the running kernel's enum.
 type collector struct {
 	u                                   *Unit
-	up, events, missed                  *prometheus.Desc
+	events, missed                      *prometheus.Desc
 	retransmits, rttSamples             *prometheus.Desc
 	drops, dropBytes, drainErrs, memory *prometheus.Desc
 }
@@ -21,7 +21,6 @@ func newCollector(u *Unit) *collector {
 		return prometheus.NewDesc("loupe_signal_"+name, help, labels, nil)
 	}
 	return &collector{u: u,
-		up:          d("up", "1 when the signal's tracepoint program is attached; 0 when the configuration turned it off or the kernel refused it (the reason is in the log and loupe status).", "signal"),
 		events:      d("events_total", "Kernel signal events lost or only partly attributed, by counter (bpf/signals/signals.h): a full table, a socket of another family, a dropped buffer without readable headers.", "event"),
 		missed:      d("missed_events_total", "Tracepoint events the signal's program did not see because a BPF program was already running on that CPU (the kernel's recursion guard).", "signal"),
 		retransmits: d("retransmits_total", "TCP segments retransmitted, all connections together (tcp_retransmit_skb)."),
@@ -46,13 +45,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	sig := c.u.sig
 	for _, s := range datapath.AllSignals() {
-		up := 0.0
-		if c.u.Up(s) {
-			up = 1
-		}
-		gauge(c.up, up, s.String())
 		if sig == nil {
-			continue
+			break
 		}
 		if st, ok, err := sig.ProgramStats(s); ok && err == nil {
 			counter(c.missed, st.RecursionMisses, s.String())

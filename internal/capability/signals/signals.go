@@ -116,6 +116,15 @@ func (u *Unit) describe(s datapath.Signal) string {
 // that is not up is absent, not zero.
 func (u *Unit) Up(s datapath.Signal) bool { return u.sig != nil && u.sig.State(s).Up }
 
+// SignalsUp implements capability.SignalReporter.
+func (u *Unit) SignalsUp() map[string]bool {
+	up := make(map[string]bool)
+	for _, s := range datapath.AllSignals() {
+		up[s.String()] = u.Up(s)
+	}
+	return up
+}
+
 // Run drains the tables every interval until ctx is done, unless
 // something else drains them (Drain); then once more, so that the last
 // interval reaches the metrics.
