@@ -165,7 +165,7 @@ func isTempName(name string) bool {
 
 // isStoreName reports whether name is a file a store directory may hold.
 func isStoreName(name string) bool {
-	if name == lockName || name == manifestName || isTempName(name) {
+	if name == lockName || name == manifestName || isTempName(name) || isHopName(name) {
 		return true
 	}
 	if _, ok := parseSegName(name); ok {
@@ -231,6 +231,10 @@ func (d *storeDir) classify() (dirKind, string, error) {
 		}
 		if _, ok := parseSegName(n); ok && !segment {
 			segment = magicIs(d, n, segMagic)
+		}
+		// A latency log written before any flow counts as much.
+		if _, ok := parseHopName(n); ok && !segment {
+			segment = magicIs(d, n, hopMagic)
 		}
 	}
 	switch {
