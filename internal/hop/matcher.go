@@ -421,6 +421,9 @@ func (m *Matcher) Flush() {
 	m.emit(done)
 }
 
+// Window is how long a group waits for more hooks.
+func (m *Matcher) Window() time.Duration { return m.opts.Window }
+
 // Stats returns the counters.
 func (m *Matcher) Stats() Stats {
 	m.mu.Lock()

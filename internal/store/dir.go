@@ -247,9 +247,10 @@ func (d *storeDir) classify() (dirKind, string, error) {
 		return kindOther, fmt.Sprintf("it holds files a store never has (%s%s) and no Loupe MANIFEST", strings.Join(shown, ", "), more), nil
 	case !segment && slices.Contains(names, manifestName):
 		return kindOther, "its MANIFEST is not a Loupe manifest, and it has no readable segment", nil
-	case !segment && !slices.Contains(names, lockName):
+	case !segment && !slices.Contains(names, lockName) && !slices.Contains(names, hopLockName):
 		// (A LOCK alone is a store whose writer has not yet published
-		// its first manifest.)
+		// its first manifest; a HOPLOCK alone, one whose latency log has
+		// no record yet.)
 		return kindOther, "it has no Loupe MANIFEST and no readable segment", nil
 	}
 	return kindStore, "", nil
