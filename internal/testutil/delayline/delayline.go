@@ -4,10 +4,12 @@
 //
 // It reads each interface with an AF_PACKET socket that ignores the frames
 // sent on it (PACKET_IGNORE_OUTGOING), so that what it forwards is not read
-// back. A frame is forwarded as one frame: turn TSO and GSO off on the
-// interfaces that send into the line (a veth's peer hands super-packets
-// over whole, larger than the MTU of the other side), and GRO off on the
-// line's own interfaces.
+// back. Both sockets carry a virtio-net header with each frame
+// (PACKET_VNET_HDR), passed on as it came: a veth hands its peer frames
+// whose checksum is left to the device (a VXLAN packet's UDP checksum,
+// with checksum offload on) and TCP super-packets (TSO on), and the
+// header tells the sending socket to finish the checksum and to keep the
+// super-packet one, as a wire would have carried the segments.
 package delayline
 
 import (
@@ -28,7 +30,8 @@ const (
 	queueLen = 4096
 	// pollEvery is how often a blocked read checks for Close.
 	pollEvery = 50 * time.Millisecond
-	maxFrame  = 65536
+	// maxFrame holds a super-packet and its virtio-net header.
+	maxFrame = 65536 + 64
 )
 
 // Line forwards frames both ways between two interfaces.
@@ -86,6 +89,9 @@ func open(name string) (int, error) {
 	}
 	if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_IGNORE_OUTGOING, 1); err != nil {
 		return fail("ignore outgoing", err)
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_VNET_HDR, 1); err != nil {
+		return fail("virtio-net header", err)
 	}
 	tv := unix.NsecToTimeval(pollEvery.Nanoseconds())
 	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
