@@ -28,6 +28,8 @@
 #               against the commit before it; instruction counts
 #     k8s       Kubernetes names: informer memory and ns per lookup with
 #               5 000 pods and 1 000 services on a real API server
+#     latency   per-hop latency against tcpdump's time stamps of the same
+#               segments, and HTTP request latency with and without it
 #
 # Knobs (environment): BENCH_IPERF_ROUNDS (5), BENCH_IPERF_SECONDS (10),
 # BENCH_ROUNDS (3, bpfstats and tables), BENCH_RSS_SECONDS (30),
@@ -47,7 +49,7 @@ ROOT=$(dirname "$BENCH_DIR")
 cd "$ROOT"
 . scripts/env.sh
 
-ALL=(iperf bpfstats monitor tables rss store export capture rules signals designs tunnels k8s)
+ALL=(iperf bpfstats monitor tables rss store export capture rules signals designs tunnels k8s latency)
 
 usage() {
 	echo "usage: bench/run.sh [${ALL[*]}]..." >&2

@@ -16,6 +16,7 @@ import (
 	"loupe/internal/api/agentcmd"
 	"loupe/internal/capability/capture"
 	"loupe/internal/capability/flows/query"
+	latencyquery "loupe/internal/capability/latency/query"
 	rulesunit "loupe/internal/capability/rules"
 	"loupe/internal/cli"
 )
@@ -29,6 +30,7 @@ func commands() []cli.Command {
 	cmds = append(cmds, query.Commands()...)
 	cmds = append(cmds, capture.Commands()...)
 	cmds = append(cmds, rulesunit.Commands()...)
+	cmds = append(cmds, latencyquery.Commands()...)
 	return append(cmds, cli.Command{Name: "version", Summary: "print the version", Run: versionCmd})
 }
 

@@ -165,7 +165,7 @@ func isTempName(name string) bool {
 
 // isStoreName reports whether name is a file a store directory may hold.
 func isStoreName(name string) bool {
-	if name == lockName || name == manifestName || isTempName(name) {
+	if name == lockName || name == manifestName || isTempName(name) || isHopName(name) {
 		return true
 	}
 	if _, ok := parseSegName(name); ok {
@@ -232,6 +232,10 @@ func (d *storeDir) classify() (dirKind, string, error) {
 		if _, ok := parseSegName(n); ok && !segment {
 			segment = magicIs(d, n, segMagic)
 		}
+		// A latency log written before any flow counts as much.
+		if _, ok := parseHopName(n); ok && !segment {
+			segment = magicIs(d, n, hopMagic)
+		}
 	}
 	switch {
 	case len(foreign) > 0:
@@ -243,9 +247,10 @@ func (d *storeDir) classify() (dirKind, string, error) {
 		return kindOther, fmt.Sprintf("it holds files a store never has (%s%s) and no Loupe MANIFEST", strings.Join(shown, ", "), more), nil
 	case !segment && slices.Contains(names, manifestName):
 		return kindOther, "its MANIFEST is not a Loupe manifest, and it has no readable segment", nil
-	case !segment && !slices.Contains(names, lockName):
+	case !segment && !slices.Contains(names, lockName) && !slices.Contains(names, hopLockName):
 		// (A LOCK alone is a store whose writer has not yet published
-		// its first manifest.)
+		// its first manifest; a HOPLOCK alone, one whose latency log has
+		// no record yet.)
 		return kindOther, "it has no Loupe MANIFEST and no readable segment", nil
 	}
 	return kindStore, "", nil

@@ -19,9 +19,14 @@ import (
 // for writing that may already exist, so it must be a regular file of
 // ours with no other link: a hard link planted there would otherwise have
 // the agent truncate its target.
-func acquireLock(d *storeDir) (*os.File, error) {
-	path := d.join(lockName)
-	f, err := d.openFile(lockName, syscall.O_RDWR|syscall.O_CREAT, fileMode)
+func acquireLock(d *storeDir) (*os.File, error) { return lockFile(d, lockName) }
+
+// lockFile is acquireLock of the lock file name: the latency log has one
+// of its own (hopLockName), since it is written beside the flow store by
+// another part of the agent.
+func lockFile(d *storeDir, name string) (*os.File, error) {
+	path := d.join(name)
+	f, err := d.openFile(name, syscall.O_RDWR|syscall.O_CREAT, fileMode)
 	if err != nil {
 		return nil, fmt.Errorf("store: open lock file: %w", err)
 	}

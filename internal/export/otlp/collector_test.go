@@ -28,6 +28,7 @@ type collector struct {
 	addr    string
 	logs    *consumertest.LogsSink
 	metrics *consumertest.MetricsSink
+	traces  *consumertest.TracesSink
 	stop    func()
 }
 
@@ -64,7 +65,7 @@ func startCollector(t testing.TB, addr string, cc collectorConfig) *collector {
 	if addr == "" {
 		addr = freeAddr(t)
 	}
-	c := &collector{addr: addr, logs: new(consumertest.LogsSink), metrics: new(consumertest.MetricsSink)}
+	c := &collector{addr: addr, logs: new(consumertest.LogsSink), metrics: new(consumertest.MetricsSink), traces: new(consumertest.TracesSink)}
 	f := otlpreceiver.NewFactory()
 	cfg := f.CreateDefaultConfig().(*otlpreceiver.Config)
 	cfg.Protocols.HTTP = configoptional.None[otlpreceiver.HTTPConfig]()
@@ -95,6 +96,11 @@ func startCollector(t testing.TB, addr string, cc collectorConfig) *collector {
 			t.Fatal(err)
 		}
 		comps = append(comps, mr)
+		tr, err := f.CreateTraces(ctx, set, cfg, c.traces)
+		if err != nil {
+			t.Fatal(err)
+		}
+		comps = append(comps, tr)
 	}
 	host := componenttest.NewNopHost()
 	for _, comp := range comps {

@@ -1,0 +1,273 @@
+package e2e
+
+import (
+	"bufio"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"loupe/internal/testutil"
+	"loupe/internal/testutil/delayline"
+)
+
+// twoNodes is two "nodes" with a "pod" each: pod A -veth- node A -VXLAN
+// over a veth underlay- node B -veth- pod B, the underlay running through
+// a delay line in a namespace of its own.
+type twoNodes struct {
+	podA, nodeA, wire, nodeB, podB *testutil.NS
+	line                           *delayline.Line
+}
+
+func newTwoNodes(t *testing.T) *twoNodes {
+	t.Helper()
+	n := &twoNodes{
+		podA: testutil.NewNSPrefix(t, "lhp-pa"), nodeA: testutil.NewNSPrefix(t, "lhp-na"),
+		wire:  testutil.NewNSPrefix(t, "lhp-w"),
+		nodeB: testutil.NewNSPrefix(t, "lhp-nb"), podB: testutil.NewNSPrefix(t, "lhp-pb"),
+	}
+	testutil.Veth(t, n.podA, "eth0", n.nodeA, "vpa")
+	testutil.Veth(t, n.podB, "eth0", n.nodeB, "vpb")
+	testutil.Veth(t, n.nodeA, "ula", n.wire, "dla")
+	testutil.Veth(t, n.nodeB, "ulb", n.wire, "dlb")
+	for _, s := range []struct {
+		pod, node            *testutil.NS
+		veth, under          string
+		pod4, gw, u4, remote string
+		vx, peerVx, peerPods string
+	}{
+		{n.podA, n.nodeA, "vpa", "ula", "10.81.1.2/24", "10.81.1.1", "192.168.81.1", "192.168.81.2", "10.81.0.1/32", "10.81.0.2", "10.81.2.0/24"},
+		{n.podB, n.nodeB, "vpb", "ulb", "10.81.2.2/24", "10.81.2.1", "192.168.81.2", "192.168.81.1", "10.81.0.2/32", "10.81.0.1", "10.81.1.0/24"},
+	} {
+		s.pod.IP(t, "addr", "add", s.pod4, "dev", "eth0")
+		s.pod.IP(t, "link", "set", "eth0", "up")
+		s.pod.IP(t, "route", "add", "default", "via", s.gw)
+		s.node.IP(t, "addr", "add", s.gw+"/24", "dev", s.veth)
+		s.node.IP(t, "addr", "add", s.u4+"/24", "dev", s.under)
+		s.node.IP(t, "link", "add", "vxlan0", "type", "vxlan", "id", "81", "dstport", "4789", "local", s.u4, "remote", s.remote, "dev", s.under)
+		s.node.IP(t, "addr", "add", s.vx, "dev", "vxlan0")
+		for _, l := range []string{s.veth, s.under, "vxlan0"} {
+			s.node.IP(t, "link", "set", l, "up")
+		}
+		s.node.IP(t, "route", "add", s.peerPods, "via", s.peerVx, "dev", "vxlan0", "onlink")
+		s.node.Sysctl(t, "net.ipv4.ip_forward", "1")
+	}
+	n.wire.IP(t, "link", "set", "dla", "up")
+	n.wire.IP(t, "link", "set", "dlb", "up")
+	n.setDelay(t, 0)
+	t.Cleanup(func() { n.line.Close() })
+	deadline := time.Now().Add(10 * time.Second)
+	for n.podA.Command("ping", "-c", "1", "-W", "1", "10.81.2.2").Run() != nil {
+		if time.Now().After(deadline) {
+			under, _ := n.nodeA.Command("ping", "-c", "1", "-W", "1", "192.168.81.2").CombinedOutput()
+			ab, ba := n.line.Forwarded()
+			t.Fatalf("pod B not reachable from pod A through the overlay (delay line forwarded %d and %d frames, dropped %d; underlay ping: %s)",
+				ab, ba, n.line.Dropped(), under)
+		}
+	}
+	return n
+}
+
+// setDelay replaces the delay line by one of delay d.
+func (n *twoNodes) setDelay(t *testing.T, d time.Duration) {
+	t.Helper()
+	if n.line != nil {
+		n.line.Close()
+	}
+	if err := n.wire.Do(func() (err error) {
+		n.line, err = delayline.Start("dla", "dlb", d)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tracedRequest is a request sent with its trace context.
+type tracedRequest struct{ trace, span string }
+
+// serveHTTP runs a real HTTP server in pod B.
+func serveHTTP(t *testing.T, ns *testutil.NS, addr string) {
+	t.Helper()
+	var ln net.Listener
+	if err := ns.Do(func() (err error) {
+		ln, err = net.Listen("tcp", addr)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "foofoofoofoofoofoo")
+	}), ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+}
+
+// sendTraced sends n requests from pod A on one keep-alive connection,
+// each with traceparent after 2 KB of other headers; every other one is
+// written in two writes (TCP_NODELAY, Go's default) cut inside the
+// headers, with a pause between them so that they leave as two segments.
+func sendTraced(t *testing.T, ns *testutil.NS, addr string, n int) []tracedRequest {
+	t.Helper()
+	var c net.Conn
+	if err := ns.Do(func() (err error) {
+		c, err = net.DialTimeout("tcp", addr, 5*time.Second)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	var sent []tracedRequest
+	for i := range n {
+		tr := tracedRequest{trace: randomHex(16), span: randomHex(8)}
+		var b strings.Builder
+		fmt.Fprintf(&b, "GET /foo HTTP/1.1\r\nHost: %s\r\n", addr)
+		for j := 0; b.Len() < 2048; j++ {
+			fmt.Fprintf(&b, "X-Pad-%d: %s\r\n", j, strings.Repeat("p", 100))
+		}
+		fmt.Fprintf(&b, "traceparent: 00-%s-%s-01\r\n\r\n", tr.trace, tr.span)
+		req := []byte(b.String())
+		parts := [][]byte{req}
+		if i%2 == 1 {
+			parts = [][]byte{req[:1000], req[1000:]}
+		}
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		for j, p := range parts {
+			if _, err := c.Write(p); err != nil {
+				t.Fatal(err)
+			}
+			if j == 0 && len(parts) > 1 {
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+		resp, err := http.ReadResponse(r, nil)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("request %d: status %d", i, resp.StatusCode)
+		}
+		sent = append(sent, tr)
+	}
+	return sent
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// hasLatency reports whether the binary under test has the kernel half
+// of per-hop latency.
+func hasLatency() bool {
+	out, _ := exec.Command(loupeBin, "run", "--help").CombinedOutput()
+	return regexp.MustCompile(`(?m)^\s+-latency(\s|$)`).Match(out)
+}
+
+type latencyHop struct {
+	From      string `json:"from_iface"`
+	To        string `json:"to_iface"`
+	Direction string `json:"direction"`
+	LatencyNs int64  `json:"latency_ns"`
+	FromNode  string `json:"from_node"`
+	ToNode    string `json:"to_node"`
+}
+
+type latencyRecord struct {
+	TraceID string       `json:"trace_id"`
+	SpanID  string       `json:"span_id"`
+	Hops    []latencyHop `json:"hops"`
+}
+
+// Every request from pod A to pod B is timed at each hook of both nodes,
+// in path order, with its trace context found after 2 KB of headers (in
+// one segment or across two); the stores of the two nodes' agents joined
+// give the hop between the nodes, and a delay line on the underlay moves
+// that hop, and only that one, by its delay.
+func TestLatencyAcrossTwoNodes(t *testing.T) {
+	const requests = 20
+	const delay = 10 * time.Millisecond
+	n := newTwoNodes(t)
+	serveHTTP(t, n.podB, "10.81.2.2:8080")
+	// The topology carries real HTTP through the overlay and the line.
+	sendTraced(t, n.podA, "10.81.2.2:8080", 2)
+	if !hasLatency() {
+		t.Skip("loupe run has no --latency: the kernel half of per-hop latency has not landed")
+	}
+	ifaces := []string{"--latency", "--iface", "vp*", "--iface", "vxlan0", "--iface", "ul*"}
+	a := startAgent(t, n.nodeA, agentOpts{args: ifaces})
+	b := startAgent(t, n.nodeB, agentOpts{args: ifaces})
+
+	rounds := map[time.Duration][]tracedRequest{}
+	for _, d := range []time.Duration{0, delay} {
+		n.setDelay(t, d)
+		rounds[d] = sendTraced(t, n.podA, "10.81.2.2:8080", requests)
+	}
+	time.Sleep(time.Second) // the matcher's window and the store's flush
+	a.stop()
+	b.stop()
+	out, err := exec.Command(loupeBin, "latency", "--store", filepath.Join(a.dir, "store"), "--store", filepath.Join(b.dir, "store"),
+		"--since", "0", "--json", "--clock-sync").Output()
+	if err != nil {
+		t.Fatalf("loupe latency: %v", err)
+	}
+	byTrace := map[string]latencyRecord{}
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		var r latencyRecord
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatalf("%q: %v", l, err)
+		}
+		if r.TraceID != "" {
+			byTrace[r.TraceID] = r
+		}
+	}
+	wantPath := []string{"vpa>vxlan0", "vxlan0>ula", "ula>ulb", "ulb>vxlan0", "vxlan0>vpb"}
+	cross := map[time.Duration][]int64{}
+	for d, sent := range rounds {
+		for _, s := range sent {
+			r, ok := byTrace[s.trace]
+			if !ok {
+				t.Errorf("request of trace %s (delay %v) not found", s.trace, d)
+				continue
+			}
+			var path []string
+			for _, h := range r.Hops {
+				path = append(path, h.From+">"+h.To)
+				if h.LatencyNs <= 0 {
+					t.Errorf("trace %s: hop %s>%s of %d ns", s.trace, h.From, h.To, h.LatencyNs)
+				}
+				if h.From == "ula" && h.To == "ulb" {
+					cross[d] = append(cross[d], h.LatencyNs)
+				}
+			}
+			if !slices.Equal(path, wantPath) || r.SpanID != s.span {
+				t.Errorf("trace %s: path %v span %s, want %v span %s", s.trace, path, r.SpanID, wantPath, s.span)
+			}
+		}
+	}
+	med := func(xs []int64) time.Duration {
+		if len(xs) == 0 {
+			return 0
+		}
+		slices.Sort(xs)
+		return time.Duration(xs[len(xs)/2])
+	}
+	moved := med(cross[delay]) - med(cross[0])
+	t.Logf("cross-node hop: median %v without delay, %v with %v: moved %v", med(cross[0]), med(cross[delay]), delay, moved)
+	if moved < delay-2*time.Millisecond || moved > delay+5*time.Millisecond {
+		t.Errorf("the cross-node hop moved by %v, want about %v", moved, delay)
+	}
+}
