@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what Loupe needs on Debian 12 / Ubuntu 22.04+, as root. Idempotent.
 #   deps.sh run        Go toolchain (to build the agent)
-#   deps.sh test       + iproute2, ping, capsh, nftables, nginx, tcpdump, dnsmasq: what the test suite drives,
+#   deps.sh test       + iproute2, ping, capsh, systemd-analyze, nftables, nginx, tcpdump, dnsmasq: what the test suite drives,
 #                      and the real collectors the exporter tests talk to:
 #                      tshark, nfdump, pmacct, Prometheus, a JDK and the
 #                      Apache Kafka jars (scripts/peers/kafka.sh), and
@@ -19,7 +19,7 @@ purpose=${1:-run}
 packages=(ca-certificates curl unzip make git)
 case "$purpose" in
 run) ;;
-test) packages+=(iproute2 iputils-ping libcap2-bin procps nftables tshark tcpdump nginx-light dnsmasq-base nfdump pmacct prometheus openjdk-17-jre-headless maven) ;;
+test) packages+=(iproute2 iputils-ping libcap2-bin procps systemd nftables tshark tcpdump nginx-light dnsmasq-base nfdump pmacct prometheus openjdk-17-jre-headless maven) ;;
 generate) packages+=(clang-19 llvm-19 bpftool protobuf-compiler) ;;
 bench) packages+=(iproute2 iputils-ping iperf3 tcpreplay tcpdump pmacct linux-perf python3 procps nginx-light nghttp2-client openjdk-17-jre-headless maven) ;;
 *)
