@@ -19,6 +19,14 @@ build:
 image:
 	GO=$(GO) ./scripts/image.sh
 
+# The plain manifests, rendered from the Helm chart (needs helm:
+# scripts/peers/helm.sh builds it); check-manifests fails if they drifted.
+manifests:
+	./scripts/manifests.sh
+
+check-manifests:
+	./scripts/manifests.sh --check
+
 # Regenerate the committed BPF objects and the protobuf Go code (needs clang-19
 # and protoc: scripts/deps.sh generate).
 generate:

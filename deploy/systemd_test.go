@@ -131,7 +131,7 @@ func TestSystemdUnit(t *testing.T) {
 	if !strings.HasPrefix(def.Store.Path, state) || !strings.HasPrefix(def.Control.Socket, runtime) || !strings.HasPrefix(def.PinDir, "/sys/fs/bpf/") {
 		t.Errorf("defaults store %s, socket %s, pins %s: not under %s, %s and /sys/fs/bpf", def.Store.Path, def.Control.Socket, def.PinDir, state, runtime)
 	}
-	cfg := loadConfig(t, "systemd/loupe.yaml")
+	cfg := loadConfig(t, "systemd/loupe.yaml", nil)
 	if cfg.Store.Path != def.Store.Path || cfg.Control.Socket != def.Control.Socket || cfg.PinDir != def.PinDir || cfg.Listen != "127.0.0.1:9464" {
 		t.Errorf("example configuration: store %s, socket %s, pins %s, listen %s; want the defaults on loopback", cfg.Store.Path, cfg.Control.Socket, cfg.PinDir, cfg.Listen)
 	}
@@ -167,15 +167,15 @@ func TestSystemdAnalyzeVerify(t *testing.T) {
 }
 
 // loadConfig loads a configuration file through the agent's own loader,
-// as `loupe run --config path` does, with no LOUPE_* variables.
-func loadConfig(t *testing.T, path string) config.Config {
+// as `loupe run --config path` does with the LOUPE_* variables of env.
+func loadConfig(t *testing.T, path string, env []string) config.Config {
 	t.Helper()
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	flags := config.BindFlags(fs)
 	if err := fs.Parse([]string{"--config", path}); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Load(flags, nil)
+	cfg, err := config.Load(flags, env)
 	if err != nil {
 		t.Fatalf("the agent refuses %s: %v", path, err)
 	}

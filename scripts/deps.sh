@@ -6,7 +6,9 @@
 #                      tshark, nfdump, pmacct, Prometheus, a JDK and the
 #                      Apache Kafka jars (scripts/peers/kafka.sh), and
 #                      kube-apiserver and etcd built from the Go module
-#                      proxy (scripts/peers/kube.sh; up to 15 minutes cold)
+#                      proxy (scripts/peers/kube.sh; up to 15 minutes cold),
+#                      and helm for the chart's tests (scripts/peers/helm.sh,
+#                      from the Go module proxy; about 2 minutes cold)
 #   deps.sh generate   + clang-19, llvm-19, bpftool, protoc: regenerate BPF
 #                      objects and the protobuf schema's Go code
 #   deps.sh bench      + iperf3, tcpreplay, tcpdump, pmacct, perf, python3,
@@ -63,10 +65,14 @@ fi
 
 # The Kafka broker the exporter tests and benchmarks start (jars from Maven
 # Central), and the Kubernetes API server and etcd the enrichment's tests
-# start (built with the Go above): cached outside the repository.
+# start (built with the Go above): cached outside the repository. helm
+# lints and renders the chart (deploy/helm/loupe) in the tests.
 case "$purpose" in
 test | bench)
 	scripts/peers/kafka.sh
 	scripts/peers/kube.sh
 	;;
+esac
+case "$purpose" in
+test) scripts/peers/helm.sh ;;
 esac
