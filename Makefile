@@ -8,11 +8,24 @@ VMLINUX_ROOTS = "struct __sk_buff" __u8 __u16 __u32 __u64 __s8 __s16 __s32 __s64
 	"struct bpf_raw_tracepoint_args" "struct sk_buff" "struct tcp_sock" "struct tcp_skb_cb" \
 	"enum skb_drop_reason"
 
-.PHONY: build generate check-generated vmlinux headers test bench clean
+.PHONY: build image manifests check-manifests generate check-generated vmlinux headers test bench clean
 
 # Stamps the version and commit (scripts/build.sh).
 build:
 	GO=$(GO) ./scripts/build.sh bin/loupe
+
+# The OCI image, built without a container runtime: bin/image/oci (an OCI
+# layout) and bin/image/loupe.tar (docker load / podman load).
+image:
+	GO=$(GO) ./scripts/image.sh
+
+# The plain manifests, rendered from the Helm chart (needs helm:
+# scripts/peers/helm.sh builds it); check-manifests fails if they drifted.
+manifests:
+	./scripts/manifests.sh
+
+check-manifests:
+	./scripts/manifests.sh --check
 
 # Regenerate the committed BPF objects and the protobuf Go code (needs clang-19
 # and protoc: scripts/deps.sh generate).

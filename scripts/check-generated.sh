@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Regenerates the BPF objects (pinned clang) and the protobuf schema's Go
-# code (Debian's protoc, protoc-gen-go pinned in go.mod) and fails if they
-# differ from what is committed: committed generated files must be exactly
-# what the committed sources produce.
+# code (Debian's protoc, protoc-gen-go pinned in go.mod), and renders the
+# plain manifests from the Helm chart, and fails if they differ from what
+# is committed: committed generated files must be exactly what the
+# committed sources produce.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/deps.sh generate
@@ -25,3 +26,5 @@ if [ -n "$(git status --porcelain -- internal/datapath/ internal/export/kafka/fl
 	git status --porcelain -- internal/datapath/ internal/export/kafka/flowpb/ >&2
 	exit 1
 fi
+# The plain manifests are rendered from the Helm chart, likewise.
+./scripts/manifests.sh --check

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs what Loupe needs on Debian 12 / Ubuntu 22.04+, as root. Idempotent.
 #   deps.sh run        Go toolchain (to build the agent)
-#   deps.sh test       + iproute2, ping, capsh, nftables, nginx, tcpdump, dnsmasq: what the test suite drives,
+#   deps.sh test       + iproute2, ping, capsh, systemd-analyze, nftables, nginx, tcpdump, dnsmasq: what the test suite drives,
 #                      and the real collectors the exporter tests talk to:
 #                      tshark, nfdump, pmacct, Prometheus, a JDK and the
 #                      Apache Kafka jars (scripts/peers/kafka.sh), and
 #                      kube-apiserver and etcd built from the Go module
-#                      proxy (scripts/peers/kube.sh; up to 15 minutes cold)
+#                      proxy (scripts/peers/kube.sh; up to 15 minutes cold),
+#                      and helm for the chart's tests (scripts/peers/helm.sh,
+#                      from the Go module proxy; about 2 minutes cold)
 #   deps.sh generate   + clang-19, llvm-19, bpftool, protoc: regenerate BPF
 #                      objects and the protobuf schema's Go code
 #   deps.sh bench      + iperf3, tcpreplay, tcpdump, pmacct, perf, python3,
@@ -19,7 +21,7 @@ purpose=${1:-run}
 packages=(ca-certificates curl unzip make git)
 case "$purpose" in
 run) ;;
-test) packages+=(iproute2 iputils-ping libcap2-bin procps nftables tshark tcpdump nginx-light dnsmasq-base nfdump pmacct prometheus openjdk-17-jre-headless maven) ;;
+test) packages+=(iproute2 iputils-ping libcap2-bin procps systemd nftables tshark tcpdump nginx-light dnsmasq-base nfdump pmacct prometheus openjdk-17-jre-headless maven) ;;
 generate) packages+=(clang-19 llvm-19 bpftool protobuf-compiler) ;;
 bench) packages+=(iproute2 iputils-ping iperf3 tcpreplay tcpdump pmacct linux-perf python3 procps nginx-light nghttp2-client openjdk-17-jre-headless maven) ;;
 *)
@@ -63,10 +65,14 @@ fi
 
 # The Kafka broker the exporter tests and benchmarks start (jars from Maven
 # Central), and the Kubernetes API server and etcd the enrichment's tests
-# start (built with the Go above): cached outside the repository.
+# start (built with the Go above): cached outside the repository. helm
+# lints and renders the chart (deploy/helm/loupe) in the tests.
 case "$purpose" in
 test | bench)
 	scripts/peers/kafka.sh
 	scripts/peers/kube.sh
 	;;
+esac
+case "$purpose" in
+test) scripts/peers/helm.sh ;;
 esac

@@ -31,13 +31,19 @@ func commands() []cli.Command {
 	cmds = append(cmds, capture.Commands()...)
 	cmds = append(cmds, rulesunit.Commands()...)
 	cmds = append(cmds, latencyquery.Commands()...)
-	return append(cmds, cli.Command{Name: "version", Summary: "print the version", Run: versionCmd})
+	return append(cmds,
+		cli.Command{Name: "mount-bpffs", Summary: "mount a bpf file system for pin_dir where the host has none (needs CAP_SYS_ADMIN: an init step)", Run: mountBpffsCmd},
+		cli.Command{Name: "version", Summary: "print the version", Run: versionCmd})
 }
 
 func usage(w io.Writer) {
 	fmt.Fprintf(w, "Usage: loupe <command> [flags]\n\nCommands:\n")
+	width := 0
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-8s %s\n", c.Name, c.Summary)
+		width = max(width, len(c.Name))
+	}
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-*s %s\n", width, c.Name, c.Summary)
 	}
 	fmt.Fprintf(w, "\nRun 'loupe <command> --help' for a command's flags.\n")
 }

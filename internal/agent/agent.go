@@ -18,7 +18,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"loupe/internal/api"
 	"loupe/internal/attach"
@@ -185,7 +184,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown,
 		for _, u := range units {
 			reg.MustRegister(u.Collectors()...)
 		}
-		if srv, err = serveHTTP(cfg.Listen, reg, log); err != nil {
+		if srv, err = serveHTTP(cfg.Listen, reg, ctl.currentState, log); err != nil {
 			return err
 		}
 		defer shutdownHTTP(srv, log)
@@ -345,15 +344,12 @@ func tableKind(s string) (datapath.TableKind, error) {
 	return 0, fmt.Errorf("map_type %q: want auto, percpu, shared or ringbuf", s)
 }
 
-func serveHTTP(addr string, reg *prometheus.Registry, log *slog.Logger) (*http.Server, error) {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelError)}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+func serveHTTP(addr string, reg *prometheus.Registry, state func() string, log *slog.Logger) (*http.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: httpHandler(reg, state, log), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("http server", "err", err)

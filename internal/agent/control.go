@@ -76,6 +76,9 @@ func (c *control) pending() error { return c.err }
 
 func (c *control) setState(s string) { c.state.Store(s) }
 
+// currentState is the agent's state, as the status reports it.
+func (c *control) currentState() string { return c.state.Load().(string) }
+
 // close stops the API; it may be called more than once. The agent calls
 // it before closing the units and the datapath, which the status reads.
 func (c *control) close() {
@@ -90,7 +93,7 @@ func (c *control) status(version string, units []capability.Unit, dp *datapath.D
 		PID:           os.Getpid(),
 		Started:       c.started.UTC().Format(time.RFC3339),
 		UptimeSeconds: time.Since(c.started).Round(time.Millisecond).Seconds(),
-		State:         c.state.Load().(string),
+		State:         c.currentState(),
 	}
 	for _, u := range units {
 		us := u.Status()
