@@ -26,6 +26,7 @@ import (
 	"loupe/internal/capability/capture"
 	dnsunit "loupe/internal/capability/dns"
 	"loupe/internal/capability/flows"
+	latencyunit "loupe/internal/capability/latency"
 	rulesunit "loupe/internal/capability/rules"
 	signalsunit "loupe/internal/capability/signals"
 	"loupe/internal/config"
@@ -87,6 +88,11 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown,
 		flowUnit.SetTCSignals(du)
 		units = append(units, du)
 	}
+	if cfg.Latency.Enabled {
+		// Its records go to a sink that counts them until the
+		// matcher sets its own (latencyunit.Unit.SetSink).
+		units = append(units, latencyunit.New(cfg.Latency, log))
+	}
 	// The memory budget pays for the kernel signals' tables too.
 	var reserved uint64
 	if cfg.Memory > 0 && cfg.Signals.Any() {
@@ -104,6 +110,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown,
 		Capture:     cfg.Capture.Sizes(),
 		DNS:         cfg.DNS.DNSSizes(),
 		Handshake:   cfg.DNS.HandshakeSizes(),
+		Latency:     cfg.Latency.Sizes(),
 		Logger:      log,
 	}, units, log)
 	if err != nil {
