@@ -34,6 +34,7 @@
 #include "dns/dns.h"
 #include "flows/flows.h"
 #include "handshake/handshake.h"
+#include "latency/hop.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -51,6 +52,10 @@ volatile const __u8 cfg_cap_rules = 0;
  * flows. In the build with every capability only. */
 volatile const __u8 cfg_cap_dns = 0;
 volatile const __u8 cfg_cap_handshake = 0;
+/* Per-hop latency (latency/hop.h): stamps of request and sampled TCP
+ * segments and the requests' trace context. In the build with every
+ * capability only. */
+volatile const __u8 cfg_cap_latency = 0;
 
 /* BTF only describes types that globals, maps and function signatures
  * reach; this pointer (in .bss, never used) makes the counter enum visible
@@ -65,6 +70,8 @@ const enum tunnel_flag *unused_tunnel_flag __attribute__((unused));
 const enum dns_counter *unused_dns_counter __attribute__((unused));
 const enum dns_flag *unused_dns_flag __attribute__((unused));
 const enum handshake_counter *unused_handshake_counter __attribute__((unused));
+const enum latency_counter *unused_latency_counter __attribute__((unused));
+const struct latency_event *unused_latency_event __attribute__((unused));
 
 /* The capabilities a build of the entry program contains (compile time). */
 #define CAP_FLOWS (1 << 0)
@@ -72,7 +79,8 @@ const enum handshake_counter *unused_handshake_counter __attribute__((unused));
 #define CAP_RULES (1 << 2)
 #define CAP_DNS (1 << 3)
 #define CAP_HANDSHAKE (1 << 4)
-#define CAP_ALL (CAP_FLOWS | CAP_CAPTURE | CAP_RULES | CAP_DNS | CAP_HANDSHAKE)
+#define CAP_LATENCY (1 << 5)
+#define CAP_ALL (CAP_FLOWS | CAP_CAPTURE | CAP_RULES | CAP_DNS | CAP_HANDSHAKE | CAP_LATENCY)
 
 /* The switches of DNS and the handshake are read where they are tested
  * (volatile: every use is a load) rather than kept in a variable from the
@@ -82,6 +90,7 @@ const enum handshake_counter *unused_handshake_counter __attribute__((unused));
  * two loads (the verifier removes the branches, not the loads). */
 #define DNS_ON(build) (((build) & CAP_DNS) && cfg_cap_dns)
 #define HANDSHAKE_ON(build) (((build) & CAP_HANDSHAKE) && cfg_cap_handshake)
+#define LATENCY_ON(build) (((build) & CAP_LATENCY) && cfg_cap_latency)
 
 /* hook runs the capabilities of build that are switched on. */
 static __always_inline int hook(struct __sk_buff *skb, __u8 direction, const __u32 build)
@@ -91,7 +100,7 @@ static __always_inline int hook(struct __sk_buff *skb, __u8 direction, const __u
 	struct flow_key key;
 	struct pkt p;
 
-	/* DNS and the handshake need flows (datapath.Load refuses them
+	/* DNS, the handshake and latency need flows (datapath.Load refuses them
 	 * alone): with flows and capture off, nothing is on. */
 	if (!(flows | capture))
 		return TCX_NEXT_ACTION;
@@ -106,6 +115,8 @@ static __always_inline int hook(struct __sk_buff *skb, __u8 direction, const __u
 		dns_observe(skb, &p, &key);
 	if (HANDSHAKE_ON(build))
 		handshake_observe(&p, &key);
+	if (LATENCY_ON(build))
+		latency_observe(skb, &p, &key);
 	/* Capture last: it is a function of its own (capture.h), and after a
 	 * call the verifier takes the memory handed to it for clobbered, p
 	 * included. */

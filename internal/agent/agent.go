@@ -25,6 +25,8 @@ import (
 	"loupe/internal/capability/capture"
 	dnsunit "loupe/internal/capability/dns"
 	"loupe/internal/capability/flows"
+	latencyunit "loupe/internal/capability/latency"
+	"loupe/internal/capability/latency/output"
 	rulesunit "loupe/internal/capability/rules"
 	signalsunit "loupe/internal/capability/signals"
 	"loupe/internal/config"
@@ -86,6 +88,13 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown,
 		flowUnit.SetTCSignals(du)
 		units = append(units, du)
 	}
+	if cfg.Latency.Enabled {
+		out, err := latencyOutput(cfg, log)
+		if err != nil {
+			return err
+		}
+		units = append(units, latencyunit.New(cfg.Latency, out, log))
+	}
 	// The memory budget pays for the kernel signals' tables too.
 	var reserved uint64
 	if cfg.Memory > 0 && cfg.Signals.Any() {
@@ -103,6 +112,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown,
 		Capture:     cfg.Capture.Sizes(),
 		DNS:         cfg.DNS.DNSSizes(),
 		Handshake:   cfg.DNS.HandshakeSizes(),
+		Latency:     cfg.Latency.Sizes(),
 		Logger:      log,
 	}, units, log)
 	if err != nil {
@@ -365,4 +375,20 @@ func shutdownHTTP(srv *http.Server, log *slog.Logger) {
 	if err := srv.Shutdown(ctx); err != nil {
 		log.Warn("http shutdown", "err", err)
 	}
+}
+
+// latencyOutput says where the latency unit's records go: the latency log
+// beside the flows in the store, and spans to every OTLP target.
+func latencyOutput(cfg config.Config, log *slog.Logger) (output.Options, error) {
+	o := output.Options{OTLPTargets: output.OTLPTargets(cfg.Export)}
+	if cfg.Store.Path != config.None {
+		o.StoreDir, o.Retention, o.MaxSize = cfg.Store.Path, cfg.Store.Retention, int64(cfg.Store.MaxSize)
+	}
+	if len(o.OTLPTargets) > 0 {
+		var err error
+		if o.OTLP, err = cfg.OTLP.Options(log); err != nil {
+			return o, err
+		}
+	}
+	return o, nil
 }

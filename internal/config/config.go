@@ -59,6 +59,7 @@ import (
 	"loupe/internal/api"
 	"loupe/internal/capability/capture"
 	dnsunit "loupe/internal/capability/dns"
+	latencyunit "loupe/internal/capability/latency"
 	rulesunit "loupe/internal/capability/rules"
 	signalsunit "loupe/internal/capability/signals"
 	"loupe/internal/config/check"
@@ -106,6 +107,9 @@ type Config struct {
 	// DNS is the section of the signals at the TC hook (DNS exchanges,
 	// TCP handshake RTT), owned by their unit's package.
 	DNS dnsunit.Config `yaml:"dns"`
+	// Latency is the per-hop latency capability's section, owned by its
+	// unit's package.
+	Latency latencyunit.Config `yaml:"latency"`
 	// Kubernetes is the enrichment's section (pod, workload, service and
 	// node names), owned by its package.
 	Kubernetes k8s.Config `yaml:"kubernetes"`
@@ -146,6 +150,7 @@ func Default() Config {
 		Rules:      rulesunit.DefaultConfig(),
 		Signals:    signalsunit.DefaultConfig(),
 		DNS:        dnsunit.DefaultConfig(),
+		Latency:    latencyunit.DefaultConfig(),
 		Kubernetes: k8s.DefaultConfig(),
 		Exporters:  targets.Default(),
 		Prometheus: promflow.DefaultConfig(),

@@ -18,6 +18,7 @@ import (
 	"loupe/internal/api"
 	"loupe/internal/capability/capture"
 	dnsunit "loupe/internal/capability/dns"
+	latencyunit "loupe/internal/capability/latency"
 	rulesunit "loupe/internal/capability/rules"
 	signalsunit "loupe/internal/capability/signals"
 	"loupe/internal/config/check"
@@ -27,6 +28,7 @@ import (
 	"loupe/internal/export/otlp"
 	"loupe/internal/export/promflow"
 	"loupe/internal/export/targets"
+	"loupe/internal/hop"
 	"loupe/internal/k8s"
 )
 
@@ -105,6 +107,7 @@ func TestDefault(t *testing.T) {
 		Signals: signalsunit.Config{RTT: true, Retransmits: true, Drops: true, TableSize: 16384},
 		DNS: dnsunit.Config{Enabled: true, HandshakeRTT: true, Timeout: 5 * time.Second, MaxPending: 4096, MaxFlows: 8192,
 			HandshakeMaxPending: 8192},
+		Latency:    latencyunit.Config{HeaderScanLimit: 16 << 10, ScanTableSize: 16384, RingSize: 1 << 20, Matching: hop.DefaultConfig()},
 		Kubernetes: k8s.Config{History: 10 * time.Minute},
 		Exporters: targets.Exporters{
 			Delivery: delivery.Config{QueueSize: 65536, BatchSize: 4096, MaxLinger: time.Second,
@@ -209,6 +212,16 @@ func keyCases() []keyCase {
 		{"dns.handshake_rtt", "false", func(c *Config) { c.DNS.HandshakeRTT = false }},
 		{"dns.timeout", "2s", func(c *Config) { c.DNS.Timeout = 2 * time.Second }},
 		{"dns.max_pending", "100", func(c *Config) { c.DNS.MaxPending = 100 }},
+		{"latency.enabled", "true", func(c *Config) { c.Latency.Enabled = true }},
+		{"latency.sampling", "100", func(c *Config) { c.Latency.Sampling = 100 }},
+		{"latency.header_scan_limit", "32768", func(c *Config) { c.Latency.HeaderScanLimit = 32 << 10 }},
+		{"latency.scan_table_size", "1000", func(c *Config) { c.Latency.ScanTableSize = 1000 }},
+		{"latency.table_size", "1000", func(c *Config) { c.Latency.Matching.TableSize = 1000 }},
+		{"latency.ring_size", "2097152", func(c *Config) { c.Latency.RingSize = 2 << 20 }},
+		{"latency.match_window", "50ms", func(c *Config) { c.Latency.Matching.MatchWindow = 50 * time.Millisecond }},
+		{"latency.clock_sync", "true", func(c *Config) { c.Latency.Matching.ClockSync = true }},
+		{"latency.max_pairs", "64", func(c *Config) { c.Latency.Matching.MaxPairs = 64 }},
+		{"latency.node_name", "node-a", func(c *Config) { c.Latency.Matching.NodeName = "node-a" }},
 		{"dns.max_flows", "200", func(c *Config) { c.DNS.MaxFlows = 200 }},
 		{"dns.handshake_max_pending", "300", func(c *Config) { c.DNS.HandshakeMaxPending = 300 }},
 		{"kubernetes.kubeconfig", "/etc/loupe/kubeconfig", func(c *Config) { c.Kubernetes.Kubeconfig = "/etc/loupe/kubeconfig" }},

@@ -114,7 +114,10 @@ type Options struct {
 	// Capabilities.
 	DNS       DNSSizes
 	Handshake HandshakeSizes
-	Logger    *slog.Logger
+	// Latency configures the latency capability (zero value: the
+	// defaults), used when "latency" is among Capabilities.
+	Latency LatencySizes
+	Logger  *slog.Logger
 
 	// sketchParams, if set, is the sketch's shape instead of SketchBytes'
 	// (tests: shapes sketch.Size never picks).
@@ -206,6 +209,17 @@ func Load(opts Options) (*Datapath, error) {
 		return nil, fmt.Errorf("set rules cache: %w", err)
 	}
 	if err := sizeTCSignals(spec, &opts); err != nil {
+		return nil, err
+	}
+	latency := slices.Contains(opts.Capabilities, "latency")
+	if latency && !slices.Contains(opts.Capabilities, "flows") {
+		// The entry programs parse only when flows or capture is on.
+		return nil, errors.New("the latency capability needs flows")
+	}
+	if opts.Latency == (LatencySizes{}) {
+		opts.Latency = DefaultLatencySizes()
+	}
+	if err := sizeLatency(spec, opts.Latency, latency); err != nil {
 		return nil, err
 	}
 	if opts.Capture == (CaptureSizes{}) {

@@ -389,6 +389,44 @@ type loupeKeepSlot struct {
 	Data [2048]uint8
 }
 
+type loupeLatencyCounter uint32
+
+const (
+	loupeLatencyCounterLATENCY_REQUESTS          loupeLatencyCounter = 0
+	loupeLatencyCounterLATENCY_FOUND_TRACEPARENT loupeLatencyCounter = 1
+	loupeLatencyCounterLATENCY_FOUND_B3          loupeLatencyCounter = 2
+	loupeLatencyCounterLATENCY_FOUND_B3SINGLE    loupeLatencyCounter = 3
+	loupeLatencyCounterLATENCY_FOUND_TCP_OPTION  loupeLatencyCounter = 4
+	loupeLatencyCounterLATENCY_FOUND_IP_OPTION   loupeLatencyCounter = 5
+	loupeLatencyCounterLATENCY_NOT_FOUND         loupeLatencyCounter = 6
+	loupeLatencyCounterLATENCY_SCAN_LIMIT        loupeLatencyCounter = 7
+	loupeLatencyCounterLATENCY_SCAN_EVICTED      loupeLatencyCounter = 8
+	loupeLatencyCounterLATENCY_SCAN_OUT_OF_ORDER loupeLatencyCounter = 9
+	loupeLatencyCounterLATENCY_SCAN_LOAD_ERROR   loupeLatencyCounter = 10
+	loupeLatencyCounterLATENCY_MALFORMED         loupeLatencyCounter = 11
+	loupeLatencyCounterLATENCY_NOT_HTTP          loupeLatencyCounter = 12
+	loupeLatencyCounterLATENCY_SCAN_TABLE_FULL   loupeLatencyCounter = 13
+	loupeLatencyCounterLATENCY_SAMPLED           loupeLatencyCounter = 14
+	loupeLatencyCounterLATENCY_RING_FULL_REQUEST loupeLatencyCounter = 15
+	loupeLatencyCounterLATENCY_RING_FULL_SAMPLED loupeLatencyCounter = 16
+	loupeLatencyCounterLATENCY_RING_FULL_CONTEXT loupeLatencyCounter = 17
+	loupeLatencyCounterLATENCY_COUNTER_MAX       loupeLatencyCounter = 18
+)
+
+type loupeLatencyEvent struct {
+	_        structs.HostLayout
+	Time     uint64
+	Key      loupeFlowKey
+	Seq      uint32
+	Len      uint32
+	Record   uint8
+	Kind     uint8
+	Tunneled uint8
+	Pad      uint8
+	TraceId  [16]uint8
+	SpanId   [8]uint8
+}
+
 type loupeRule struct {
 	_             structs.HostLayout
 	PortLo        uint16
@@ -496,6 +534,40 @@ type loupeTableState struct {
 	InstalledB uint64
 }
 
+type loupeTraceScan struct {
+	_        structs.HostLayout
+	StartSeq uint32
+	NextSeq  uint32
+	Scanned  uint32
+	CarryLen uint8
+	Flags    uint8
+	Source   uint8
+	Pad      uint8
+	TraceId  [16]uint8
+	SpanId   [8]uint8
+	Carry    [128]uint8
+}
+
+type loupeTraceScratch struct {
+	_         structs.HostLayout
+	Win       [64]uint64
+	Line      [256]uint8
+	Scan      loupeTraceScan
+	Off       uint32
+	Len       uint32
+	Outcome   uint32
+	Malformed uint32
+	Seq       uint32
+	SegLen    uint32
+	Slot      uint32
+	Tag       uint32
+	OptAt     uint32
+	WinLen    uint32
+	Limited   uint32
+	Tunneled  uint8
+	Pad       [3]uint8
+}
+
 type loupeTunnelFlag uint32
 
 const (
@@ -586,6 +658,10 @@ const (
 	loupeMapHandshakePending       = "handshake_pending"
 	loupeMapHandshakeStats         = "handshake_stats"
 	loupeMapHandshakeSynacks       = "handshake_synacks"
+	loupeMapLatencyCounters        = "latency_counters"
+	loupeMapLatencyEvents          = "latency_events"
+	loupeMapLatencyScans           = "latency_scans"
+	loupeMapLatencySlots           = "latency_slots"
 	loupeMapRules0                 = "rules_0"
 	loupeMapRules1                 = "rules_1"
 	loupeMapRulesCache             = "rules_cache"
@@ -604,6 +680,7 @@ const (
 	loupeMapSketchConf             = "sketch_conf"
 	loupeMapSketchFilter           = "sketch_filter"
 	loupeMapSketchSpill            = "sketch_spill"
+	loupeMapTraceScratch           = "trace_scratch"
 	loupeMapTunnelScratch          = "tunnel_scratch"
 	loupeMapTunnelsA               = "tunnels_a"
 	loupeMapTunnelsB               = "tunnels_b"
@@ -617,6 +694,7 @@ const (
 	loupeVarCfgCapDns              = "cfg_cap_dns"
 	loupeVarCfgCapFlows            = "cfg_cap_flows"
 	loupeVarCfgCapHandshake        = "cfg_cap_handshake"
+	loupeVarCfgCapLatency          = "cfg_cap_latency"
 	loupeVarCfgCapRules            = "cfg_cap_rules"
 	loupeVarCfgOffpath             = "cfg_offpath"
 	loupeVarCfgRulesCache          = "cfg_rules_cache"
@@ -633,6 +711,9 @@ const (
 	loupeVarKeepPackets            = "keep_packets"
 	loupeVarKeepSlotsPerCpu        = "keep_slots_per_cpu"
 	loupeVarKeepSnap               = "keep_snap"
+	loupeVarLatencySampleThreshold = "latency_sample_threshold"
+	loupeVarLatencyScanLimit       = "latency_scan_limit"
+	loupeVarLatencySlotMask        = "latency_slot_mask"
 	loupeVarUnusedCaptureCounter   = "unused_capture_counter"
 	loupeVarUnusedCaptureEvent     = "unused_capture_event"
 	loupeVarUnusedCapturePkt       = "unused_capture_pkt"
@@ -640,6 +721,8 @@ const (
 	loupeVarUnusedDnsCounter       = "unused_dns_counter"
 	loupeVarUnusedDnsFlag          = "unused_dns_flag"
 	loupeVarUnusedHandshakeCounter = "unused_handshake_counter"
+	loupeVarUnusedLatencyCounter   = "unused_latency_counter"
+	loupeVarUnusedLatencyEvent     = "unused_latency_event"
 	loupeVarUnusedRuleStats        = "unused_rule_stats"
 	loupeVarUnusedTunnelFlag       = "unused_tunnel_flag"
 	loupeVarUnusedTunnelType       = "unused_tunnel_type"
@@ -730,6 +813,10 @@ type loupeMapSpecs struct {
 	HandshakePending   *ebpf.MapSpec `ebpf:"handshake_pending"`
 	HandshakeStats     *ebpf.MapSpec `ebpf:"handshake_stats"`
 	HandshakeSynacks   *ebpf.MapSpec `ebpf:"handshake_synacks"`
+	LatencyCounters    *ebpf.MapSpec `ebpf:"latency_counters"`
+	LatencyEvents      *ebpf.MapSpec `ebpf:"latency_events"`
+	LatencyScans       *ebpf.MapSpec `ebpf:"latency_scans"`
+	LatencySlots       *ebpf.MapSpec `ebpf:"latency_slots"`
 	Rules0             *ebpf.MapSpec `ebpf:"rules_0"`
 	Rules1             *ebpf.MapSpec `ebpf:"rules_1"`
 	RulesCache         *ebpf.MapSpec `ebpf:"rules_cache"`
@@ -748,6 +835,7 @@ type loupeMapSpecs struct {
 	SketchConf         *ebpf.MapSpec `ebpf:"sketch_conf"`
 	SketchFilter       *ebpf.MapSpec `ebpf:"sketch_filter"`
 	SketchSpill        *ebpf.MapSpec `ebpf:"sketch_spill"`
+	TraceScratch       *ebpf.MapSpec `ebpf:"trace_scratch"`
 	TunnelScratch      *ebpf.MapSpec `ebpf:"tunnel_scratch"`
 	TunnelsA           *ebpf.MapSpec `ebpf:"tunnels_a"`
 	TunnelsB           *ebpf.MapSpec `ebpf:"tunnels_b"`
@@ -763,6 +851,7 @@ type loupeVariableSpecs struct {
 	CfgCapDns              *ebpf.VariableSpec `ebpf:"cfg_cap_dns"`
 	CfgCapFlows            *ebpf.VariableSpec `ebpf:"cfg_cap_flows"`
 	CfgCapHandshake        *ebpf.VariableSpec `ebpf:"cfg_cap_handshake"`
+	CfgCapLatency          *ebpf.VariableSpec `ebpf:"cfg_cap_latency"`
 	CfgCapRules            *ebpf.VariableSpec `ebpf:"cfg_cap_rules"`
 	CfgOffpath             *ebpf.VariableSpec `ebpf:"cfg_offpath"`
 	CfgRulesCache          *ebpf.VariableSpec `ebpf:"cfg_rules_cache"`
@@ -779,6 +868,9 @@ type loupeVariableSpecs struct {
 	KeepPackets            *ebpf.VariableSpec `ebpf:"keep_packets"`
 	KeepSlotsPerCpu        *ebpf.VariableSpec `ebpf:"keep_slots_per_cpu"`
 	KeepSnap               *ebpf.VariableSpec `ebpf:"keep_snap"`
+	LatencySampleThreshold *ebpf.VariableSpec `ebpf:"latency_sample_threshold"`
+	LatencyScanLimit       *ebpf.VariableSpec `ebpf:"latency_scan_limit"`
+	LatencySlotMask        *ebpf.VariableSpec `ebpf:"latency_slot_mask"`
 	UnusedCaptureCounter   *ebpf.VariableSpec `ebpf:"unused_capture_counter"`
 	UnusedCaptureEvent     *ebpf.VariableSpec `ebpf:"unused_capture_event"`
 	UnusedCapturePkt       *ebpf.VariableSpec `ebpf:"unused_capture_pkt"`
@@ -786,6 +878,8 @@ type loupeVariableSpecs struct {
 	UnusedDnsCounter       *ebpf.VariableSpec `ebpf:"unused_dns_counter"`
 	UnusedDnsFlag          *ebpf.VariableSpec `ebpf:"unused_dns_flag"`
 	UnusedHandshakeCounter *ebpf.VariableSpec `ebpf:"unused_handshake_counter"`
+	UnusedLatencyCounter   *ebpf.VariableSpec `ebpf:"unused_latency_counter"`
+	UnusedLatencyEvent     *ebpf.VariableSpec `ebpf:"unused_latency_event"`
 	UnusedRuleStats        *ebpf.VariableSpec `ebpf:"unused_rule_stats"`
 	UnusedTunnelFlag       *ebpf.VariableSpec `ebpf:"unused_tunnel_flag"`
 	UnusedTunnelType       *ebpf.VariableSpec `ebpf:"unused_tunnel_type"`
@@ -844,6 +938,10 @@ type loupeMaps struct {
 	HandshakePending   *ebpf.Map `ebpf:"handshake_pending"`
 	HandshakeStats     *ebpf.Map `ebpf:"handshake_stats"`
 	HandshakeSynacks   *ebpf.Map `ebpf:"handshake_synacks"`
+	LatencyCounters    *ebpf.Map `ebpf:"latency_counters"`
+	LatencyEvents      *ebpf.Map `ebpf:"latency_events"`
+	LatencyScans       *ebpf.Map `ebpf:"latency_scans"`
+	LatencySlots       *ebpf.Map `ebpf:"latency_slots"`
 	Rules0             *ebpf.Map `ebpf:"rules_0"`
 	Rules1             *ebpf.Map `ebpf:"rules_1"`
 	RulesCache         *ebpf.Map `ebpf:"rules_cache"`
@@ -862,6 +960,7 @@ type loupeMaps struct {
 	SketchConf         *ebpf.Map `ebpf:"sketch_conf"`
 	SketchFilter       *ebpf.Map `ebpf:"sketch_filter"`
 	SketchSpill        *ebpf.Map `ebpf:"sketch_spill"`
+	TraceScratch       *ebpf.Map `ebpf:"trace_scratch"`
 	TunnelScratch      *ebpf.Map `ebpf:"tunnel_scratch"`
 	TunnelsA           *ebpf.Map `ebpf:"tunnels_a"`
 	TunnelsB           *ebpf.Map `ebpf:"tunnels_b"`
@@ -902,6 +1001,10 @@ func (m *loupeMaps) Close() error {
 		m.HandshakePending,
 		m.HandshakeStats,
 		m.HandshakeSynacks,
+		m.LatencyCounters,
+		m.LatencyEvents,
+		m.LatencyScans,
+		m.LatencySlots,
 		m.Rules0,
 		m.Rules1,
 		m.RulesCache,
@@ -920,6 +1023,7 @@ func (m *loupeMaps) Close() error {
 		m.SketchConf,
 		m.SketchFilter,
 		m.SketchSpill,
+		m.TraceScratch,
 		m.TunnelScratch,
 		m.TunnelsA,
 		m.TunnelsB,
@@ -936,6 +1040,7 @@ type loupeVariables struct {
 	CfgCapDns              *ebpf.Variable `ebpf:"cfg_cap_dns"`
 	CfgCapFlows            *ebpf.Variable `ebpf:"cfg_cap_flows"`
 	CfgCapHandshake        *ebpf.Variable `ebpf:"cfg_cap_handshake"`
+	CfgCapLatency          *ebpf.Variable `ebpf:"cfg_cap_latency"`
 	CfgCapRules            *ebpf.Variable `ebpf:"cfg_cap_rules"`
 	CfgOffpath             *ebpf.Variable `ebpf:"cfg_offpath"`
 	CfgRulesCache          *ebpf.Variable `ebpf:"cfg_rules_cache"`
@@ -952,6 +1057,9 @@ type loupeVariables struct {
 	KeepPackets            *ebpf.Variable `ebpf:"keep_packets"`
 	KeepSlotsPerCpu        *ebpf.Variable `ebpf:"keep_slots_per_cpu"`
 	KeepSnap               *ebpf.Variable `ebpf:"keep_snap"`
+	LatencySampleThreshold *ebpf.Variable `ebpf:"latency_sample_threshold"`
+	LatencyScanLimit       *ebpf.Variable `ebpf:"latency_scan_limit"`
+	LatencySlotMask        *ebpf.Variable `ebpf:"latency_slot_mask"`
 	UnusedCaptureCounter   *ebpf.Variable `ebpf:"unused_capture_counter"`
 	UnusedCaptureEvent     *ebpf.Variable `ebpf:"unused_capture_event"`
 	UnusedCapturePkt       *ebpf.Variable `ebpf:"unused_capture_pkt"`
@@ -959,6 +1067,8 @@ type loupeVariables struct {
 	UnusedDnsCounter       *ebpf.Variable `ebpf:"unused_dns_counter"`
 	UnusedDnsFlag          *ebpf.Variable `ebpf:"unused_dns_flag"`
 	UnusedHandshakeCounter *ebpf.Variable `ebpf:"unused_handshake_counter"`
+	UnusedLatencyCounter   *ebpf.Variable `ebpf:"unused_latency_counter"`
+	UnusedLatencyEvent     *ebpf.Variable `ebpf:"unused_latency_event"`
 	UnusedRuleStats        *ebpf.Variable `ebpf:"unused_rule_stats"`
 	UnusedTunnelFlag       *ebpf.Variable `ebpf:"unused_tunnel_flag"`
 	UnusedTunnelType       *ebpf.Variable `ebpf:"unused_tunnel_type"`

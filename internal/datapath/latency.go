@@ -1,0 +1,235 @@
+package datapath
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/ringbuf"
+
+	"loupe/internal/hop"
+)
+
+// The latency capability's maps (bpf/latency/hop.h): the ring of stamps
+// and trace contexts, the scans in progress (an LRU) with their slots, and
+// counters. The latency unit (internal/capability/latency) reads the ring
+// into a hop.Sink; the datapath sizes the maps, sets the sampling rate and
+// the scan limit, and decodes the records.
+
+// LatencySizes configure the latency capability.
+type LatencySizes struct {
+	// Sampling stamps 1 in Sampling TCP segments with payload (0: none
+	// but requests).
+	Sampling int
+	// ScanLimit is the bytes of a request's header block scanned for its
+	// trace context, at most.
+	ScanLimit int
+	// Scans is the requests whose header block is scanned at once, per
+	// hook (an LRU: past it, the oldest scan is forgotten and counted).
+	Scans int
+	// RingSize is the ring buffer's bytes: a power of two, at least a
+	// page.
+	RingSize int
+}
+
+// DefaultLatencySizes are the sizes when the configuration says nothing.
+func DefaultLatencySizes() LatencySizes {
+	return LatencySizes{Sampling: 0, ScanLimit: 16 << 10, Scans: 16384, RingSize: 1 << 20}
+}
+
+// Bounds of LatencySizes.ScanLimit: the kernel scans at most 64 KiB of
+// one buffer, any number of buffers.
+const (
+	MinLatencyScanLimit = 256
+	MaxLatencyScanLimit = 1 << 20
+)
+
+// latencyRecordSize is struct latency_event's size.
+const latencyRecordSize = 104
+
+// sizeLatency sizes the latency maps of spec; off, at their smallest.
+func sizeLatency(spec *ebpf.CollectionSpec, s LatencySizes, on bool) error {
+	page := os.Getpagesize()
+	if !on {
+		s = LatencySizes{ScanLimit: MinLatencyScanLimit, Scans: 1, RingSize: page}
+	}
+	if err := checkTableSize("latency scans", s.Scans); err != nil {
+		return err
+	}
+	if s.ScanLimit < MinLatencyScanLimit || s.ScanLimit > MaxLatencyScanLimit {
+		return fmt.Errorf("latency header scan limit %d: must be %d to %d", s.ScanLimit, MinLatencyScanLimit, MaxLatencyScanLimit)
+	}
+	if s.Sampling < 0 {
+		return fmt.Errorf("latency sampling 1:%d: must not be negative", s.Sampling)
+	}
+	if s.RingSize < page || s.RingSize&(s.RingSize-1) != 0 {
+		return fmt.Errorf("latency ring size %d: must be a power of two of at least %d", s.RingSize, page)
+	}
+	spec.Maps[loupeMapLatencyScans].MaxEntries = uint32(s.Scans)
+	spec.Maps[loupeMapLatencyEvents].MaxEntries = uint32(s.RingSize)
+	// Twice the scans' slots, so that few connections share one.
+	slots := roundPow2(2 * s.Scans)
+	if !on {
+		slots = 1
+	}
+	spec.Maps[loupeMapLatencySlots].MaxEntries = uint32(slots)
+	if err := spec.Variables[loupeVarLatencySlotMask].Set(uint32(slots - 1)); err != nil {
+		return fmt.Errorf("set latency slots: %w", err)
+	}
+	if err := spec.Variables[loupeVarLatencyScanLimit].Set(uint32(s.ScanLimit)); err != nil {
+		return fmt.Errorf("set latency scan limit: %w", err)
+	}
+	if err := spec.Variables[loupeVarLatencySampleThreshold].Set(sampleThreshold(s.Sampling)); err != nil {
+		return fmt.Errorf("set latency sampling: %w", err)
+	}
+	return nil
+}
+
+// sampleThreshold is the kernel's threshold for 1 in n: a segment is kept
+// when the top 32 bits of its hash are below it.
+func sampleThreshold(n int) uint64 {
+	if n <= 0 {
+		return 0
+	}
+	return ((1 << 32) + uint64(n) - 1) / uint64(n)
+}
+
+// The records of the ring (enum latency_record).
+const (
+	latencyRecStamp   = 1
+	latencyRecContext = 2
+)
+
+// LatencyReader reads the latency ring and hands its records to a sink.
+type LatencyReader struct {
+	r   *ringbuf.Reader
+	rec ringbuf.Record
+}
+
+// OpenLatency opens the reader of the latency ring.
+func (d *Datapath) OpenLatency() (*LatencyReader, error) {
+	if !d.hasCapability("latency") {
+		return nil, errors.New("the latency capability is not loaded")
+	}
+	r, err := ringbuf.NewReader(d.objs.LatencyEvents)
+	if err != nil {
+		return nil, fmt.Errorf("open latency ring: %w", err)
+	}
+	return &LatencyReader{r: r}, nil
+}
+
+// ErrLatencyClosed is returned by Read once the reader is closed.
+var ErrLatencyClosed = errors.New("latency reader closed")
+
+// errLatencyTimeout is what ringbuf returns when the deadline passes.
+var errLatencyTimeout = os.ErrDeadlineExceeded
+
+// Read hands the records the ring holds to sink, waiting at most wait for
+// the first one (0: no wait). It returns the stamps and contexts handed
+// and the records it could not decode. It returns ErrLatencyClosed once
+// Close was called.
+func (l *LatencyReader) Read(sink hop.Sink, wait time.Duration) (stamps, contexts, bad int, err error) {
+	deadline := time.Now().Add(wait)
+	for {
+		l.r.SetDeadline(deadline)
+		if err := l.r.ReadInto(&l.rec); err != nil {
+			switch {
+			case errors.Is(err, errLatencyTimeout):
+				return stamps, contexts, bad, nil
+			case errors.Is(err, ringbuf.ErrClosed):
+				return stamps, contexts, bad, ErrLatencyClosed
+			}
+			return stamps, contexts, bad, fmt.Errorf("read latency ring: %w", err)
+		}
+		st, ctx, kind, err := DecodeLatencyRecord(l.rec.RawSample)
+		switch {
+		case err != nil:
+			bad++
+		case kind == latencyRecStamp:
+			sink.Stamp(st)
+			stamps++
+		default:
+			sink.Context(ctx)
+			contexts++
+		}
+		// Once something came, take what else is there without waiting.
+		deadline = time.Now()
+	}
+}
+
+// Close stops the reader; a Read in progress returns ErrLatencyClosed.
+func (l *LatencyReader) Close() error { return l.r.Close() }
+
+// DecodeLatencyRecord decodes one ring record: a stamp (kind 1) or a
+// context (kind 2).
+func DecodeLatencyRecord(raw []byte) (hop.Stamp, hop.Context, int, error) {
+	var b loupeLatencyEvent
+	if len(raw) < latencyRecordSize {
+		return hop.Stamp{}, hop.Context{}, 0, fmt.Errorf("latency record of %d bytes, want %d", len(raw), latencyRecordSize)
+	}
+	if err := binary.Read(bytes.NewReader(raw[:latencyRecordSize]), binary.NativeEndian, &b); err != nil {
+		return hop.Stamp{}, hop.Context{}, 0, err
+	}
+	switch b.Record {
+	case latencyRecStamp:
+		s := hop.Stamp{TimeNs: b.Time, Tunneled: b.Tunneled != 0, Seq: b.Seq, Len: b.Len, Kind: hop.Kind(b.Kind)}
+		keyFromBPF(&s.Key, &b.Key)
+		return s, hop.Context{}, latencyRecStamp, nil
+	case latencyRecContext:
+		c := hop.Context{TimeNs: b.Time, Tunneled: b.Tunneled != 0, Seq: b.Seq, TraceID: b.TraceId, SpanID: b.SpanId,
+			Source: hop.Source(b.Kind)}
+		keyFromBPF(&c.Key, &b.Key)
+		return hop.Stamp{}, c, latencyRecContext, nil
+	}
+	return hop.Stamp{}, hop.Context{}, 0, fmt.Errorf("latency record of type %d", b.Record)
+}
+
+// latencyCounterNames follows enum latency_counter.
+var latencyCounterNames = [loupeLatencyCounterLATENCY_COUNTER_MAX]string{
+	loupeLatencyCounterLATENCY_REQUESTS:          "requests",
+	loupeLatencyCounterLATENCY_FOUND_TRACEPARENT: "found_traceparent",
+	loupeLatencyCounterLATENCY_FOUND_B3:          "found_b3",
+	loupeLatencyCounterLATENCY_FOUND_B3SINGLE:    "found_b3_single",
+	loupeLatencyCounterLATENCY_FOUND_TCP_OPTION:  "found_tcp_option",
+	loupeLatencyCounterLATENCY_FOUND_IP_OPTION:   "found_ip_option",
+	loupeLatencyCounterLATENCY_NOT_FOUND:         "not_found",
+	loupeLatencyCounterLATENCY_SCAN_LIMIT:        "scan_limit",
+	loupeLatencyCounterLATENCY_SCAN_EVICTED:      "scan_evicted",
+	loupeLatencyCounterLATENCY_SCAN_OUT_OF_ORDER: "scan_out_of_order",
+	loupeLatencyCounterLATENCY_SCAN_LOAD_ERROR:   "scan_load_error",
+	loupeLatencyCounterLATENCY_MALFORMED:         "malformed",
+	loupeLatencyCounterLATENCY_NOT_HTTP:          "not_http",
+	loupeLatencyCounterLATENCY_SCAN_TABLE_FULL:   "scan_table_full",
+	loupeLatencyCounterLATENCY_SAMPLED:           "sampled",
+	loupeLatencyCounterLATENCY_RING_FULL_REQUEST: "ring_full_request",
+	loupeLatencyCounterLATENCY_RING_FULL_SAMPLED: "ring_full_sampled",
+	loupeLatencyCounterLATENCY_RING_FULL_CONTEXT: "ring_full_context",
+}
+
+// LatencyCounters reads and sums the latency capability's per-CPU
+// counters.
+func (d *Datapath) LatencyCounters() ([]Counter, error) {
+	return sumCounters(d.objs.LatencyCounters, latencyCounterNames[:], d.ncpu)
+}
+
+// LatencyScans counts the scans in progress (a walk of the table: for the
+// status, not for every scrape).
+func (d *Datapath) LatencyScans() (int, error) {
+	var (
+		k loupeFlowKey
+		n int
+	)
+	v := make([]byte, d.objs.LatencyScans.ValueSize())
+	it := d.objs.LatencyScans.Iterate()
+	for it.Next(&k, &v) {
+		n++
+	}
+	if err := it.Err(); err != nil {
+		return n, fmt.Errorf("count latency scans: %w", err)
+	}
+	return n, nil
+}
