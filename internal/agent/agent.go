@@ -25,6 +25,7 @@ import (
 	"loupe/internal/capability/capture"
 	dnsunit "loupe/internal/capability/dns"
 	"loupe/internal/capability/flows"
+	kubeunit "loupe/internal/capability/kubernetes"
 	latencyunit "loupe/internal/capability/latency"
 	"loupe/internal/capability/latency/output"
 	rulesunit "loupe/internal/capability/rules"
@@ -32,6 +33,7 @@ import (
 	"loupe/internal/config"
 	"loupe/internal/datapath"
 	"loupe/internal/ifnames"
+	"loupe/internal/k8s"
 )
 
 // Run runs the agent until ctx is done, then shuts down gracefully: detach,
@@ -95,6 +97,18 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown,
 		}
 		units = append(units, latencyunit.New(cfg.Latency, out, log))
 	}
+	// Kubernetes names: the resolver watches the cluster for the agent's
+	// lifetime (its unit), and the flows unit names every record by it.
+	// Without a cluster it is off, and records go to the sinks as they
+	// are.
+	resolver, err := k8s.New(cfg.Kubernetes, k8s.Options{Logger: log})
+	if err != nil {
+		return err
+	}
+	if resolver.On() {
+		flowUnit.SetNamer(resolver)
+	}
+	units = append(units, kubeunit.New(resolver))
 	// The memory budget pays for the kernel signals' tables too.
 	var reserved uint64
 	if cfg.Memory > 0 && cfg.Signals.Any() {

@@ -116,13 +116,16 @@ type Field struct {
 
 	Uint    func(r *Record) uint64 // TypeUint, TypeDirection, TypeAccuracy, TypeEnum
 	SetUint func(r *Record, v uint64)
-	Str     func(r *Record) *string      // TypeString
-	MAC     func(r *Record) *[6]byte     // TypeMAC
-	Addr    func(r *Record) *[16]byte    // TypeAddr
-	Time    func(r *Record) *time.Time   // TypeTime
-	Float   func(r *Record) *float64     // TypeFloat
-	IP      func(r *Record) *netip.Addr  // TypeIP
-	Counts  func(r *Record) *DropReasons // TypeCounts
+	Str     func(r *Record) *string // TypeString
+	// SetStr, where set, is how a TypeString field is written: a name
+	// that copies of a record share (Record.K8s) is copied first.
+	SetStr func(r *Record, s string)
+	MAC    func(r *Record) *[6]byte     // TypeMAC
+	Addr   func(r *Record) *[16]byte    // TypeAddr
+	Time   func(r *Record) *time.Time   // TypeTime
+	Float  func(r *Record) *float64     // TypeFloat
+	IP     func(r *Record) *netip.Addr  // TypeIP
+	Counts func(r *Record) *DropReasons // TypeCounts
 
 	// Wire is the field's identifier in each wire format.
 	Wire Wire
@@ -130,6 +133,15 @@ type Field struct {
 
 // AppliesTo reports whether f can be non-zero in r.
 func (f *Field) AppliesTo(r *Record) bool { return f.Applies == nil || f.Applies(r) }
+
+// SetString writes a TypeString field.
+func (f *Field) SetString(r *Record, s string) {
+	if f.SetStr != nil {
+		f.SetStr(r, s)
+		return
+	}
+	*f.Str(r) = s
+}
 
 // MarkPresent sets f's bit in r.Has, for a decoder that wrote the field
 // through an accessor other than SetUint.
@@ -211,8 +223,9 @@ func isEstimate(r *Record) bool  { return r.Estimated() }
 // has is the Applies of a field present only where measured.
 func has(p Presence) func(r *Record) bool { return func(r *Record) bool { return r.Has&p != 0 } }
 
-// fields is the table. It is read-only: Fields hands out copies.
-var fields = [...]Field{
+// fields is the table, the Kubernetes names last (k8s.go). It is
+// read-only: Fields hands out copies.
+var fields = append([]Field{
 	{
 		Name: "iface", Type: TypeString,
 		Doc:  "interface name at eviction (`\"\"` if unknown)",
@@ -568,4 +581,4 @@ var fields = [...]Field{
 		Wire: Wire{Proto: 15, Store: 2, OTLP: []string{OTLPTimestamp},
 			IPFIX: []IE{{ID: 153, Name: "flowEndMilliseconds"}}},
 	},
-}
+}, k8sFields()...)

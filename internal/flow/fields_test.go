@@ -74,9 +74,35 @@ func goFields(typ reflect.Type, prefix string) []string {
 			out = append(out, goFields(f.Type, prefix+f.Name+".")...)
 			continue
 		}
+		if t, ok := flowStruct(f.Type); ok {
+			out = append(out, goFields(t, prefix+f.Name+".")...)
+			continue
+		}
 		out = append(out, prefix+f.Name)
 	}
 	return out
+}
+
+// flowStruct reports whether a field of type t is a struct of this package
+// (or a pointer to one) whose fields are fields of the table each: the
+// Kubernetes names, K8s and its ends.
+func flowStruct(t reflect.Type) (reflect.Type, bool) {
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t, t.Kind() == reflect.Struct && t.PkgPath() == reflect.TypeFor[flow.Record]().PkgPath()
+}
+
+// deref is v, a struct of type t or a pointer to one, as a struct: the
+// zero struct for nil.
+func deref(v reflect.Value, t reflect.Type) reflect.Value {
+	if v.Kind() != reflect.Pointer {
+		return v
+	}
+	if v.IsNil() {
+		return reflect.Zero(t)
+	}
+	return v.Elem()
 }
 
 func changedGoFields(a, b reflect.Value, prefix string) []string {
@@ -85,6 +111,10 @@ func changedGoFields(a, b reflect.Value, prefix string) []string {
 		sf := a.Type().Field(i)
 		if sf.Anonymous && sf.Type.Kind() == reflect.Struct {
 			out = append(out, changedGoFields(a.Field(i), b.Field(i), prefix+sf.Name+".")...)
+			continue
+		}
+		if t, ok := flowStruct(sf.Type); ok {
+			out = append(out, changedGoFields(deref(a.Field(i), t), deref(b.Field(i), t), prefix+sf.Name+".")...)
 			continue
 		}
 		if !reflect.DeepEqual(a.Field(i).Interface(), b.Field(i).Interface()) {

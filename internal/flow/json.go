@@ -242,7 +242,7 @@ func (f *Field) parseJSON(r *Record, raw json.RawMessage) error {
 		}
 		*f.IP(r) = ip
 	case TypeString:
-		*f.Str(r) = s
+		f.SetString(r, s)
 	case TypeMAC:
 		hw, err := net.ParseMAC(s)
 		if err != nil || len(hw) != 6 {

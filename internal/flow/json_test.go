@@ -146,3 +146,55 @@ func TestJSONSignalFieldsPresence(t *testing.T) {
 		}
 	}
 }
+
+// TestJSONKubernetesNames is the contract of the names: the twelve fields
+// the issue names, exactly spelled, with src_kind, dst_kind and the
+// interface's pod beside them; a name that is unknown is absent, and a
+// record without names has none of them.
+func TestJSONKubernetesNames(t *testing.T) {
+	first := time.Date(2026, 11, 21, 9, 30, 0, 0, time.UTC)
+	r := Record{
+		Key: Key{SrcAddr: AddrBytes(netip.MustParseAddr("10.244.1.5")), DstAddr: AddrBytes(netip.MustParseAddr("10.96.0.10")),
+			EtherType: EtherTypeIPv4, SrcPort: 40000, DstPort: 53, Proto: 17, IfIndex: 9},
+		Iface: "lxc1", Packets: 1, Bytes: 80, FirstSeen: first, LastSeen: first, Sampling: 1,
+	}
+	plain := AppendJSON(nil, &r)
+	r.K8s = &K8s{
+		Src:      K8sEnd{Kind: K8sPod, Namespace: "shop", Pod: "web-1", Workload: "web", WorkloadKind: "Deployment", Service: "web-svc", Node: "n1"},
+		Dst:      K8sEnd{Kind: K8sService, Namespace: "kube-system", Service: "kube-dns"},
+		IfacePod: "web-1", IfaceNamespace: "shop",
+	}
+	var m map[string]any
+	if err := json.Unmarshal(AppendJSON(nil, &r), &m); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"src_kind": "pod", "src_namespace": "shop", "src_pod": "web-1", "src_workload": "web", "src_workload_kind": "Deployment",
+		"src_service": "web-svc", "src_node": "n1",
+		"dst_kind": "service", "dst_namespace": "kube-system", "dst_service": "kube-dns",
+		"iface_pod": "web-1", "iface_namespace": "shop",
+	}
+	for k, v := range want {
+		if m[k] != v {
+			t.Errorf("%s = %v, want %q", k, m[k], v)
+		}
+	}
+	for _, k := range []string{"dst_pod", "dst_workload", "dst_workload_kind", "dst_node"} {
+		if v, ok := m[k]; ok {
+			t.Errorf("%s = %v: an unknown name must be absent", k, v)
+		}
+	}
+	var back Record
+	if err := back.UnmarshalJSON(AppendJSON(nil, &r)); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back.K8s, r.K8s) {
+		t.Errorf("read back %+v, want %+v", back.K8s, r.K8s)
+	}
+	for _, k := range []string{"src_kind", "src_namespace", "src_pod", "src_workload", "src_workload_kind", "src_service", "src_node",
+		"dst_kind", "dst_namespace", "dst_pod", "dst_workload", "dst_workload_kind", "dst_service", "dst_node", "iface_pod", "iface_namespace"} {
+		if strings.Contains(string(plain), `"`+k+`"`) {
+			t.Errorf("a record without names has %s: %s", k, plain)
+		}
+	}
+}

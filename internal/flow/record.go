@@ -221,6 +221,10 @@ type Record struct {
 	TunnelID                   uint32
 	OuterSrcAddr, OuterDstAddr netip.Addr
 	OuterSrcPort, OuterDstPort uint16
+
+	// K8s are the Kubernetes names of the record's ends and interface
+	// (k8s.go); nil when the agent watches no cluster.
+	K8s *K8s
 }
 
 // Estimated reports whether the record's counters are an estimate.

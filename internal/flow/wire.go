@@ -8,12 +8,12 @@ package flow
 //
 // Free identifiers, for the next field:
 //
-//	IPFIX, Loupe enterprise: 31 and up (2-5: withdrawn, see
+//	IPFIX, Loupe enterprise: 47 and up (2-5: withdrawn, see
 //	  EnterpriseElements)
 //	protobuf (loupe.flow.v1.FlowRecord): 23-29 are kept for drop and
 //	  loss counters, 34-39 for latency, 44-49 for DNS and application
-//	  data; other fields take 64 and up
-//	store column kinds: 46 to 99 (27 is the presence column, 100-103
+//	  data; other fields take 80 and up
+//	store column kinds: 62 to 99 (27 is the presence column, 100-103
 //	  the segment dictionaries)
 
 // Wire is a field's identifiers in each wire format.
@@ -98,7 +98,7 @@ type EnterpriseElement struct {
 // enterpriseElements is every ID of Loupe's enterprise space ever given a
 // meaning, in ID order. An ID keeps its meaning for ever: a withdrawn ID
 // is listed so that it is never taken again.
-var enterpriseElements = [...]EnterpriseElement{
+var enterpriseElements = append([]EnterpriseElement{
 	{ID: 1, Name: "loupeSamplingRate", Type: "unsigned32", Length: 4, Status: Sent,
 		Doc: "1-in-N packet sampling rate the counters were taken at; 1 = every packet (counters are not scaled)"},
 	{ID: 2, Name: "loupeDroppedPacketCount", Type: "unsigned64", Length: 8, Status: Withdrawn,
@@ -161,7 +161,7 @@ var enterpriseElements = [...]EnterpriseElement{
 		Doc: "the tunnel's outer UDP source port (VXLAN, Geneve)"},
 	{ID: 30, Name: "loupeOuterDestinationPort", Type: "unsigned16", Length: 2, Status: Sent,
 		Doc: "the tunnel's outer UDP destination port (VXLAN, Geneve)"},
-}
+}, k8sElements()...)
 
 // VariableLength is the length of an element of variable length in a
 // template (RFC 7011 §7): each value carries its own length.

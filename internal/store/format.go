@@ -32,7 +32,7 @@ package store
 // distinct flows, and the counters it sums), and never fault in the pages
 // of the others.
 //
-// Block kinds. Kinds 1..26 and 28..45 are columns of N fixed-width
+// Block kinds. Kinds 1..26 and 28..61 are columns of N fixed-width
 // elements, one per field of flow.Record (the kind is the field's
 // Wire.Store in flow's registry; TestColumnKindsAreTheRegistrys checks it);
 // kind 27 holds each record's presence bits (flow.Presence):
@@ -52,24 +52,31 @@ package store
 //	38 dns_rcode u16  39 dns_latency_ns u64  40 tunnel_type u8
 //	41 tunnel_id u32  42 outer_src_addr u32  43 outer_dst_addr u32
 //	44 outer_src_port u16  45 outer_dst_port u16
+//	46 src_kind u8  47 src_namespace u32  48 src_pod u32  49 src_workload u32
+//	50 src_workload_kind u32  51 src_service u32  52 src_node u32
+//	53 dst_kind u8  54-59 dst_namespace ... dst_node u32, as 47-52
+//	60 iface_pod u32  61 iface_namespace u32
 //
 // Kinds 19..26 came later: a segment written without them reads as if
 // segments were packets, wire_bytes bytes, vlan_id and aggregate_prefix
 // 0, which is what the datapath counted before it measured them (every
 // buffer one segment of its own length, tags not recorded, no aggregates),
 // and every record exact, as every record was before the sketch;
-// compaction writes the first four out. Kinds 23..45 are sparse
+// compaction writes the first four out. Kinds 23..61 are sparse
 // (sparseCols): each is written only by a segment where it is not all
 // zeros, so that the common segment, all exact and without kernel
-// signals, DNS or tunnels, carries nothing for them; a reader takes a
+// signals, DNS, tunnels or Kubernetes names, carries nothing for them
+// (kinds 46..61 came with the names: a segment before them reads as
+// records without names); a reader takes a
 // missing one as zeros (no record present, for kind 27). A field present
 // only where measured is present where its bit of kind 27 is set, and its
 // column holds 0 elsewhere.
 //
 // Times are unix nanoseconds; math.MinInt64 stands for the zero time.Time,
 // which has no unix-nanosecond form. Kinds 14..18 are indices into the
-// segment's dictionaries, and kinds 35, 37, 42 and 43 are indices plus
-// one (0: none): drop_reasons and dns_qname into the strings dictionary
+// segment's dictionaries, and kinds 35, 37, 42, 43, 47..52 and 54..61 are
+// indices plus one (0: none): drop_reasons, dns_qname and the Kubernetes
+// names into the strings dictionary
 // (103; drop reasons as "NAME=packets,...", sorted by name), the outer
 // addresses into the address dictionary, with their own family:
 //
@@ -161,8 +168,32 @@ const (
 	cOuterDstAddr
 	cOuterSrcPort
 	cOuterDstPort
+	cSrcKind
+	cSrcNamespace
+	cSrcPod
+	cSrcWorkload
+	cSrcWorkloadKind
+	cSrcService
+	cSrcNode
+	cDstKind
+	cDstNamespace
+	cDstPod
+	cDstWorkload
+	cDstWorkloadKind
+	cDstService
+	cDstNode
+	cIfacePod
+	cIfaceNamespace
 	numCols
 )
+
+// k8sNameCols are the Kubernetes names' columns of strings: each end's
+// six names (from its kind's column plus one), then the interface's pod.
+var k8sNameCols = [...]int{
+	cSrcNamespace, cSrcPod, cSrcWorkload, cSrcWorkloadKind, cSrcService, cSrcNode,
+	cDstNamespace, cDstPod, cDstWorkload, cDstWorkloadKind, cDstService, cDstNode,
+	cIfacePod, cIfaceNamespace,
+}
 
 // kindPresence is the block kind of the presence column: a column of no
 // field of its own.
@@ -187,6 +218,9 @@ var colWidths = [numCols]int{
 	cPresence: 4, cRTTMin: 8, cRTTMax: 8, cRTTLast: 8, cHandshakeRTT: 8, cRetransmits: 8,
 	cDropPackets: 8, cDropBytes: 8, cDropReasons: 4, cDNSID: 2, cDNSQName: 4, cDNSRcode: 2, cDNSLatency: 8,
 	cTunnelType: 1, cTunnelID: 4, cOuterSrcAddr: 4, cOuterDstAddr: 4, cOuterSrcPort: 2, cOuterDstPort: 2,
+	cSrcKind: 1, cSrcNamespace: 4, cSrcPod: 4, cSrcWorkload: 4, cSrcWorkloadKind: 4, cSrcService: 4, cSrcNode: 4,
+	cDstKind: 1, cDstNamespace: 4, cDstPod: 4, cDstWorkload: 4, cDstWorkloadKind: 4, cDstService: 4, cDstNode: 4,
+	cIfacePod: 4, cIfaceNamespace: 4,
 }
 
 func colWidth(c int) int { return colWidths[c] }
@@ -197,14 +231,21 @@ func isDictCol(c int) bool { return c >= cSrcAddr && c <= cIface }
 // isOptDictCol reports whether column c holds dictionary indices plus one
 // (optDictCols).
 func isOptDictCol(c int) bool {
-	return c == cDropReasons || c == cDNSQName || c == cOuterSrcAddr || c == cOuterDstAddr
+	return c == cDropReasons || c == cDNSQName || c == cOuterSrcAddr || c == cOuterDstAddr ||
+		c >= cSrcNamespace && c <= cSrcNode || c >= cDstNamespace && c <= cDstNode || c == cIfacePod || c == cIfaceNamespace
 }
 
 // optDictCols are the sparse columns of dictionary indices plus one (0:
 // none), and the dictionary each indexes.
-var optDictCols = [...]struct{ col, dict int }{
-	{cDropReasons, kindNames}, {cDNSQName, kindNames}, {cOuterSrcAddr, kindAddrDict}, {cOuterDstAddr, kindAddrDict},
-}
+var optDictCols = func() []struct{ col, dict int } {
+	out := []struct{ col, dict int }{
+		{cDropReasons, kindNames}, {cDNSQName, kindNames}, {cOuterSrcAddr, kindAddrDict}, {cOuterDstAddr, kindAddrDict},
+	}
+	for _, c := range k8sNameCols {
+		out = append(out, struct{ col, dict int }{c, kindNames})
+	}
+	return out
+}()
 
 // laterCols are the columns added after the first segments were written,
 // and what a segment without them reads: the column it copies, or zeros
@@ -409,7 +450,49 @@ func (b *batch) add(r *flow.Record) {
 	c[cOuterDstAddr] = le.AppendUint32(c[cOuterDstAddr], b.ipIndex(r.OuterDstAddr))
 	c[cOuterSrcPort] = le.AppendUint16(c[cOuterSrcPort], r.OuterSrcPort)
 	c[cOuterDstPort] = le.AppendUint16(c[cOuterDstPort], r.OuterDstPort)
+	b.addK8s(r.K8s)
 	b.n++
+}
+
+// addK8s appends a record's Kubernetes names: each end's kind, and each
+// name's index plus one in the strings dictionary (0: none).
+func (b *batch) addK8s(k *flow.K8s) {
+	c := &b.cols
+	if k == nil {
+		c[cSrcKind] = append(c[cSrcKind], 0)
+		c[cDstKind] = append(c[cDstKind], 0)
+		for _, col := range k8sNameCols {
+			c[col] = le.AppendUint32(c[col], 0)
+		}
+		return
+	}
+	c[cSrcKind] = append(c[cSrcKind], uint8(k.Src.Kind))
+	c[cDstKind] = append(c[cDstKind], uint8(k.Dst.Kind))
+	for i, v := range k8sNames(k) {
+		var x uint32
+		if v != "" {
+			x = b.name(v) + 1
+		}
+		c[k8sNameCols[i]] = le.AppendUint32(c[k8sNameCols[i]], x)
+	}
+}
+
+// k8sNames are k's names in the order of k8sNameCols.
+func k8sNames(k *flow.K8s) [len(k8sNameCols)]string {
+	return [...]string{
+		k.Src.Namespace, k.Src.Pod, k.Src.Workload, k.Src.WorkloadKind, k.Src.Service, k.Src.Node,
+		k.Dst.Namespace, k.Dst.Pod, k.Dst.Workload, k.Dst.WorkloadKind, k.Dst.Service, k.Dst.Node,
+		k.IfacePod, k.IfaceNamespace,
+	}
+}
+
+// k8sNamePtrs are pointers to k's names in the order of k8sNameCols.
+func k8sNamePtrs(k *flow.K8s) [len(k8sNameCols)]*string {
+	return [...]*string{
+		&k.Src.Namespace, &k.Src.Pod, &k.Src.Workload, &k.Src.WorkloadKind, &k.Src.Service, &k.Src.Node,
+		&k.Dst.Namespace, &k.Dst.Pod, &k.Dst.Workload, &k.Dst.WorkloadKind, &k.Dst.Service, &k.Dst.Node,
+		&k.IfacePod, &k.IfaceNamespace,
+	}
 }
 
 // ipIndex is the index plus one of an address of its own family in the

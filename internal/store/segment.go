@@ -426,8 +426,30 @@ func (d *recordDecoder) decodeOptional(i int, r *flow.Record) error {
 	if r.OuterSrcAddr, err = ip(cOuterSrcAddr); err != nil {
 		return err
 	}
-	r.OuterDstAddr, err = ip(cOuterDstAddr)
-	return err
+	if r.OuterDstAddr, err = ip(cOuterDstAddr); err != nil {
+		return err
+	}
+	return d.decodeK8s(i, r, name)
+}
+
+// decodeK8s reads the Kubernetes names, if the segment has them: a record
+// without any has no K8s.
+func (d *recordDecoder) decodeK8s(i int, r *flow.Record, name func(col int) (string, bool, error)) error {
+	c := &d.s.cols
+	if len(c[cSrcKind]) == 0 && len(c[cDstKind]) == 0 && len(c[cIfacePod]) == 0 {
+		return nil // a segment without names (or from before them)
+	}
+	k := flow.K8s{Src: flow.K8sEnd{Kind: flow.K8sKind(sparseU8(c[cSrcKind], i))}, Dst: flow.K8sEnd{Kind: flow.K8sKind(sparseU8(c[cDstKind], i))}}
+	for j, p := range k8sNamePtrs(&k) {
+		var err error
+		if *p, _, err = name(k8sNameCols[j]); err != nil {
+			return err
+		}
+	}
+	if k != (flow.K8s{}) {
+		r.K8s = &k
+	}
+	return nil
 }
 
 // parseReasons reads drop reasons as the strings dictionary holds them:

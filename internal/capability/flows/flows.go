@@ -54,6 +54,8 @@ type Unit struct {
 	signals      Signals
 	tc           TCSignals
 	tunnelErrors atomic.Uint64
+	// namer, if set, names every record's ends (names.go).
+	namer Namer
 }
 
 var _ capability.Unit = (*Unit)(nil)
@@ -92,13 +94,17 @@ func (u *Unit) Open(h *capability.Host) error {
 	go forwardEvents(u.events, u.eventCh, u.log)
 
 	events := u.events
+	var out flow.Output = u.fan
+	if u.namer != nil {
+		out = newNamingOutput(u.fan, u.namer)
+	}
 	u.ev = flow.NewEvictor(flow.EvictorConfig{
 		Table:         u.dp,
 		Events:        u.eventCh,
 		DrainEvents:   func() { _ = events.Drain() },
 		RingStart:     ringStart,
 		ReleaseEvents: events.Release,
-		Out:           u.fan,
+		Out:           out,
 		Interval:      u.cfg.CacheActiveTimeout,
 		IfaceName:     h.IfaceName,
 		Logger:        u.log,

@@ -41,6 +41,13 @@ var fieldNames = map[[2]uint32]string{
 	{testPEN, 25}: "loupeOuterSourceIPv4Address", {testPEN, 26}: "loupeOuterDestinationIPv4Address",
 	{testPEN, 27}: "loupeOuterSourceIPv6Address", {testPEN, 28}: "loupeOuterDestinationIPv6Address",
 	{testPEN, 29}: "loupeOuterSourcePort", {testPEN, 30}: "loupeOuterDestinationPort",
+	{testPEN, 31}: "loupeSourceK8sKind", {testPEN, 32}: "loupeSourceK8sNamespace", {testPEN, 33}: "loupeSourceK8sPodName",
+	{testPEN, 34}: "loupeSourceK8sWorkloadName", {testPEN, 35}: "loupeSourceK8sWorkloadKind",
+	{testPEN, 36}: "loupeSourceK8sServiceName", {testPEN, 37}: "loupeSourceK8sNodeName",
+	{testPEN, 38}: "loupeDestinationK8sKind", {testPEN, 39}: "loupeDestinationK8sNamespace", {testPEN, 40}: "loupeDestinationK8sPodName",
+	{testPEN, 41}: "loupeDestinationK8sWorkloadName", {testPEN, 42}: "loupeDestinationK8sWorkloadKind",
+	{testPEN, 43}: "loupeDestinationK8sServiceName", {testPEN, 44}: "loupeDestinationK8sNodeName",
+	{testPEN, 45}: "loupeInterfaceK8sPodName", {testPEN, 46}: "loupeInterfaceK8sNamespace",
 }
 
 // varLength marks an element of variable length in a template (§7).

@@ -34,7 +34,7 @@ type encoder struct {
 	// where measured (ext.go), made as they first come; byKey finds
 	// those by shape and parts.
 	tpls  []template
-	byKey map[uint32]int
+	byKey map[uint64]int
 	// fresh are the extension templates made since the client last sent
 	// templates: it sends them before the records that use them.
 	fresh []int
@@ -50,7 +50,7 @@ type encoder struct {
 }
 
 func newEncoder(domain uint32, maxLen int, pen uint32) *encoder {
-	e := &encoder{domain: domain, maxLen: maxLen, pen: pen, buf: make([]byte, 0, maxLen), tpls: templates(), byKey: map[uint32]int{}}
+	e := &encoder{domain: domain, maxLen: maxLen, pen: pen, buf: make([]byte, 0, maxLen), tpls: templates(), byKey: map[uint64]int{}}
 	e.pack()
 	return e
 }
@@ -165,14 +165,14 @@ const maxTemplates = 65536 - int(TemplateIPv4)
 // reaches (there are fewer shapes and parts than IDs in practice).
 func (e *encoder) templateFor(r *flow.Record) (ti int, ok bool) {
 	ti = templateIndex(r)
-	if r.Has == 0 {
+	if !hasParts(r) {
 		return ti, true
 	}
 	mask := partMask(r)
 	if mask == 0 {
 		return ti, true
 	}
-	key := uint32(ti)<<len(extParts) | mask
+	key := uint64(ti)<<len(extParts) | mask
 	if i, ok := e.byKey[key]; ok {
 		return i, true
 	}
@@ -190,7 +190,7 @@ func (e *encoder) templateFor(r *flow.Record) (ti int, ok bool) {
 
 // extensionTemplate is the template of shape ti's records with the parts
 // of mask: ti's elements, then the parts' (its ID is set by the caller).
-func extensionTemplate(ti int, mask uint32) template {
+func extensionTemplate(ti int, mask uint64) template {
 	base := templates()[ti]
 	t := template{base: ti, baseLen: base.recordLen, recordLen: base.recordLen, fields: slices.Clone(base.fields)}
 	for i := range extParts {
@@ -213,7 +213,7 @@ func extensionTemplate(ti int, mask uint32) template {
 // it before encoding them, and sends the fresh ones first.
 func (e *encoder) prepare(recs []flow.Record) {
 	for i := range recs {
-		if recs[i].Has != 0 {
+		if hasParts(&recs[i]) {
 			e.templateFor(&recs[i])
 		}
 	}

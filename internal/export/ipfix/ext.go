@@ -3,6 +3,7 @@ package ipfix
 import (
 	"encoding/binary"
 	"net/netip"
+	"slices"
 
 	"loupe/internal/flow"
 	"loupe/internal/tunnel"
@@ -75,7 +76,7 @@ var extParts = func() []part {
 			has: func(r *flow.Record) bool { a := get(r); return r.Has&bit != 0 && a.IsValid() && a.Is4() == v4 },
 			put: func(p []byte, r *flow.Record) { copy(p, get(r).AsSlice()) }}
 	}
-	return []part{
+	parts := []part{
 		{elem: enterprise(13), has: has(flow.HasRTTMin), put: u64(func(r *flow.Record) uint64 { return r.RTTMinNs })},
 		{elem: enterprise(14), has: has(flow.HasRTTMax), put: u64(func(r *flow.Record) uint64 { return r.RTTMaxNs })},
 		{elem: enterprise(15), has: has(flow.HasRTTLast), put: u64(func(r *flow.Record) uint64 { return r.RTTLastNs })},
@@ -105,11 +106,39 @@ var extParts = func() []part {
 		{elem: enterprise(18), has: has(flow.HasDropReasons), str: func(b []byte, r *flow.Record) []byte { return r.DropReasons.AppendJSON(b) }},
 		{elem: enterprise(20), has: has(flow.HasDNSQName), str: func(b []byte, r *flow.Record) []byte { return append(b, r.DNSQName...) }},
 	}
+	return append(parts, k8sParts()...)
 }()
 
+// k8sParts are the Kubernetes names' parts (31 to 46): each end's kind as
+// an unsigned8 (flow.K8sKind's numbers), each name a string of variable
+// length, for a record that has it. They come last: a template's
+// variable-length elements follow its fixed ones, and the kinds, the two
+// fixed ones, go before the names.
+func k8sParts() []part {
+	var kinds, names []part
+	for _, f := range flow.Fields() {
+		if !slices.Contains(flow.K8sFieldNames(), f.Name) {
+			continue
+		}
+		elem := enterprise(f.Wire.IPFIX[0].ID)
+		if f.Type == flow.TypeEnum {
+			kinds = append(kinds, part{elem: elem, has: f.AppliesTo,
+				put: func(p []byte, r *flow.Record) { p[0] = uint8(f.Uint(r)) }})
+			continue
+		}
+		names = append(names, part{elem: elem, has: f.AppliesTo,
+			str: func(b []byte, r *flow.Record) []byte { return append(b, *f.Str(r)...) }})
+	}
+	return append(kinds, names...)
+}
+
+// hasParts reports whether r may have parts: fields present only where
+// measured, or Kubernetes names.
+func hasParts(r *flow.Record) bool { return r.Has != 0 || r.K8s != nil }
+
 // partMask says which parts r has: the parts of its extension template.
-func partMask(r *flow.Record) uint32 {
-	var m uint32
+func partMask(r *flow.Record) uint64 {
+	var m uint64
 	for i := range extParts {
 		if extParts[i].has(r) {
 			m |= 1 << i

@@ -61,6 +61,10 @@ const (
 	fieldOuterDst  protowire.Number = 61
 	fieldOuterSP   protowire.Number = 62
 	fieldOuterDP   protowire.Number = 63
+	fieldSrcKind   protowire.Number = 64 // then the source's names, 65-70
+	fieldDstKind   protowire.Number = 71 // then the destination's, 72-77
+	fieldIfacePod  protowire.Number = 78
+	fieldIfaceNS   protowire.Number = 79
 	keyLenIPv4                      = 24 + 2*4          // untagged IPv4 flow
 	keyLenMax                       = 24 + 2*16 + 2 + 1 // an aggregate, 16-byte addresses
 )
@@ -111,7 +115,27 @@ func AppendProto(b []byte, r *flow.Record) []byte {
 	if r.Has.Any(flow.HasTunnel | flow.HasTunnelID) {
 		b = appendTunnel(b, r)
 	}
+	if r.K8s != nil {
+		b = appendK8s(b, r.K8s)
+	}
 	return b
+}
+
+// appendK8s writes the Kubernetes names (64-79): each end's kind as
+// loupe.flow.v1.K8sKind (flow's numbers) and its names, then the
+// interface's pod; an unknown name is "", left out.
+func appendK8s(b []byte, k *flow.K8s) []byte {
+	for _, e := range [...]struct {
+		n   protowire.Number
+		end *flow.K8sEnd
+	}{{fieldSrcKind, &k.Src}, {fieldDstKind, &k.Dst}} {
+		b = appendUvarint(b, e.n, uint64(e.end.Kind))
+		for i, s := range [...]string{e.end.Namespace, e.end.Pod, e.end.Workload, e.end.WorkloadKind, e.end.Service, e.end.Node} {
+			b = appendString(b, e.n+1+protowire.Number(i), s)
+		}
+	}
+	b = appendString(b, fieldIfacePod, k.IfacePod)
+	return appendString(b, fieldIfaceNS, k.IfaceNamespace)
 }
 
 // appendSignals writes the kernel signals' and DNS fields (19-43), each

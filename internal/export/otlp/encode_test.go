@@ -77,7 +77,7 @@ func TestRecordBound(t *testing.T) {
 		many[fmt.Sprintf("SUBSYSTEM_DROP_REASON_%03d", i)] = math.MaxInt64
 	}
 	for _, r := range []flow.Record{worstRecord(), worstSignals(0, nil), worstSignals(300, flow.DropReasons{"NETFILTER_DROP": 1}),
-		worstSignals(1000, many)} {
+		worstSignals(1000, many), worstK8s(worstRecord()), worstK8s(worstSignals(300, many))} {
 		got := len(e.build([]flow.Record{r}, t0)) - empty
 		if got > recordBound(&r) {
 			t.Errorf("a record with a %d-byte name and %d reasons encodes to %d bytes, over its bound %d",
@@ -236,4 +236,14 @@ func TestPatchLength(t *testing.T) {
 			}
 		}
 	}
+}
+
+// worstK8s is r with Kubernetes names of the longest a name can be (253
+// bytes, a DNS subdomain), a workload of a kind the conventions do not
+// name (the longest key).
+func worstK8s(r flow.Record) flow.Record {
+	long := strings.Repeat("n", 253)
+	end := flow.K8sEnd{Kind: flow.K8sExternal, Namespace: long, Pod: long, Workload: long, WorkloadKind: long, Service: long, Node: long}
+	r.K8s = &flow.K8s{Src: end, Dst: end, IfacePod: long, IfaceNamespace: long}
+	return r
 }

@@ -30,12 +30,15 @@ const reasonBytes = 20
 
 // recordBound bounds the encoded size of r's log record.
 func recordBound(r *flow.Record) int {
-	if r.Has == 0 {
-		return maxRecordBytes
+	n := maxRecordBytes
+	if r.Has != 0 {
+		n += maxSignalBytes + len(r.DNSQName)
+		for name := range r.DropReasons {
+			n += len(name) + reasonBytes
+		}
 	}
-	n := maxRecordBytes + maxSignalBytes + len(r.DNSQName)
-	for name := range r.DropReasons {
-		n += len(name) + reasonBytes
+	if r.K8s != nil {
+		n += k8sBound(r.K8s)
 	}
 	return n
 }
@@ -99,6 +102,7 @@ type logEncoder struct {
 	// envelope fields that never change, pre-encoded with their tags
 	resource, scope, eventName []byte
 	keys                       [nAttrs][]byte // KeyValue.key field of each attribute
+	k8s                        k8sKeys        // the Kubernetes names' (k8s.go)
 }
 
 func newLogEncoder(res *resourcepb.Resource, scope *commonpb.InstrumentationScope) (*logEncoder, error) {
@@ -114,6 +118,7 @@ func newLogEncoder(res *resourcepb.Resource, scope *commonpb.InstrumentationScop
 	for i := range nAttrs {
 		e.keys[i] = protowire.AppendString(protowire.AppendTag(nil, fKeyValueKey, protowire.BytesType), attrKeys[i])
 	}
+	e.k8s = newK8sKeys()
 	// Two tags and two lengths (at most 10 bytes each) around them.
 	e.headroom = len(e.resource) + len(e.scope) + 2*(1+protowire.SizeVarint(1<<63))
 	return e, nil
@@ -237,6 +242,9 @@ func (e *logEncoder) appendRecord(b []byte, r *flow.Record, observed uint64) []b
 	}
 	if r.Has != 0 {
 		b = e.appendSignals(b, r)
+	}
+	if r.K8s != nil {
+		b = e.appendK8s(b, r.K8s)
 	}
 	if observed != 0 {
 		b = protowire.AppendTag(b, fLogObserved, protowire.Fixed64Type)

@@ -23,6 +23,9 @@ func TestCoverage(t *testing.T) {
 	}
 	const summed = "summed over: no label carries it"
 	const perFlow = "a per-flow value, which no bounded label can carry: the records carry it"
+	const k8s = "summed over: only the namespace and workload of the record's pod label it, which stay bounded"
+	const perPod = "a pod comes and goes with every rollout: a label would make a series per pod (the records carry it)"
+	const local = "the labels are the local pod's (here the source, the interface's pod): the other end's names are summed over"
 	flowtest.Coverage{
 		Encode: func(t testing.TB, r *flow.Record) flowtest.Parts {
 			s := New(Options{Keys: keys, Groups: groups, Logger: slog.New(slog.DiscardHandler)})
@@ -55,6 +58,9 @@ func TestCoverage(t *testing.T) {
 			"dns_id":       perFlow, "dns_qname": perFlow,
 			"tunnel_type": "not a count: the traffic of a tunnelled flow adds to its interface's as any flow's does (the records carry the tunnel)",
 			"tunnel_id":   perFlow, "outer_src_addr": perFlow, "outer_dst_addr": perFlow, "outer_src_port": perFlow, "outer_dst_port": perFlow,
+			"src_kind": k8s, "src_pod": perPod, "src_workload_kind": k8s, "src_service": k8s, "src_node": k8s,
+			"dst_kind": k8s, "dst_namespace": local, "dst_pod": perPod, "dst_workload": local, "dst_workload_kind": k8s,
+			"dst_service": k8s, "dst_node": k8s, "iface_pod": local, "iface_namespace": local,
 		},
 	}.Check(t)
 }

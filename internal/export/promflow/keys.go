@@ -36,18 +36,28 @@ const (
 	// KeyVlanID labels the VLAN ID of the frame's outer tag (1-4095);
 	// "none" for untagged frames.
 	KeyVlanID
+	// KeyNamespace and KeyWorkload label the Kubernetes namespace and
+	// workload of the record's pod on this node (localPod): bounded by
+	// the workloads the node runs, and capped with every other label set
+	// by max_series. "none" for traffic of no pod, and without a cluster.
+	// Pods themselves are not offered: they come and go with every
+	// rollout, and would make a series per pod.
+	KeyNamespace
+	KeyWorkload
 
 	keyCount = iota + 1 // one past the last key
 )
 
 var keyNames = [keyCount]string{
-	KeyEthType:  "eth_type",
-	KeySrcPort:  "src_port",
-	KeyDstPort:  "dst_port",
-	KeySrcGroup: "src_group",
-	KeyDstGroup: "dst_group",
-	KeyDSCP:     "dscp",
-	KeyVlanID:   "vlan_id",
+	KeyEthType:   "eth_type",
+	KeySrcPort:   "src_port",
+	KeyDstPort:   "dst_port",
+	KeySrcGroup:  "src_group",
+	KeyDstGroup:  "dst_group",
+	KeyDSCP:      "dscp",
+	KeyVlanID:    "vlan_id",
+	KeyNamespace: "namespace",
+	KeyWorkload:  "workload",
 }
 
 // String returns the key's name, which is also its label name.
@@ -162,4 +172,26 @@ func dscpLabel(d uint8) string {
 		return None
 	}
 	return strconv.Itoa(int(d))
+}
+
+// localPod is the pod end of r whose namespace and workload label it: the
+// pod on the other end of r's interface (a pod's host-side veth: the
+// traffic through it is that pod's, either way), else the source when it
+// is a pod, else the destination; nil when r names no pod.
+func localPod(r *flow.Record) *flow.K8sEnd {
+	k := r.K8s
+	if k == nil {
+		return nil
+	}
+	for _, e := range [...]*flow.K8sEnd{&k.Src, &k.Dst} {
+		if k.IfacePod != "" && e.Kind == flow.K8sPod && e.Pod == k.IfacePod && e.Namespace == k.IfaceNamespace {
+			return e
+		}
+	}
+	for _, e := range [...]*flow.K8sEnd{&k.Src, &k.Dst} {
+		if e.Kind == flow.K8sPod {
+			return e
+		}
+	}
+	return nil
 }

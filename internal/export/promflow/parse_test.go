@@ -17,14 +17,14 @@ func TestParseKeys(t *testing.T) {
 	if want := []Key{KeyDstPort, KeySrcGroup, KeyEthType}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %v, want %v", got, want)
 	}
-	if got := strings.Join(KeyNames(), ","); got != "eth_type,src_port,dst_port,src_group,dst_group,dscp,vlan_id" {
+	if got := strings.Join(KeyNames(), ","); got != "eth_type,src_port,dst_port,src_group,dst_group,dscp,vlan_id,namespace,workload" {
 		t.Fatalf("KeyNames = %s", got)
 	}
 	for _, tc := range []struct {
 		in   []string
 		want string
 	}{
-		{[]string{"dst_addr"}, `keys: unknown key "dst_addr" (valid: eth_type, src_port, dst_port, src_group, dst_group, dscp, vlan_id)`},
+		{[]string{"dst_addr"}, `keys: unknown key "dst_addr" (valid: eth_type, src_port, dst_port, src_group, dst_group, dscp, vlan_id, namespace, workload)`},
 		{[]string{"DST_PORT"}, `keys: unknown key "DST_PORT"`},
 		{[]string{"dst_port", "dst_port"}, `keys: "dst_port" listed twice`},
 	} {

@@ -106,9 +106,12 @@ type seriesKey struct {
 	srcGroup uint16 // group index, see groupTable
 	dstGroup uint16
 	vlan     uint16
-	dscp     uint8 // dscpNone for non-IP flows
-	dir      flow.Direction
-	fold     bool // the fold series of dir; every other field is zero
+	// namespace and workload are interned names (as iface), of the
+	// record's pod (localPod); the interned "" is none.
+	namespace, workload uint32
+	dscp                uint8 // dscpNone for non-IP flows
+	dir                 flow.Direction
+	fold                bool // the fold series of dir; every other field is zero
 }
 
 // dirAny is the direction of the single fold series when MaxSeries is 1.
@@ -317,6 +320,18 @@ func (s *Sink) keyOf(r *flow.Record, iface uint32) seriesKey {
 			k.dscp = dscpNone
 		}
 	}
+	if s.keys[KeyNamespace] || s.keys[KeyWorkload] {
+		var ns, wl string
+		if p := localPod(r); p != nil {
+			ns, wl = p.Namespace, p.Workload
+		}
+		if s.keys[KeyNamespace] {
+			k.namespace = s.ifaceID(ns)
+		}
+		if s.keys[KeyWorkload] {
+			k.workload = s.ifaceID(wl)
+		}
+	}
 	return k
 }
 
@@ -388,12 +403,24 @@ func (s *Sink) labelValues(k seriesKey) []string {
 			out = append(out, dscpLabel(k.dscp))
 		case KeyVlanID:
 			out = append(out, vlanLabel(k.vlan))
+		case KeyNamespace:
+			out = append(out, nameLabel(s.ifaceName[k.namespace]))
+		case KeyWorkload:
+			out = append(out, nameLabel(s.ifaceName[k.workload]))
 		}
 	}
 	return out
 }
 
-// ifaceID interns an interface name.
+// nameLabel is a Kubernetes name's label value: "none" for no name.
+func nameLabel(name string) string {
+	if name == "" {
+		return "none"
+	}
+	return name
+}
+
+// ifaceID interns an interface name, or a Kubernetes name of a label.
 func (s *Sink) ifaceID(name string) uint32 {
 	if id, ok := s.ifaces[name]; ok {
 		return id
@@ -409,7 +436,7 @@ func (s *Sink) ifaceID(name string) uint32 {
 func (s *Sink) forgetIfaces() {
 	used := make(map[uint32]bool, len(s.ifaces))
 	for k := range s.series {
-		used[k.iface] = true
+		used[k.iface], used[k.namespace], used[k.workload] = true, true, true
 	}
 	for k := range s.sig.series {
 		used[k.iface] = true

@@ -109,10 +109,32 @@ func Bases() []Base {
 		SrcPort: 41000, DstPort: 8080, VlanID: 13, Proto: flow.ProtoUDP, Direction: flow.Ingress}, "eth3", 13)
 	gnv.SetTunnel(&tunnel.Info{Type: tunnel.Geneve, ID: 0xabcde, HasID: true, SrcAddr: netip.MustParseAddr("203.0.113.1"),
 		DstAddr: netip.MustParseAddr("203.0.113.2"), SrcPort: 61000, DstPort: 6081})
-	return []Base{{"ipv4-tcp", tcp}, {"ipv6-udp", udp}, {"ipv4-icmp", icmp}, {"ipv6-icmpv6", icmp6}, {"arp", arp}, {"ipv4-aggregate", agg},
+	bases := []Base{{"ipv4-tcp", tcp}, {"ipv6-udp", udp}, {"ipv4-icmp", icmp}, {"ipv6-icmpv6", icmp6}, {"arp", arp}, {"ipv4-aggregate", agg},
 		{"ipv4-udp-decoded", dec}, {"ipv6-tcp-estimated", est}, {"ipv4-tcp-signals", sig}, {"ipv6-udp-dns", dns},
 		{"ipv4-udp-vxlan-over-ipv6", vx}, {"ipv6-tcp-gre-over-ipv4", gre}, {"ipv4-udp-geneve", gnv}}
+	// Flows between pods with their Kubernetes names, one for each kind
+	// of workload an encoder names differently (OTLP's attribute of the
+	// kind), on a pod's host-side veth.
+	for i, kind := range WorkloadKinds {
+		r := rec(flow.Key{SrcAddr: addr("10.244.1.5"), DstAddr: addr("10.244.1.9"), IfIndex: 20 + uint32(i), EtherType: flow.EtherTypeIPv4,
+			SrcPort: 40100, DstPort: 8080, VlanID: 30 + uint16(i), Proto: flow.ProtoTCP, Direction: flow.Ingress}, "lxc1234", 14+uint64(i))
+		r.TCPFlags = flow.TCPAck
+		other := WorkloadKinds[(i+1)%len(WorkloadKinds)]
+		r.K8s = &flow.K8s{
+			Src: flow.K8sEnd{Kind: flow.K8sPod, Namespace: "shop", Pod: "web-7d9f-abcde", Workload: "web", WorkloadKind: kind,
+				Service: "web", Node: "node-1"},
+			Dst: flow.K8sEnd{Kind: flow.K8sPod, Namespace: "db", Pod: "pg-0", Workload: "pg", WorkloadKind: other,
+				Service: "pg", Node: "node-2"},
+			IfacePod: "web-7d9f-abcde", IfaceNamespace: "shop",
+		}
+		bases = append(bases, Base{"k8s-" + strings.ToLower(kind), r})
+	}
+	return bases
 }
+
+// WorkloadKinds are the workload kinds of the Kubernetes bases: the six
+// OpenTelemetry names an attribute after, and one it does not.
+var WorkloadKinds = []string{"Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob", "ReplicaSet", "Rollout"}
 
 // Vary changes field f of r, and nothing else, to another value valid for
 // r: integers by one (within their width), the direction to the other
@@ -139,7 +161,7 @@ func Vary(f *flow.Field, r *flow.Record) {
 	case flow.TypeDirection:
 		f.SetUint(r, f.Uint(r)^1)
 	case flow.TypeString:
-		*f.Str(r) += "x"
+		f.SetString(r, *f.Str(r)+"x")
 	case flow.TypeMAC:
 		f.MAC(r)[5]++
 	case flow.TypeAddr:

@@ -118,6 +118,9 @@ func (c *Cluster) restConfig(port int, bearer string) *rest.Config {
 	}
 }
 
+// Addr is the main API server's address, on the host's loopback.
+func (c *Cluster) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(c.mainPort)) }
+
 // Kubeconfig writes a kubeconfig for AgentUser on the main API server and
 // returns its path.
 func (c *Cluster) Kubeconfig(t testing.TB) string {

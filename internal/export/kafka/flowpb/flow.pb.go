@@ -163,6 +163,71 @@ func (Accuracy) EnumDescriptor() ([]byte, []int) {
 
 // TunnelType is the tunnel the flow's packets were taken out of at the
 // hook; the numbers are those of Loupe's datapath.
+// What an address was in the Kubernetes cluster at the record's time.
+type K8SKind int32
+
+const (
+	// No names: the agent watches no cluster (the field is absent).
+	K8SKind_K8S_KIND_UNSPECIFIED K8SKind = 0
+	// A pod's address.
+	K8SKind_K8S_KIND_POD K8SKind = 1
+	// A service's cluster IP, external IP or load-balancer address.
+	K8SKind_K8S_KIND_SERVICE K8SKind = 2
+	// A node's address, hostNetwork pods' included.
+	K8SKind_K8S_KIND_NODE K8SKind = 3
+	// An address of the agent's machine that no node claims.
+	K8SKind_K8S_KIND_HOST K8SKind = 4
+	// None of the above.
+	K8SKind_K8S_KIND_EXTERNAL K8SKind = 5
+)
+
+// Enum value maps for K8SKind.
+var (
+	K8SKind_name = map[int32]string{
+		0: "K8S_KIND_UNSPECIFIED",
+		1: "K8S_KIND_POD",
+		2: "K8S_KIND_SERVICE",
+		3: "K8S_KIND_NODE",
+		4: "K8S_KIND_HOST",
+		5: "K8S_KIND_EXTERNAL",
+	}
+	K8SKind_value = map[string]int32{
+		"K8S_KIND_UNSPECIFIED": 0,
+		"K8S_KIND_POD":         1,
+		"K8S_KIND_SERVICE":     2,
+		"K8S_KIND_NODE":        3,
+		"K8S_KIND_HOST":        4,
+		"K8S_KIND_EXTERNAL":    5,
+	}
+)
+
+func (x K8SKind) Enum() *K8SKind {
+	p := new(K8SKind)
+	*p = x
+	return p
+}
+
+func (x K8SKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (K8SKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_loupe_flow_v1_flow_proto_enumTypes[2].Descriptor()
+}
+
+func (K8SKind) Type() protoreflect.EnumType {
+	return &file_loupe_flow_v1_flow_proto_enumTypes[2]
+}
+
+func (x K8SKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use K8SKind.Descriptor instead.
+func (K8SKind) EnumDescriptor() ([]byte, []int) {
+	return file_loupe_flow_v1_flow_proto_rawDescGZIP(), []int{2}
+}
+
 type TunnelType int32
 
 const (
@@ -207,11 +272,11 @@ func (x TunnelType) String() string {
 }
 
 func (TunnelType) Descriptor() protoreflect.EnumDescriptor {
-	return file_loupe_flow_v1_flow_proto_enumTypes[2].Descriptor()
+	return file_loupe_flow_v1_flow_proto_enumTypes[3].Descriptor()
 }
 
 func (TunnelType) Type() protoreflect.EnumType {
-	return &file_loupe_flow_v1_flow_proto_enumTypes[2]
+	return &file_loupe_flow_v1_flow_proto_enumTypes[3]
 }
 
 func (x TunnelType) Number() protoreflect.EnumNumber {
@@ -220,7 +285,7 @@ func (x TunnelType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TunnelType.Descriptor instead.
 func (TunnelType) EnumDescriptor() ([]byte, []int) {
-	return file_loupe_flow_v1_flow_proto_rawDescGZIP(), []int{2}
+	return file_loupe_flow_v1_flow_proto_rawDescGZIP(), []int{3}
 }
 
 // FlowRecord is one flow over one eviction interval. Records of one flow
@@ -326,10 +391,31 @@ type FlowRecord struct {
 	OuterSrcAddr []byte `protobuf:"bytes,60,opt,name=outer_src_addr,json=outerSrcAddr,proto3" json:"outer_src_addr,omitempty"`
 	OuterDstAddr []byte `protobuf:"bytes,61,opt,name=outer_dst_addr,json=outerDstAddr,proto3" json:"outer_dst_addr,omitempty"`
 	// The outer UDP header's ports (VXLAN, Geneve).
-	OuterSrcPort  *uint32 `protobuf:"varint,62,opt,name=outer_src_port,json=outerSrcPort,proto3,oneof" json:"outer_src_port,omitempty"`
-	OuterDstPort  *uint32 `protobuf:"varint,63,opt,name=outer_dst_port,json=outerDstPort,proto3,oneof" json:"outer_dst_port,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	OuterSrcPort *uint32 `protobuf:"varint,62,opt,name=outer_src_port,json=outerSrcPort,proto3,oneof" json:"outer_src_port,omitempty"`
+	OuterDstPort *uint32 `protobuf:"varint,63,opt,name=outer_dst_port,json=outerDstPort,proto3,oneof" json:"outer_dst_port,omitempty"`
+	// Kubernetes names (64-79), absent when the agent watches no cluster or
+	// the name is unknown: what the source and destination addresses were
+	// at the record's time, each end's kind, namespace, pod, workload (the
+	// pod's top controller) and its kind, service and node; and the pod on
+	// the other end of the interface when it is a pod's host-side veth.
+	SrcKind         K8SKind `protobuf:"varint,64,opt,name=src_kind,json=srcKind,proto3,enum=loupe.flow.v1.K8SKind" json:"src_kind,omitempty"`
+	SrcNamespace    string  `protobuf:"bytes,65,opt,name=src_namespace,json=srcNamespace,proto3" json:"src_namespace,omitempty"`
+	SrcPod          string  `protobuf:"bytes,66,opt,name=src_pod,json=srcPod,proto3" json:"src_pod,omitempty"`
+	SrcWorkload     string  `protobuf:"bytes,67,opt,name=src_workload,json=srcWorkload,proto3" json:"src_workload,omitempty"`
+	SrcWorkloadKind string  `protobuf:"bytes,68,opt,name=src_workload_kind,json=srcWorkloadKind,proto3" json:"src_workload_kind,omitempty"`
+	SrcService      string  `protobuf:"bytes,69,opt,name=src_service,json=srcService,proto3" json:"src_service,omitempty"`
+	SrcNode         string  `protobuf:"bytes,70,opt,name=src_node,json=srcNode,proto3" json:"src_node,omitempty"`
+	DstKind         K8SKind `protobuf:"varint,71,opt,name=dst_kind,json=dstKind,proto3,enum=loupe.flow.v1.K8SKind" json:"dst_kind,omitempty"`
+	DstNamespace    string  `protobuf:"bytes,72,opt,name=dst_namespace,json=dstNamespace,proto3" json:"dst_namespace,omitempty"`
+	DstPod          string  `protobuf:"bytes,73,opt,name=dst_pod,json=dstPod,proto3" json:"dst_pod,omitempty"`
+	DstWorkload     string  `protobuf:"bytes,74,opt,name=dst_workload,json=dstWorkload,proto3" json:"dst_workload,omitempty"`
+	DstWorkloadKind string  `protobuf:"bytes,75,opt,name=dst_workload_kind,json=dstWorkloadKind,proto3" json:"dst_workload_kind,omitempty"`
+	DstService      string  `protobuf:"bytes,76,opt,name=dst_service,json=dstService,proto3" json:"dst_service,omitempty"`
+	DstNode         string  `protobuf:"bytes,77,opt,name=dst_node,json=dstNode,proto3" json:"dst_node,omitempty"`
+	IfacePod        string  `protobuf:"bytes,78,opt,name=iface_pod,json=ifacePod,proto3" json:"iface_pod,omitempty"`
+	IfaceNamespace  string  `protobuf:"bytes,79,opt,name=iface_namespace,json=ifaceNamespace,proto3" json:"iface_namespace,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *FlowRecord) Reset() {
@@ -670,11 +756,123 @@ func (x *FlowRecord) GetOuterDstPort() uint32 {
 	return 0
 }
 
+func (x *FlowRecord) GetSrcKind() K8SKind {
+	if x != nil {
+		return x.SrcKind
+	}
+	return K8SKind_K8S_KIND_UNSPECIFIED
+}
+
+func (x *FlowRecord) GetSrcNamespace() string {
+	if x != nil {
+		return x.SrcNamespace
+	}
+	return ""
+}
+
+func (x *FlowRecord) GetSrcPod() string {
+	if x != nil {
+		return x.SrcPod
+	}
+	return ""
+}
+
+func (x *FlowRecord) GetSrcWorkload() string {
+	if x != nil {
+		return x.SrcWorkload
+	}
+	return ""
+}
+
+func (x *FlowRecord) GetSrcWorkloadKind() string {
+	if x != nil {
+		return x.SrcWorkloadKind
+	}
+	return ""
+}
+
+func (x *FlowRecord) GetSrcService() string {
+	if x != nil {
+		return x.SrcService
+	}
+	return ""
+}
+
+func (x *FlowRecord) GetSrcNode() string {
+	if x != nil {
+		return x.SrcNode
+	}
+	return ""
+}
+
+func (x *FlowRecord) GetDstKind() K8SKind {
+	if x != nil {
+		return x.DstKind
+	}
+	return K8SKind_K8S_KIND_UNSPECIFIED
+}
+
+func (x *FlowRecord) GetDstNamespace() string {
+	if x != nil {
+		return x.DstNamespace
+	}
+	return ""
+}
+
+func (x *FlowRecord) GetDstPod() string {
+	if x != nil {
+		return x.DstPod
+	}
+	return ""
+}
+
+func (x *FlowRecord) GetDstWorkload() string {
+	if x != nil {
+		return x.DstWorkload
+	}
+	return ""
+}
+
+func (x *FlowRecord) GetDstWorkloadKind() string {
+	if x != nil {
+		return x.DstWorkloadKind
+	}
+	return ""
+}
+
+func (x *FlowRecord) GetDstService() string {
+	if x != nil {
+		return x.DstService
+	}
+	return ""
+}
+
+func (x *FlowRecord) GetDstNode() string {
+	if x != nil {
+		return x.DstNode
+	}
+	return ""
+}
+
+func (x *FlowRecord) GetIfacePod() string {
+	if x != nil {
+		return x.IfacePod
+	}
+	return ""
+}
+
+func (x *FlowRecord) GetIfaceNamespace() string {
+	if x != nil {
+		return x.IfaceNamespace
+	}
+	return ""
+}
+
 var File_loupe_flow_v1_flow_proto protoreflect.FileDescriptor
 
 const file_loupe_flow_v1_flow_proto_rawDesc = "" +
 	"\n" +
-	"\x18loupe/flow/v1/flow.proto\x12\rloupe.flow.v1\"\xdb\x0e\n" +
+	"\x18loupe/flow/v1/flow.proto\x12\rloupe.flow.v1\"\x99\x13\n" +
 	"\n" +
 	"FlowRecord\x12\x14\n" +
 	"\x05iface\x18\x01 \x01(\tR\x05iface\x12\x18\n" +
@@ -727,7 +925,25 @@ const file_loupe_flow_v1_flow_proto_rawDesc = "" +
 	"\x0eouter_src_addr\x18< \x01(\fR\fouterSrcAddr\x12$\n" +
 	"\x0eouter_dst_addr\x18= \x01(\fR\fouterDstAddr\x12)\n" +
 	"\x0eouter_src_port\x18> \x01(\rH\fR\fouterSrcPort\x88\x01\x01\x12)\n" +
-	"\x0eouter_dst_port\x18? \x01(\rH\rR\fouterDstPort\x88\x01\x01\x1a>\n" +
+	"\x0eouter_dst_port\x18? \x01(\rH\rR\fouterDstPort\x88\x01\x01\x121\n" +
+	"\bsrc_kind\x18@ \x01(\x0e2\x16.loupe.flow.v1.K8sKindR\asrcKind\x12#\n" +
+	"\rsrc_namespace\x18A \x01(\tR\fsrcNamespace\x12\x17\n" +
+	"\asrc_pod\x18B \x01(\tR\x06srcPod\x12!\n" +
+	"\fsrc_workload\x18C \x01(\tR\vsrcWorkload\x12*\n" +
+	"\x11src_workload_kind\x18D \x01(\tR\x0fsrcWorkloadKind\x12\x1f\n" +
+	"\vsrc_service\x18E \x01(\tR\n" +
+	"srcService\x12\x19\n" +
+	"\bsrc_node\x18F \x01(\tR\asrcNode\x121\n" +
+	"\bdst_kind\x18G \x01(\x0e2\x16.loupe.flow.v1.K8sKindR\adstKind\x12#\n" +
+	"\rdst_namespace\x18H \x01(\tR\fdstNamespace\x12\x17\n" +
+	"\adst_pod\x18I \x01(\tR\x06dstPod\x12!\n" +
+	"\fdst_workload\x18J \x01(\tR\vdstWorkload\x12*\n" +
+	"\x11dst_workload_kind\x18K \x01(\tR\x0fdstWorkloadKind\x12\x1f\n" +
+	"\vdst_service\x18L \x01(\tR\n" +
+	"dstService\x12\x19\n" +
+	"\bdst_node\x18M \x01(\tR\adstNode\x12\x1b\n" +
+	"\tiface_pod\x18N \x01(\tR\bifacePod\x12'\n" +
+	"\x0fiface_namespace\x18O \x01(\tR\x0eifaceNamespace\x1a>\n" +
 	"\x10DropReasonsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01B\x0f\n" +
@@ -755,7 +971,14 @@ const file_loupe_flow_v1_flow_proto_rawDesc = "" +
 	"\bAccuracy\x12\x12\n" +
 	"\x0eACCURACY_EXACT\x10\x00\x12\x14\n" +
 	"\x10ACCURACY_DECODED\x10\x01\x12\x16\n" +
-	"\x12ACCURACY_ESTIMATED\x10\x02*\x83\x01\n" +
+	"\x12ACCURACY_ESTIMATED\x10\x02*\x88\x01\n" +
+	"\aK8sKind\x12\x18\n" +
+	"\x14K8S_KIND_UNSPECIFIED\x10\x00\x12\x10\n" +
+	"\fK8S_KIND_POD\x10\x01\x12\x14\n" +
+	"\x10K8S_KIND_SERVICE\x10\x02\x12\x11\n" +
+	"\rK8S_KIND_NODE\x10\x03\x12\x11\n" +
+	"\rK8S_KIND_HOST\x10\x04\x12\x15\n" +
+	"\x11K8S_KIND_EXTERNAL\x10\x05*\x83\x01\n" +
 	"\n" +
 	"TunnelType\x12\x1b\n" +
 	"\x17TUNNEL_TYPE_UNSPECIFIED\x10\x00\x12\x15\n" +
@@ -776,25 +999,28 @@ func file_loupe_flow_v1_flow_proto_rawDescGZIP() []byte {
 	return file_loupe_flow_v1_flow_proto_rawDescData
 }
 
-var file_loupe_flow_v1_flow_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_loupe_flow_v1_flow_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
 var file_loupe_flow_v1_flow_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
 var file_loupe_flow_v1_flow_proto_goTypes = []any{
 	(Direction)(0),     // 0: loupe.flow.v1.Direction
 	(Accuracy)(0),      // 1: loupe.flow.v1.Accuracy
-	(TunnelType)(0),    // 2: loupe.flow.v1.TunnelType
-	(*FlowRecord)(nil), // 3: loupe.flow.v1.FlowRecord
-	nil,                // 4: loupe.flow.v1.FlowRecord.DropReasonsEntry
+	(K8SKind)(0),       // 2: loupe.flow.v1.K8sKind
+	(TunnelType)(0),    // 3: loupe.flow.v1.TunnelType
+	(*FlowRecord)(nil), // 4: loupe.flow.v1.FlowRecord
+	nil,                // 5: loupe.flow.v1.FlowRecord.DropReasonsEntry
 }
 var file_loupe_flow_v1_flow_proto_depIdxs = []int32{
 	0, // 0: loupe.flow.v1.FlowRecord.direction:type_name -> loupe.flow.v1.Direction
-	4, // 1: loupe.flow.v1.FlowRecord.drop_reasons:type_name -> loupe.flow.v1.FlowRecord.DropReasonsEntry
+	5, // 1: loupe.flow.v1.FlowRecord.drop_reasons:type_name -> loupe.flow.v1.FlowRecord.DropReasonsEntry
 	1, // 2: loupe.flow.v1.FlowRecord.accuracy:type_name -> loupe.flow.v1.Accuracy
-	2, // 3: loupe.flow.v1.FlowRecord.tunnel_type:type_name -> loupe.flow.v1.TunnelType
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	3, // 3: loupe.flow.v1.FlowRecord.tunnel_type:type_name -> loupe.flow.v1.TunnelType
+	2, // 4: loupe.flow.v1.FlowRecord.src_kind:type_name -> loupe.flow.v1.K8sKind
+	2, // 5: loupe.flow.v1.FlowRecord.dst_kind:type_name -> loupe.flow.v1.K8sKind
+	6, // [6:6] is the sub-list for method output_type
+	6, // [6:6] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_loupe_flow_v1_flow_proto_init() }
@@ -808,7 +1034,7 @@ func file_loupe_flow_v1_flow_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loupe_flow_v1_flow_proto_rawDesc), len(file_loupe_flow_v1_flow_proto_rawDesc)),
-			NumEnums:      3,
+			NumEnums:      4,
 			NumMessages:   2,
 			NumExtensions: 0,
 			NumServices:   0,
