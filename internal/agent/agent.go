@@ -170,7 +170,14 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown,
 		opened = append(opened, u)
 	}
 	sd.update(func(s *Shutdown) { s.queues = flowUnit.Queues() })
-	if err := ctl.serve(version, units, dp, mgr); err != nil {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(newHealthCollector(dp, mgr, log), newExportCollector(flowUnit.Queues()), newSignalCollector(units))
+	for _, u := range units {
+		reg.MustRegister(u.Collectors()...)
+	}
+	routes := append(storeRoutes(cfg), metricsRoute(reg))
+	if err := ctl.serve(version, units, dp, mgr, routes); err != nil {
 		return err
 	}
 	// A failed start stops the API before the units close: the status
@@ -179,12 +186,6 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown,
 
 	var srv *http.Server
 	if cfg.Listen != config.None {
-		reg := prometheus.NewRegistry()
-		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		reg.MustRegister(newHealthCollector(dp, mgr, log), newExportCollector(flowUnit.Queues()), newSignalCollector(units))
-		for _, u := range units {
-			reg.MustRegister(u.Collectors()...)
-		}
 		if srv, err = serveHTTP(cfg.Listen, reg, log); err != nil {
 			return err
 		}
