@@ -31,6 +31,7 @@ import (
 	"loupe/internal/config"
 	"loupe/internal/datapath"
 	"loupe/internal/ifnames"
+	"loupe/internal/ui"
 )
 
 // Run runs the agent until ctx is done, then shuts down gracefully: detach,
@@ -60,6 +61,12 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown,
 		return err
 	}
 	defer ctl.close()
+	// The UI's port likewise, before anything is loaded.
+	web, err := ui.Listen(ui.Options{Listen: cfg.UI.Listen, TokenFile: cfg.Control.TokenFile, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer web.Close()
 
 	pinDir := cfg.PinDir
 	if pinDir == config.None {
@@ -176,9 +183,14 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown,
 	for _, u := range units {
 		reg.MustRegister(u.Collectors()...)
 	}
-	routes := append(storeRoutes(cfg), metricsRoute(reg))
-	if err := ctl.serve(version, units, dp, mgr, routes); err != nil {
+	routes := ctl.routes(version, units, dp, mgr, append(storeRoutes(cfg), metricsRoute(reg)))
+	if err := ctl.serve(routes); err != nil {
 		return err
+	}
+	if web != nil {
+		if err := web.Serve(routes); err != nil {
+			return fmt.Errorf("ui: %w", err)
+		}
 	}
 	// A failed start stops the API before the units close: the status
 	// reads them.

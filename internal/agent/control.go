@@ -54,19 +54,20 @@ func listenControl(cfg config.Config, log *slog.Logger) (*control, error) {
 	return c, nil
 }
 
-// serve starts answering: GET /api/v1/status, the agent's own routes
-// (extra), then the routes of every unit that provides some.
-func (c *control) serve(version string, units []capability.Unit, dp *datapath.Datapath, mgr *attach.Manager, extra []api.Route) error {
+// serve starts answering routes.
+func (c *control) serve(routes []api.Route) error {
 	if c.srv == nil {
 		return nil
 	}
-	if err := c.srv.Serve(c.routes(version, units, dp, mgr, extra)); err != nil {
+	if err := c.srv.Serve(routes); err != nil {
 		return fmt.Errorf("control API: %w", err)
 	}
 	return nil
 }
 
-// routes are every route of the API, which the UI's listener serves too.
+// routes are every route of the API, which the UI's listener serves too:
+// GET /api/v1/status, the agent's own routes (extra), then the routes of
+// every unit that provides some.
 func (c *control) routes(version string, units []capability.Unit, dp *datapath.Datapath, mgr *attach.Manager, extra []api.Route) []api.Route {
 	routes := []api.Route{api.StatusRoute(func() api.Status { return c.status(version, units, dp, mgr) })}
 	routes = append(routes, extra...)
