@@ -7,8 +7,8 @@
 #                      Apache Kafka jars (scripts/peers/kafka.sh), and
 #                      kube-apiserver and etcd built from the Go module
 #                      proxy (scripts/peers/kube.sh; up to 15 minutes cold)
-#   deps.sh generate   + clang-19, llvm-19, bpftool, protoc: regenerate BPF
-#                      objects and the protobuf schema's Go code
+#   deps.sh generate   + clang-19, llvm-19, bpftool, protoc, node and npm: regenerate BPF
+#                      objects and the protobuf schema's Go code, and build the web UI
 #   deps.sh bench      + iperf3, tcpreplay, tcpdump, pmacct, perf, python3,
 #                      nginx, h2load (nghttp2-client),
 #                      a JDK and the Kafka jars, kube-apiserver and etcd
@@ -19,8 +19,8 @@ purpose=${1:-run}
 packages=(ca-certificates curl unzip make git)
 case "$purpose" in
 run) ;;
-test) packages+=(iproute2 iputils-ping libcap2-bin procps nftables tshark tcpdump nginx-light dnsmasq-base nfdump pmacct prometheus openjdk-17-jre-headless maven) ;;
-generate) packages+=(clang-19 llvm-19 bpftool protobuf-compiler) ;;
+test) packages+=(iproute2 iputils-ping libcap2-bin procps nftables tshark tcpdump nginx-light dnsmasq-base nfdump pmacct prometheus openjdk-17-jre-headless maven chromium nodejs) ;;
+generate) packages+=(clang-19 llvm-19 bpftool protobuf-compiler nodejs) ;;
 bench) packages+=(iproute2 iputils-ping iperf3 tcpreplay tcpdump pmacct linux-perf python3 procps nginx-light nghttp2-client openjdk-17-jre-headless maven) ;;
 *)
 	echo "usage: $0 run|test|generate|bench" >&2
@@ -68,5 +68,17 @@ case "$purpose" in
 test | bench)
 	scripts/peers/kafka.sh
 	scripts/peers/kube.sh
+	;;
+esac
+
+# The web UI's modules, from the lockfile (the browser tests drive Debian's
+# chromium with playwright-core, which must never download a browser).
+# NodeSource's nodejs carries npm; Debian's needs its npm package.
+case "$purpose" in
+test | generate)
+	if ! command -v npm >/dev/null; then
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm >/dev/null
+	fi
+	(cd web && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error)
 	;;
 esac
