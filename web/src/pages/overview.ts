@@ -61,7 +61,8 @@ function topTable(by: string, rows: TopRow[]): HTMLElement {
         : by === "port"
           ? [String(r.port), proto(r.proto!)]
           : [(by === "src" ? r.src_addr : r.dst_addr)!];
-    return h("tr", {}, ...keys.map((k) => h("td", {}, k)), num(r.bytes, bytes(r.bytes)), num(r.packets), num(r.flows));
+    // data-value keeps the address as the API gave it ("" for non-IP).
+    return h("tr", {}, ...keys.map((k) => h("td", { "data-value": k }, k || "non-IP")), num(r.bytes, bytes(r.bytes)), num(r.packets), num(r.flows));
   });
   return h("section", { class: "card" }, h("h3", {}, `Top ${by === "pair" ? "pairs" : by === "port" ? "ports" : by === "src" ? "sources" : "destinations"}`),
     table([...head, "bytes", "packets", "flows"], body, `top-${by}`));
@@ -99,15 +100,20 @@ function health(st: Status, metrics: Metric[]): HTMLElement {
 }
 
 export async function overview(root: HTMLElement, params: URLSearchParams): Promise<void> {
+  // A range is the last D, or a fixed window (since and until as RFC 3339
+  // times, as the CLI takes them) given in the address.
   const since = params.get("since") ?? "1h";
-  const select = h("select", { id: "range" }, ...ranges.map((r) => h("option", { value: r, selected: r === since }, `last ${r}`))) as HTMLSelectElement;
-  select.addEventListener("change", () => (location.hash = "#/overview?since=" + select.value));
+  const until = params.get("until") ?? undefined;
+  const custom = !ranges.includes(since) || until !== undefined;
+  const select = h("select", { id: "range" }, ...ranges.map((r) => h("option", { value: r, selected: !custom && r === since }, `last ${r}`)),
+    custom ? h("option", { value: "", selected: true }, `${since} to ${until ?? "now"}`) : null) as HTMLSelectElement;
+  select.addEventListener("change", () => select.value && (location.hash = "#/overview?since=" + select.value));
   root.append(h("div", { class: "toolbar" }, h("label", {}, "Range ", select)));
   const [tr, st, metrics, ...tops] = await Promise.all([
-    getJSON<Traffic>("/api/v1/traffic" + query({ since })),
+    getJSON<Traffic>("/api/v1/traffic" + query({ since, until })),
     status(),
     getJSON<{ metrics: Metric[] }>("/api/v1/metrics"),
-    ...["src", "dst", "pair", "port"].map((by) => getJSON<TopRow[]>("/api/v1/top" + query({ by, since, n: 10 }))),
+    ...["src", "dst", "pair", "port"].map((by) => getJSON<TopRow[]>("/api/v1/top" + query({ by, since, until, n: 10 }))),
   ]);
   const totals = h("section", { class: "card wide totals" },
     h("div", {}, h("span", { class: "big", id: "total-bytes", "data-value": tr.totals.bytes }, bytes(tr.totals.bytes)), " bytes"),

@@ -26,7 +26,7 @@ export async function topology(root: HTMLElement, p: URLSearchParams, go: (p: UR
   const form = h("form", { class: "filters" }) as HTMLFormElement;
   const field = (name: string, label: string, def = "") => h("label", {}, label + " ", h("input", { name, value: p.get(name) ?? def, size: 10 }));
   const group = h("select", { name: "group" }, ...["auto", "address", "subnet"].map((g) => h("option", { value: g, selected: (p.get("group") ?? "auto") === g }, g)));
-  form.append(field("since", "since", "1h"), field("src", "src"), field("dst", "dst"), field("port", "port"), field("proto", "proto"),
+  form.append(field("since", "since", "1h"), field("until", "until"), field("src", "src"), field("dst", "dst"), field("port", "port"), field("proto", "proto"),
     field("n", "edges", "300"), h("label", {}, "group ", group), h("button", { type: "submit" }, "Apply"));
   form.addEventListener("submit", (e) => {
     e.preventDefault();
@@ -37,11 +37,12 @@ export async function topology(root: HTMLElement, p: URLSearchParams, go: (p: UR
   const info = h("p", { id: "topology-info" });
   const canvas = h("div", { id: "graph" });
   root.append(form, info, canvas);
-  const topo = await getJSON<Topology>("/api/v1/topology" + query({ since, src: p.get("src") ?? undefined, dst: p.get("dst") ?? undefined,
+  const topo = await getJSON<Topology>("/api/v1/topology" + query({ since, until: p.get("until") ?? undefined, src: p.get("src") ?? undefined, dst: p.get("dst") ?? undefined,
     port: p.get("port") ?? undefined, proto: p.get("proto") ?? undefined, n: p.get("n") ?? undefined }));
   const mode = p.get("group") ?? "auto";
   const grouped = mode === "subnet" || (mode === "auto" && topo.nodes.length > groupPast);
-  const name = (a: string) => (grouped ? subnet(a) : a);
+  // A record that is not IP (ARP, LLDP) has no address.
+  const name = (a: string) => (a === "" ? "non-IP" : grouped ? subnet(a) : a);
   const nodes = new Map<string, number>();
   const edges = new Map<string, { src: string; dst: string; bytes: number; flows: number }>();
   for (const e of topo.edges) {
@@ -73,15 +74,18 @@ export async function topology(root: HTMLElement, p: URLSearchParams, go: (p: UR
     layout: { name: nodes.size > 400 ? "grid" : "cose", animate: false, randomize: false } as cytoscape.LayoutOptions,
     wheelSensitivity: 0.3,
   });
-  // A node's or an edge's flows, in the flows table; a subnet by its CIDR.
-  const cidr = (x: string) => (x.includes("/") ? x : x);
+  // A node's or an edge's flows, in the flows table (a subnet is a CIDR
+  // already, which the filters take as they are).
+  const cidr = (x: string) => (x === "non-IP" ? "" : x);
   cy.on("tap", "node", (ev) => {
-    const n = new URLSearchParams({ since, src: cidr(ev.target.id()) });
-    go(n, "flows");
+    if (ev.target.id() !== "non-IP") go(new URLSearchParams({ since, src: cidr(ev.target.id()) }), "flows");
   });
   cy.on("tap", "edge", (ev) => {
     const d = ev.target.data();
-    go(new URLSearchParams({ since, src: cidr(d.src), dst: cidr(d.dst) }), "flows");
+    const n = new URLSearchParams({ since });
+    if (cidr(d.src)) n.set("src", cidr(d.src));
+    if (cidr(d.dst)) n.set("dst", cidr(d.dst));
+    go(n, "flows");
   });
   (window as unknown as { loupeGraph: unknown }).loupeGraph = cy;
 }
