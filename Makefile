@@ -8,7 +8,7 @@ VMLINUX_ROOTS = "struct __sk_buff" __u8 __u16 __u32 __u64 __s8 __s16 __s32 __s64
 	"struct bpf_raw_tracepoint_args" "struct sk_buff" "struct tcp_sock" "struct tcp_skb_cb" \
 	"enum skb_drop_reason"
 
-.PHONY: build image manifests check-manifests generate check-generated vmlinux headers test bench clean
+.PHONY: build image manifests check-manifests generate check-generated ui vmlinux headers test bench clean
 
 # Stamps the version and commit (scripts/build.sh).
 build:
@@ -34,6 +34,11 @@ generate:
 
 check-generated:
 	./scripts/check-generated.sh
+
+# Rebuild the web UI into internal/ui/dist (committed, so that go build
+# needs no npm): node and npm, modules from web/package-lock.json.
+ui:
+	./scripts/ui.sh
 
 # Regenerate bpf/include/vmlinux.h from this kernel's BTF, trimmed.
 vmlinux:

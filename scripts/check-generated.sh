@@ -28,3 +28,10 @@ if [ -n "$(git status --porcelain -- internal/datapath/ internal/export/kafka/fl
 fi
 # The plain manifests are rendered from the Helm chart, likewise.
 ./scripts/manifests.sh --check
+# The web UI's build output: rebuilt from web/ with the locked modules.
+./scripts/ui.sh
+if ! git diff --exit-code --stat -- internal/ui/dist/ || [ -n "$(git status --porcelain -- internal/ui/dist/)" ]; then
+	echo "internal/ui/dist differs from what web/ builds: run 'make ui' and commit" >&2
+	git status --porcelain -- internal/ui/dist/ >&2
+	exit 1
+fi

@@ -9,8 +9,8 @@
 #                      proxy (scripts/peers/kube.sh; up to 15 minutes cold),
 #                      and helm for the chart's tests (scripts/peers/helm.sh,
 #                      from the Go module proxy; about 2 minutes cold)
-#   deps.sh generate   + clang-19, llvm-19, bpftool, protoc: regenerate BPF
-#                      objects and the protobuf schema's Go code
+#   deps.sh generate   + clang-19, llvm-19, bpftool, protoc, node and npm: regenerate BPF
+#                      objects and the protobuf schema's Go code, and build the web UI
 #   deps.sh bench      + iperf3, tcpreplay, tcpdump, pmacct, perf, python3,
 #                      nginx, h2load (nghttp2-client),
 #                      a JDK and the Kafka jars, kube-apiserver and etcd
@@ -21,8 +21,8 @@ purpose=${1:-run}
 packages=(ca-certificates curl unzip make git)
 case "$purpose" in
 run) ;;
-test) packages+=(iproute2 iputils-ping libcap2-bin procps systemd nftables tshark tcpdump nginx-light dnsmasq-base nfdump pmacct prometheus openjdk-17-jre-headless maven) ;;
-generate) packages+=(clang-19 llvm-19 bpftool protobuf-compiler) ;;
+test) packages+=(iproute2 iputils-ping libcap2-bin procps systemd nftables tshark tcpdump nginx-light dnsmasq-base nfdump pmacct prometheus openjdk-17-jre-headless maven chromium nodejs) ;;
+generate) packages+=(clang-19 llvm-19 bpftool protobuf-compiler nodejs) ;;
 bench) packages+=(iproute2 iputils-ping iperf3 tcpreplay tcpdump pmacct linux-perf python3 procps nginx-light nghttp2-client openjdk-17-jre-headless maven) ;;
 *)
 	echo "usage: $0 run|test|generate|bench" >&2
@@ -75,4 +75,16 @@ test | bench)
 esac
 case "$purpose" in
 test) scripts/peers/helm.sh ;;
+esac
+
+# The web UI's modules, from the lockfile (the browser tests drive Debian's
+# chromium with playwright-core, which must never download a browser).
+# NodeSource's nodejs carries npm; Debian's needs its npm package.
+case "$purpose" in
+test | generate)
+	if ! command -v npm >/dev/null; then
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm >/dev/null
+	fi
+	(cd web && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error)
+	;;
 esac

@@ -34,6 +34,7 @@ import (
 	"loupe/internal/datapath"
 	"loupe/internal/ifnames"
 	"loupe/internal/k8s"
+	"loupe/internal/ui"
 )
 
 // Run runs the agent until ctx is done, then shuts down gracefully: detach,
@@ -63,6 +64,12 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown,
 		return err
 	}
 	defer ctl.close()
+	// The UI's port likewise, before anything is loaded.
+	web, err := ui.Listen(ui.Options{Listen: cfg.UI.Listen, TokenFile: cfg.Control.TokenFile, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer web.Close()
 
 	pinDir := cfg.PinDir
 	if pinDir == config.None {
@@ -193,8 +200,20 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown,
 		opened = append(opened, u)
 	}
 	sd.update(func(s *Shutdown) { s.queues = flowUnit.Queues() })
-	if err := ctl.serve(version, units, dp, mgr); err != nil {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(newHealthCollector(dp, mgr, log), newExportCollector(flowUnit.Queues()), newSignalCollector(units))
+	for _, u := range units {
+		reg.MustRegister(u.Collectors()...)
+	}
+	routes := ctl.routes(version, units, dp, mgr, append(storeRoutes(cfg), metricsRoute(reg)))
+	if err := ctl.serve(routes); err != nil {
 		return err
+	}
+	if web != nil {
+		if err := web.Serve(routes); err != nil {
+			return fmt.Errorf("ui: %w", err)
+		}
 	}
 	// A failed start stops the API before the units close: the status
 	// reads them.
@@ -202,12 +221,6 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown,
 
 	var srv *http.Server
 	if cfg.Listen != config.None {
-		reg := prometheus.NewRegistry()
-		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		reg.MustRegister(newHealthCollector(dp, mgr, log), newExportCollector(flowUnit.Queues()), newSignalCollector(units))
-		for _, u := range units {
-			reg.MustRegister(u.Collectors()...)
-		}
 		if srv, err = serveHTTP(cfg.Listen, reg, ctl.currentState, log); err != nil {
 			return err
 		}

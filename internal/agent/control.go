@@ -11,6 +11,8 @@ import (
 	"loupe/internal/api"
 	"loupe/internal/attach"
 	"loupe/internal/capability"
+	flowsquery "loupe/internal/capability/flows/query"
+	latencyquery "loupe/internal/capability/latency/query"
 	"loupe/internal/config"
 	"loupe/internal/datapath"
 )
@@ -52,22 +54,39 @@ func listenControl(cfg config.Config, log *slog.Logger) (*control, error) {
 	return c, nil
 }
 
-// serve starts answering: GET /api/v1/status, then the routes of every
-// unit that provides some.
-func (c *control) serve(version string, units []capability.Unit, dp *datapath.Datapath, mgr *attach.Manager) error {
+// serve starts answering routes.
+func (c *control) serve(routes []api.Route) error {
 	if c.srv == nil {
 		return nil
-	}
-	routes := []api.Route{api.StatusRoute(func() api.Status { return c.status(version, units, dp, mgr) })}
-	for _, u := range units {
-		if rp, ok := u.(capability.RouteProvider); ok {
-			routes = append(routes, rp.Routes()...)
-		}
 	}
 	if err := c.srv.Serve(routes); err != nil {
 		return fmt.Errorf("control API: %w", err)
 	}
 	return nil
+}
+
+// routes are every route of the API, which the UI's listener serves too:
+// GET /api/v1/status, the agent's own routes (extra), then the routes of
+// every unit that provides some.
+func (c *control) routes(version string, units []capability.Unit, dp *datapath.Datapath, mgr *attach.Manager, extra []api.Route) []api.Route {
+	routes := []api.Route{api.StatusRoute(func() api.Status { return c.status(version, units, dp, mgr) })}
+	routes = append(routes, extra...)
+	for _, u := range units {
+		if rp, ok := u.(capability.RouteProvider); ok {
+			routes = append(routes, rp.Routes()...)
+		}
+	}
+	return routes
+}
+
+// storeRoutes are the queries over the agent's store (flows, top,
+// traffic, topology, latency), none without a store: the same answers
+// as the CLI's commands run with --store on it.
+func storeRoutes(cfg config.Config) []api.Route {
+	if cfg.Store.Path == config.None {
+		return nil
+	}
+	return append(flowsquery.Routes(cfg.Store.Path), latencyquery.Routes(cfg.Store.Path)...)
 }
 
 // pending returns the permission error listenControl kept, once the

@@ -77,6 +77,32 @@ func readToken(path string) ([]byte, error) {
 // length as well as of its content.
 func tokenDigest(tok []byte) [sha256.Size]byte { return sha256.Sum256(tok) }
 
+// Token is a bearer token read from a token file, kept as its digest. The
+// zero Token matches no request.
+type Token struct {
+	digest [sha256.Size]byte
+	set    bool
+}
+
+// LoadToken reads the token file at path (control.token_file's rules: a
+// regular file, mode 0600 or stricter, at least 16 visible ASCII
+// characters).
+func LoadToken(path string) (Token, error) {
+	tok, err := readToken(path)
+	if err != nil {
+		return Token{}, err
+	}
+	return Token{digest: tokenDigest(tok), set: true}, nil
+}
+
+// IsSet reports whether the token was loaded.
+func (t Token) IsSet() bool { return t.set }
+
+// Match reports whether r carries the token (Authorization: Bearer).
+func (t Token) Match(r *http.Request) bool {
+	return t.set && bearerOK(r, t.digest)
+}
+
 // bearerOK reports whether r carries the token whose digest is want.
 func bearerOK(r *http.Request, want [sha256.Size]byte) bool {
 	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
@@ -131,10 +157,10 @@ func peerUID(c *net.UnixConn) int {
 	return uid
 }
 
-// denial is why a request is refused: a status code and a message.
-type denial struct {
-	code int
-	msg  string
+// Denial is why a request is refused: a status code and a message.
+type Denial struct {
+	Code int
+	Msg  string
 }
 
 // authorize decides whether a request of class a, on connection c, may
@@ -142,10 +168,10 @@ type denial struct {
 // socket, connecting was the authorisation for Read; Payload and Write
 // also need the peer to be root or the agent's user (self), so that
 // widening the socket's permissions for reading hands out nothing else.
-func authorize(a Access, c conn, tokenOK bool, self int) *denial {
+func authorize(a Access, c conn, tokenOK bool, self int) *Denial {
 	if c.tcp {
 		if !tokenOK {
-			return &denial{http.StatusUnauthorized, "missing or invalid bearer token"}
+			return &Denial{http.StatusUnauthorized, "missing or invalid bearer token"}
 		}
 		return nil
 	}
@@ -157,7 +183,7 @@ func authorize(a Access, c conn, tokenOK bool, self int) *denial {
 		if c.peer >= 0 {
 			who = fmt.Sprintf("uid %d", c.peer)
 		}
-		return &denial{http.StatusForbidden, fmt.Sprintf("%s routes need root or the agent's user (uid %d), not %s", a, self, who)}
+		return &Denial{http.StatusForbidden, fmt.Sprintf("%s routes need root or the agent's user (uid %d), not %s", a, self, who)}
 	}
 	return nil
 }

@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -47,11 +46,11 @@ type Options struct {
 // path in use or a bad token file stops the agent before it loads
 // anything), Serve starts answering, Close stops.
 type Server struct {
-	log    *slog.Logger
-	sock   *unixSocket
-	tcp    net.Listener
-	digest [sha256.Size]byte
-	self   int // the agent's uid
+	log   *slog.Logger
+	sock  *unixSocket
+	tcp   net.Listener
+	token Token
+	self  int // the agent's uid
 	// timeout is the deadline of routes that are not streams.
 	timeout time.Duration
 	// ctx is every request's parent: cancelled by Close, it ends the
@@ -86,11 +85,9 @@ func Listen(o Options) (_ *Server, err error) {
 		if o.TokenFile == "" {
 			return nil, errors.New("control.token_file: required when control.listen is set: every request on TCP needs its bearer token")
 		}
-		tok, err := readToken(o.TokenFile)
-		if err != nil {
+		if s.token, err = LoadToken(o.TokenFile); err != nil {
 			return nil, err
 		}
-		s.digest = tokenDigest(tok)
 		if s.tcp, err = net.Listen("tcp", o.Listen); err != nil {
 			return nil, fmt.Errorf("control.listen %s: %w", o.Listen, err)
 		}
@@ -200,9 +197,29 @@ func (s *Server) Close() error {
 	return errors.Join(errs...)
 }
 
-// handler routes requests to routes: their access checked, deadlines set,
-// and JSON errors for unknown paths (404) and methods (405).
+// handler routes requests to routes, their access checked by authorize
+// against the connection's transport and peer.
 func (s *Server) handler(routes []Route) (http.Handler, error) {
+	gate := func(a Access, r *http.Request) *Denial {
+		c := connFrom(r.Context())
+		return authorize(a, c, c.tcp && s.token.Match(r), s.self)
+	}
+	return NewHandler(routes, gate, s.timeout, s.log)
+}
+
+// Gate decides whether a request may reach a route of class a: nil lets
+// it through, a Denial answers it with its code and message.
+type Gate func(a Access, r *http.Request) *Denial
+
+// NewHandler routes requests to routes: each request passes gate first,
+// then gets its deadlines (timeout, unless the route is a stream); unknown
+// paths are answered 404 and known paths with another method 405, in
+// JSON. The control API's listeners and the UI's serve routes through it,
+// so that a route behaves the same wherever it is reached.
+func NewHandler(routes []Route, gate Gate, timeout time.Duration, log *slog.Logger) (http.Handler, error) {
+	if timeout <= 0 {
+		timeout = RequestTimeout
+	}
 	mux := http.NewServeMux()
 	seen := map[string]bool{}
 	var methods []string
@@ -218,11 +235,11 @@ func (s *Server) handler(routes []Route) (http.Handler, error) {
 		if !slices.Contains(methods, rt.Method) {
 			methods = append(methods, rt.Method)
 		}
-		if err := handle(mux, pattern, s.route(rt)); err != nil {
+		if err := handle(mux, pattern, gated(rt, gate, timeout, log)); err != nil {
 			return nil, err
 		}
 	}
-	return &router{mux: mux, methods: methods, log: s.log}, nil
+	return &router{mux: mux, methods: methods, log: log}, nil
 }
 
 func checkRoute(rt Route) error {
@@ -253,22 +270,22 @@ func handle(mux *http.ServeMux, pattern string, h http.Handler) (err error) {
 	return nil
 }
 
-// route wraps a route's handler with its access check and deadlines.
-func (s *Server) route(rt Route) http.Handler {
+// gated wraps a route's handler with its access check and deadlines.
+func gated(rt Route, gate Gate, timeout time.Duration, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c := connFrom(r.Context())
-		if d := authorize(rt.Access, c, c.tcp && bearerOK(r, s.digest), s.self); d != nil {
-			s.log.Info("control API request refused", "method", r.Method, "path", r.URL.Path,
-				"access", rt.Access.String(), "tcp", c.tcp, "peer_uid", c.peer, "remote", r.RemoteAddr, "status", d.code)
-			if d.code == http.StatusUnauthorized {
+		if d := gate(rt.Access, r); d != nil {
+			c := connFrom(r.Context())
+			log.Info("control API request refused", "method", r.Method, "path", r.URL.Path,
+				"access", rt.Access.String(), "tcp", c.tcp, "peer_uid", c.peer, "remote", r.RemoteAddr, "status", d.Code)
+			if d.Code == http.StatusUnauthorized {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="loupe"`)
 			}
-			WriteError(w, d.code, d.msg)
+			WriteError(w, d.Code, d.Msg)
 			return
 		}
 		if !rt.Stream {
 			rc := http.NewResponseController(w)
-			deadline := time.Now().Add(s.timeout)
+			deadline := time.Now().Add(timeout)
 			_ = rc.SetReadDeadline(deadline)
 			_ = rc.SetWriteDeadline(deadline)
 			r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)

@@ -420,13 +420,13 @@ func TestAuthorize(t *testing.T) {
 		d := authorize(tc.access, tc.c, tc.tokenOK, self)
 		got := 0
 		if d != nil {
-			got = d.code
+			got = d.Code
 		}
 		if got != tc.want {
 			t.Errorf("%s over %+v, token %v: %d, want %d", tc.access, tc.c, tc.tokenOK, got, tc.want)
 		}
 	}
-	if d := authorize(Payload, conn{peer: 1234}, false, self); d == nil || d.msg != "payload routes need root or the agent's user (uid 1000), not uid 1234" {
+	if d := authorize(Payload, conn{peer: 1234}, false, self); d == nil || d.Msg != "payload routes need root or the agent's user (uid 1000), not uid 1234" {
 		t.Errorf("denial %+v", d)
 	}
 }

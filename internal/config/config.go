@@ -66,6 +66,7 @@ import (
 	"loupe/internal/export/promflow"
 	"loupe/internal/export/targets"
 	"loupe/internal/k8s"
+	"loupe/internal/ui"
 )
 
 // None is the value of store.path, listen and pin_dir that disables the
@@ -98,6 +99,8 @@ type Config struct {
 	Listen             string        `yaml:"listen" env:"LOUPE_LISTEN" flag:"listen" help:"HTTP listen address host:port, or none to disable"`
 	// Control is the control API's section, owned by the api package.
 	Control api.Config `yaml:"control"`
+	// UI is the web UI's section, owned by its package.
+	UI ui.Config `yaml:"ui"`
 	// Capture is the capture capability's section, owned by its package.
 	Capture capture.Config `yaml:"capture"`
 	// Rules is the rules capability's section, owned by its package.
@@ -146,6 +149,7 @@ func Default() Config {
 		},
 		Listen:     "127.0.0.1:9464",
 		Control:    api.DefaultConfig(),
+		UI:         ui.DefaultConfig(),
 		Capture:    capture.DefaultConfig(),
 		Rules:      rulesunit.DefaultConfig(),
 		Signals:    signalsunit.DefaultConfig(),

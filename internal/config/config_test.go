@@ -30,6 +30,7 @@ import (
 	"loupe/internal/export/targets"
 	"loupe/internal/hop"
 	"loupe/internal/k8s"
+	"loupe/internal/ui"
 )
 
 // run loads a configuration the way `loupe run` does: file (if yamlText is
@@ -100,6 +101,7 @@ func TestDefault(t *testing.T) {
 		Store:              Store{Path: "/var/lib/loupe/flows", Retention: 24 * time.Hour},
 		Listen:             "127.0.0.1:9464",
 		Control:            api.Config{Socket: "/run/loupe/loupe.sock", Listen: "none"},
+		UI:                 ui.Config{Listen: "127.0.0.1:9463"},
 		Capture: capture.Config{MaxTriggersPerSec: 100, Connections: 16384, KeepPackets: 4, KeepBytes: 2048,
 			KeepSlots: 1024, IdleTimeout: 30 * time.Second, MaxAge: time.Hour, HTTPMaxSeries: 4096, BufferSize: 4 << 20,
 			FileMaxSize: 100 << 20, FileMaxAge: time.Hour, MaxFiles: 100, MaxSize: 1 << 30},
@@ -182,6 +184,7 @@ func keyCases() []keyCase {
 		{"control.socket", "/run/loupe-b/api.sock", func(c *Config) { c.Control.Socket = "/run/loupe-b/api.sock" }},
 		{"control.listen", "127.0.0.1:9465", func(c *Config) { c.Control.Listen = "127.0.0.1:9465" }},
 		{"control.token_file", "/etc/loupe/token", func(c *Config) { c.Control.TokenFile = "/etc/loupe/token" }},
+		{"ui.listen", "127.0.0.1:9470", func(c *Config) { c.UI.Listen = "127.0.0.1:9470" }},
 		{"capture.dir", "/var/lib/loupe/capture", func(c *Config) { c.Capture.Dir = "/var/lib/loupe/capture" }},
 		{"capture.triggers", "http.status=503 sample=1/10,tcp.rst", func(c *Config) { c.Capture.Triggers = []string{"http.status=503 sample=1/10", "tcp.rst"} }},
 		{"capture.mirror", "dbg0", func(c *Config) { c.Capture.Mirror = "dbg0" }},

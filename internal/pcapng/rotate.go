@@ -464,3 +464,42 @@ func (r *Rotator) retain() {
 		total -= f.size
 	}
 }
+
+// FileInfo is a capture file of the rotator's directory.
+type FileInfo struct {
+	Name string    `json:"name"`
+	Size int64     `json:"size"`
+	Time time.Time `json:"time"` // when the file was started
+}
+
+// Files lists the directory's capture files, oldest first (the file
+// being written among them, as far as it was flushed).
+func (r *Rotator) Files() ([]FileInfo, error) {
+	files, err := r.list()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]FileInfo, len(files))
+	for i, f := range files {
+		out[i] = FileInfo{Name: f.name, Size: f.size, Time: f.t}
+	}
+	return out, nil
+}
+
+// OpenFile opens the capture file name for reading. Only a name Files
+// lists is opened: a regular file with a capture file's name, directly in
+// the directory, never through a symbolic link.
+func (r *Rotator) OpenFile(name string) (*os.File, error) {
+	if _, ok := parseName(name); !ok || strings.ContainsRune(name, '/') {
+		return nil, fmt.Errorf("pcapng: %q is not a capture file's name: %w", name, os.ErrNotExist)
+	}
+	f, err := r.dir.OpenFile(name, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("pcapng: %s is not a regular file: %w", name, os.ErrNotExist)
+	}
+	return f, nil
+}

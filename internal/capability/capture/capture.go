@@ -64,6 +64,7 @@ type Unit struct {
 	files   *pcapng.Rotator
 	series  *pcapng.Series
 	follow  *followers
+	recent  traceLog
 	// onDemand is held by the on-demand capture running (one at a time:
 	// the datapath has one filter slot per direction).
 	onDemand sync.Mutex

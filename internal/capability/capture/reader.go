@@ -51,6 +51,8 @@ func (u *Unit) readEvents(ctx context.Context) {
 		name := u.slotName(ev.Rule, ev.Time)
 		u.stats.lastTrace.Store(traceInfo{ID: ev.TraceID, Trigger: name, Status: ev.Status, Time: time.Unix(0, u.monoToWall(ev.Time))})
 		k := ev.Key
+		u.recent.add(Trace{ID: fmt.Sprintf("%08x", ev.TraceID), Trigger: name, Status: ev.Status, Time: time.Unix(0, u.monoToWall(ev.Time)).UTC(),
+			Src: netip.AddrPortFrom(k.SrcIP(), k.SrcPort).String(), Dst: netip.AddrPortFrom(k.DstIP(), k.DstPort).String(), Iface: u.ifaceName(k.IfIndex)})
 		u.log.Info("trace started", "trace", fmt.Sprintf("%08x", ev.TraceID), "trigger", name, "status", ev.Status,
 			"src", netip.AddrPortFrom(k.SrcIP(), k.SrcPort).String(), "dst", netip.AddrPortFrom(k.DstIP(), k.DstPort).String(),
 			"iface", u.ifaceName(k.IfIndex), "kept_packets", ev.Kept, "split_status_line", ev.Split)
@@ -136,6 +138,7 @@ func (u *Unit) toPcapng(p *datapath.CapturedPacket, out *pcapng.Packet, buf *[]b
 	if line := requestLine(p.Data); line != "" {
 		c.WriteString(" request=")
 		c.WriteString(line)
+		u.recent.request(fmt.Sprintf("%08x", p.TraceID), line)
 	}
 	out.Comment = c.String()
 }

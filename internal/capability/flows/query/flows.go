@@ -3,6 +3,7 @@ package query
 import (
 	"bufio"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -34,8 +35,10 @@ type flowsOptions struct {
 	limit             int
 }
 
-func flows(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := cli.NewFlagSet("flows", flowsSynopsis, stdout, stderr)
+// bindFlows declares the flags of `loupe flows` on fs: the CLI parses
+// them from its arguments, the API (GET /api/v1/flows) from its URL
+// parameters, so that both take the same filters with the same rules.
+func bindFlows(fs *flag.FlagSet) (*queryFlags, *flowsOptions) {
 	var q queryFlags
 	q.bind(fs)
 	var o flowsOptions
@@ -45,6 +48,12 @@ func flows(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.limit, "limit", defaultLimit, "print at most this many records, 0 for all (--json: all unless given)")
 	fs.BoolVar(&o.raw, "raw", false, "exact numbers: bytes in bytes, times in RFC 3339 UTC with nanoseconds")
 	fs.BoolVar(&o.follow, "follow", false, "print the records the agent writes from now on, as it writes them, until interrupted (Ctrl-C)")
+	return &q, &o
+}
+
+func flows(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := cli.NewFlagSet("flows", flowsSynopsis, stdout, stderr)
+	q, o := bindFlows(fs)
 	if err := cli.Parse(fs, args, stdout); err != nil {
 		return err
 	}
@@ -77,7 +86,7 @@ func flows(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		// Until interrupted: Ctrl-C ends a follow, not the process.
 		ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 		defer stop()
-		return followFlows(ctx, rd, sq, o, w, stderr)
+		return followFlows(ctx, rd, sq, *o, w, stderr)
 	}
 
 	tab := newFlowTable(w, format{raw: o.raw}, order.String() == "first_seen", false)
@@ -105,7 +114,7 @@ func flows(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	reportSkipped(stderr, rep)
 	switch more := rep.Matched - printed; {
 	case rep.Matched == 0:
-		explainEmpty(ctx, stderr, "flows", rd, &q, sq, now)
+		explainEmpty(ctx, stderr, "flows", rd, q, sq, now)
 	case more > 0:
 		fmt.Fprintf(stderr, "%d more %s matched (--limit 0 prints all)\n", more, plural(more, "record", "records"))
 	}

@@ -3,6 +3,7 @@ package query
 import (
 	"bufio"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"net/netip"
@@ -19,32 +20,62 @@ const topSynopsis = "[--by src|dst|pair|port|src-port|dst-port] [--sort bytes|rt
 	"[--since D|TIME] [--until D|TIME] [--src CIDR] [--dst CIDR] [--port N] [--proto P] [--iface GLOB] " +
 	"[--direction ingress|egress] [--raw] [--json] [--store PATH]"
 
+// topRequest is a parsed `loupe top`: the filters, the grouping, the
+// ranking and how many rows.
+type topRequest struct {
+	q      *queryFlags
+	by     *string
+	sort   *string
+	n      *int
+	asJSON *bool
+	raw    *bool
+}
+
+// bindTop declares the flags of `loupe top` on fs, for the CLI and for
+// GET /api/v1/top alike.
+func bindTop(fs *flag.FlagSet) topRequest {
+	var q queryFlags
+	q.bind(fs)
+	return topRequest{
+		q: &q,
+		by: fs.String("by", "src", "group by `WHAT`: src, dst, pair (addresses); port (the service port: the port of the side that "+
+			"accepted the connection, from the SYNs in the window, else the lower port); src-port or dst-port"),
+		sort: fs.String("sort", "bytes", "rank the groups by `WHAT`: bytes (then packets and flows); rtt (the largest RTT a record "+
+			"of the group saw), drops (packets dropped), retransmits (segments retransmitted), dns_latency (the slowest DNS answer), "+
+			"among the groups whose records measured it"),
+		n:      fs.Int("n", 10, "how many rows"),
+		asJSON: fs.Bool("json", false, "print one JSON object per row, with named fields"),
+		raw:    fs.Bool("raw", false, "exact numbers: bytes in bytes"),
+	}
+}
+
+// parse checks the grouping, the ranking and the row count.
+func (t topRequest) parse() (store.GroupBy, store.Sort, error) {
+	group, err := store.ParseGroupBy(*t.by)
+	if err != nil {
+		return 0, 0, fmt.Errorf("--by: %w", err)
+	}
+	sort, err := store.ParseSort(*t.sort)
+	if err != nil {
+		return 0, 0, fmt.Errorf("--sort: %w", err)
+	}
+	if *t.n < 1 {
+		return 0, 0, fmt.Errorf("-n %d: want at least 1", *t.n)
+	}
+	return group, sort, nil
+}
+
 func topCmd(args []string, stdout, stderr io.Writer) error {
 	ctx := context.Background()
 	fs := cli.NewFlagSet("top", topSynopsis, stdout, stderr)
-	var q queryFlags
-	q.bind(fs)
-	by := fs.String("by", "src", "group by `WHAT`: src, dst, pair (addresses); port (the service port: the port of the side that "+
-		"accepted the connection, from the SYNs in the window, else the lower port); src-port or dst-port")
-	sortBy := fs.String("sort", "bytes", "rank the groups by `WHAT`: bytes (then packets and flows); rtt (the largest RTT a record "+
-		"of the group saw), drops (packets dropped), retransmits (segments retransmitted), dns_latency (the slowest DNS answer), "+
-		"among the groups whose records measured it")
-	n := fs.Int("n", 10, "how many rows")
-	asJSON := fs.Bool("json", false, "print one JSON object per row, with named fields")
-	raw := fs.Bool("raw", false, "exact numbers: bytes in bytes")
+	t := bindTop(fs)
+	q, n, asJSON, raw := t.q, t.n, t.asJSON, t.raw
 	if err := cli.Parse(fs, args, stdout); err != nil {
 		return err
 	}
-	group, err := store.ParseGroupBy(*by)
+	group, sort, err := t.parse()
 	if err != nil {
-		return fmt.Errorf("--by: %w", err)
-	}
-	sort, err := store.ParseSort(*sortBy)
-	if err != nil {
-		return fmt.Errorf("--sort: %w", err)
-	}
-	if *n < 1 {
-		return fmt.Errorf("-n %d: want at least 1", *n)
+		return err
 	}
 	now := time.Now()
 	rd, sq, rep, err := q.open(now)
@@ -74,7 +105,7 @@ func topCmd(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stderr, "no record of the %d that matched measured %s (is that signal on? loupe status says)\n", rep.Matched, sort)
 			return nil
 		}
-		explainEmpty(ctx, stderr, "top", rd, &q, sq, now)
+		explainEmpty(ctx, stderr, "top", rd, q, sq, now)
 	}
 	return nil
 }

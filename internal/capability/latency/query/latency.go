@@ -74,25 +74,11 @@ func latencyCmd(args []string, stdout, stderr io.Writer) error {
 	if since > 0 {
 		from = time.Now().Add(-since)
 	}
-	var all [][]*hop.Request
-	for _, dir := range stores {
-		var rs []*hop.Request
-		rep, err := store.ReadHops(dir, from, func(r *hop.Request) error {
-			rs = append(rs, r)
-			return nil
-		})
-		switch {
-		case errors.Is(err, store.ErrNotStore):
-			return fmt.Errorf("%w (--store must name an agent's store.path)", err)
-		case errors.Is(err, fs.ErrPermission):
-			return fmt.Errorf("%w (the store is private to the agent's user: run this as that user or as root)", err)
-		case err != nil:
-			return err
-		}
-		for _, n := range rep.Corrupt {
-			fmt.Fprintf(stderr, "loupe latency: %s: a damaged record; the rest of the file was skipped\n", dir+"/"+n)
-		}
-		all = append(all, rs)
+	all, err := readStores(stores, from, func(dir, name string) {
+		fmt.Fprintf(stderr, "loupe latency: %s: a damaged record; the rest of the file was skipped\n", dir+"/"+name)
+	})
+	if err != nil {
+		return err
 	}
 	recs := join(all, clockSync)
 	w := bufio.NewWriter(stdout)
@@ -128,6 +114,32 @@ func latencyCmd(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "loupe latency: no records matched (window: %s; an agent stores them with --latency)\n", windowText(since))
 	}
 	return w.Flush()
+}
+
+// readStores reads the latency records of each store since from; damaged
+// names each damaged file whose rest was skipped.
+func readStores(stores []string, from time.Time, damaged func(dir, name string)) ([][]*hop.Request, error) {
+	var all [][]*hop.Request
+	for _, dir := range stores {
+		var rs []*hop.Request
+		rep, err := store.ReadHops(dir, from, func(r *hop.Request) error {
+			rs = append(rs, r)
+			return nil
+		})
+		switch {
+		case errors.Is(err, store.ErrNotStore):
+			return nil, fmt.Errorf("%w (--store must name an agent's store.path)", err)
+		case errors.Is(err, fs.ErrPermission):
+			return nil, fmt.Errorf("%w (the store is private to the agent's user: run this as that user or as root)", err)
+		case err != nil:
+			return nil, err
+		}
+		for _, n := range rep.Corrupt {
+			damaged(dir, n)
+		}
+		all = append(all, rs)
+	}
+	return all, nil
 }
 
 // pathText is the path in one line: each interface, and between two the

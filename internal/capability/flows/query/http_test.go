@@ -1,0 +1,272 @@
+package query
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"loupe/internal/api"
+	"loupe/internal/flow"
+	"loupe/internal/store"
+)
+
+// testStore writes n records of a few endpoints, interfaces and protocols
+// over the last ten minutes, every one a different flow, and returns the
+// store's directory and the API over it.
+func testStore(t *testing.T, n int) (string, http.Handler) {
+	t.Helper()
+	dir := t.TempDir()
+	s, err := store.Open(dir, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	addrs := []string{"10.0.0.1", "10.0.0.2", "10.0.1.7", "192.168.1.10", "2001:db8::1", "2001:db8::2"}
+	now := time.Now().Truncate(time.Millisecond)
+	recs := make([]flow.Record, n)
+	for i := range recs {
+		r := &recs[i]
+		src, dst := netip.MustParseAddr(addrs[rng.IntN(len(addrs))]), netip.MustParseAddr(addrs[rng.IntN(len(addrs))])
+		if src.Is4() != dst.Is4() {
+			dst = src
+		}
+		r.EtherType = flow.EtherTypeIPv4
+		if src.Is6() {
+			r.EtherType = flow.EtherTypeIPv6
+		}
+		r.SrcAddr, r.DstAddr = src.As16(), dst.As16()
+		r.Proto = []uint8{6, 17, 1}[rng.IntN(3)]
+		r.SrcPort, r.DstPort = uint16(40000+i), []uint16{53, 80, 443}[rng.IntN(3)]
+		r.Direction = flow.Direction(rng.IntN(2))
+		r.Iface = []string{"eth0", "veth1"}[rng.IntN(2)]
+		r.IfIndex = 2
+		r.Packets = uint64(1 + rng.IntN(100))
+		r.Bytes = r.Packets * uint64(60+rng.IntN(1400))
+		r.LastSeen = now.Add(-time.Duration(rng.IntN(600)) * time.Second)
+		r.FirstSeen = r.LastSeen.Add(-time.Duration(rng.IntN(5000)) * time.Millisecond)
+		r.Sampling = 1
+	}
+	if err := s.Write(context.Background(), recs); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	h, err := api.NewHandler(Routes(dir), func(api.Access, *http.Request) *api.Denial { return nil }, 0, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, h
+}
+
+func get(t *testing.T, h http.Handler, path string, hdr ...string) (*http.Response, string) {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodGet, path, nil)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec.Result(), rec.Body.String()
+}
+
+// cli runs a flows verb over the store and returns what it printed.
+func runCLI(t *testing.T, run func([]string, io.Writer, io.Writer) error, args ...string) string {
+	t.Helper()
+	var out, errs bytes.Buffer
+	if err := run(args, &out, &errs); err != nil {
+		t.Fatalf("%v: %v: %s", args, err, errs.String())
+	}
+	return out.String()
+}
+
+// TestAPIEqualsCLI: for the same filters, GET /api/v1/flows returns what
+// `loupe flows --json` prints and GET /api/v1/top the rows of `loupe top
+// --json`, byte for byte.
+func TestAPIEqualsCLI(t *testing.T) {
+	dir, h := testStore(t, 3000)
+	for _, c := range []struct{ params []string }{
+		{nil},
+		{[]string{"since", "5m"}},
+		{[]string{"src", "10.0.0.0/24", "proto", "tcp"}},
+		{[]string{"dst", "2001:db8::/64", "port", "443"}},
+		{[]string{"iface", "veth*", "direction", "egress", "sort", "bytes", "limit", "17"}},
+		{[]string{"sort", "src", "limit", "40"}},
+	} {
+		v := url.Values{}
+		args := []string{"--store", dir, "--json"}
+		for i := 0; i < len(c.params); i += 2 {
+			v.Add(c.params[i], c.params[i+1])
+			args = append(args, "--"+c.params[i], c.params[i+1])
+		}
+		want := runCLI(t, func(a []string, o, e io.Writer) error { return flows(context.Background(), a, o, e) }, args...)
+		resp, got := get(t, h, FlowsPath+"?"+v.Encode())
+		if resp.StatusCode != http.StatusOK || got != want {
+			t.Errorf("flows %v: %d, API and CLI differ:\napi %d bytes\ncli %d bytes", c.params, resp.StatusCode, len(got), len(want))
+		}
+		if strings.Count(want, "\n") < 5 {
+			t.Errorf("flows %v: only %d records: the case tests little", c.params, strings.Count(want, "\n"))
+		}
+		// The same as one array.
+		resp, arr := get(t, h, FlowsPath+"?"+v.Encode(), "Accept", "application/json")
+		var recs []json.RawMessage
+		if err := json.Unmarshal([]byte(arr), &recs); err != nil || resp.Header.Get("Content-Type") != "application/json" {
+			t.Fatalf("flows %v as an array: %v (%s)", c.params, err, resp.Header.Get("Content-Type"))
+		}
+		var lines []string
+		for _, r := range recs {
+			lines = append(lines, string(r)+"\n")
+		}
+		if strings.Join(lines, "") != want {
+			t.Errorf("flows %v: the array differs from the lines", c.params)
+		}
+	}
+	for _, by := range []string{"src", "dst", "pair", "port"} {
+		for _, since := range []string{"1h", "3m"} {
+			want := runCLI(t, topCmd, "--store", dir, "--json", "--by", by, "--since", since, "-n", "7")
+			resp, got := get(t, h, TopPath+"?by="+by+"&since="+since+"&n=7")
+			if resp.StatusCode != http.StatusOK || got != want || want == "" {
+				t.Errorf("top by %s since %s: %d\napi:\n%s\ncli:\n%s", by, since, resp.StatusCode, got, want)
+			}
+		}
+	}
+}
+
+// TestFlowsPaging: pages of limit records, followed by their cursors, are
+// the whole answer in order, each record once.
+func TestFlowsPaging(t *testing.T) {
+	dir, h := testStore(t, 1000)
+	want := strings.SplitAfter(runCLI(t, func(a []string, o, e io.Writer) error { return flows(context.Background(), a, o, e) },
+		"--store", dir, "--json", "--sort", "bytes"), "\n")
+	want = want[:len(want)-1]
+	var got []string
+	path := FlowsPath + "?sort=bytes&limit=300"
+	for pages := 0; ; pages++ {
+		if pages > 10 {
+			t.Fatal("more pages than records")
+		}
+		resp, body := get(t, h, path)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %d %s", path, resp.StatusCode, body)
+		}
+		if m := resp.Header.Get(MatchedHeader); m != strconv.Itoa(len(want)) {
+			t.Errorf("matched %s, want %d", m, len(want))
+		}
+		got = append(got, strings.SplitAfter(body, "\n")...)
+		got = got[:len(got)-1]
+		next := resp.Header.Get(NextCursorHeader)
+		if next == "" {
+			break
+		}
+		path = FlowsPath + "?sort=bytes&limit=300&cursor=" + next
+	}
+	if len(got) != len(want) || strings.Join(got, "") != strings.Join(want, "") {
+		t.Errorf("paged %d records, want %d; or they differ", len(got), len(want))
+	}
+}
+
+// TestTrafficTotals: the traffic's totals, series and protocols each sum
+// to what `loupe flows --json` lists.
+func TestTrafficTotals(t *testing.T) {
+	dir, h := testStore(t, 2000)
+	var want Totals
+	byProto := map[uint8]Totals{}
+	out := runCLI(t, func(a []string, o, e io.Writer) error { return flows(context.Background(), a, o, e) }, "--store", dir, "--json", "--since", "20m")
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var r struct {
+			Bytes, Packets uint64
+			Proto          uint8
+		}
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatal(err)
+		}
+		want.Bytes, want.Packets, want.Flows = want.Bytes+r.Bytes, want.Packets+r.Packets, want.Flows+1
+		p := byProto[r.Proto]
+		p.Bytes, p.Packets, p.Flows = p.Bytes+r.Bytes, p.Packets+r.Packets, p.Flows+1
+		byProto[r.Proto] = p
+	}
+	resp, body := get(t, h, TrafficPath+"?since=20m&step=30s")
+	var tr Traffic
+	if err := json.Unmarshal([]byte(body), &tr); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("%d %v: %s", resp.StatusCode, err, body)
+	}
+	if tr.Totals != want {
+		t.Errorf("totals %+v, want %+v", tr.Totals, want)
+	}
+	var series Totals
+	for _, s := range tr.Series {
+		for _, p := range s.Points {
+			series.Bytes += p[1]
+			series.Packets += p[2]
+			if (p[0]-uint64(tr.Since.Unix()))%30 != 0 {
+				t.Errorf("bucket %d is not on a 30 s step from %d", p[0], tr.Since.Unix())
+			}
+		}
+	}
+	if series.Bytes != want.Bytes || series.Packets != want.Packets || len(tr.Series) != 4 {
+		t.Errorf("series sum to %+v in %d series, want %+v in 4", series, len(tr.Series), want)
+	}
+	for _, p := range tr.Protocols {
+		if p.Totals != byProto[p.Proto] {
+			t.Errorf("proto %d: %+v, want %+v", p.Proto, p.Totals, byProto[p.Proto])
+		}
+	}
+	if len(tr.Protocols) != len(byProto) {
+		t.Errorf("%d protocols, want %d", len(tr.Protocols), len(byProto))
+	}
+}
+
+// TestTopologyEdgesArePairs: the edges are `loupe top --by pair`'s rows.
+func TestTopologyEdgesArePairs(t *testing.T) {
+	dir, h := testStore(t, 500)
+	want := runCLI(t, topCmd, "--store", dir, "--json", "--by", "pair", "-n", "5")
+	_, body := get(t, h, TopologyPath+"?n=5")
+	var topo Topology
+	if err := json.Unmarshal([]byte(body), &topo); err != nil {
+		t.Fatal(err)
+	}
+	var got strings.Builder
+	for _, e := range topo.Edges {
+		fmt.Fprintf(&got, `{"src_addr":"%s","dst_addr":"%s","bytes":%d,"packets":%d,"flows":%d,"accuracy":"exact"}`+"\n",
+			e.Src, e.Dst, e.Bytes, e.Packets, e.Flows)
+	}
+	if got.String() != want || !topo.Truncated {
+		t.Errorf("edges:\n%s\nwant:\n%s (truncated %v)", got.String(), want, topo.Truncated)
+	}
+}
+
+// TestBadParameters: an unknown or CLI-only parameter, or a bad value, is
+// a 400 that names it.
+func TestBadParameters(t *testing.T) {
+	_, h := testStore(t, 10)
+	for path, msg := range map[string]string{
+		FlowsPath + "?srcc=10.0.0.1":   `unknown parameter "srcc"`,
+		FlowsPath + "?store=/etc":      `unknown parameter "store"`,
+		FlowsPath + "?follow=true":     `unknown parameter "follow"`,
+		FlowsPath + "?src=10.0.0.0/33": "src: invalid prefix",
+		FlowsPath + "?cursor=xyz":      "cursor: not one this API gave",
+		TopPath + "?by=host":           "by: ",
+		TopPath + "?n=0":               "n 0: want at least 1",
+		TrafficPath + "?step=1ms":      "step",
+		TopologyPath + "?by=src":       "no by or sort",
+	} {
+		resp, body := get(t, h, path)
+		var e api.Error
+		_ = json.Unmarshal([]byte(body), &e)
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(e.Error, msg) {
+			t.Errorf("%s: %d %s, want 400 with %q", path, resp.StatusCode, body, msg)
+		}
+	}
+}

@@ -1,0 +1,242 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"loupe/internal/testutil"
+)
+
+// uiShots is where the browser test leaves its screenshots; with
+// E2E_UI_SCREENSHOTS=1 they are also copied into docs/ui for the README.
+const uiShotsEnv = "E2E_UI_SCREENSHOTS"
+
+// TestUIInBrowser runs the agent with known traffic over a veth pair and
+// drives its UI in Debian's chromium (web/test/ui.mjs, playwright-core):
+// every page loads without a console error; the totals, the top talkers,
+// a flow's packets and bytes and the topology's endpoints are what `loupe
+// flows --json` and `loupe top --json` print for the same store; the
+// flows table's filters, sorting, paging and both exports work; a
+// capture started from the UI is a pcapng tshark reads, with the count
+// asked; and the pages fit a 380 px window.
+func TestUIInBrowser(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	chromium := testutil.RequirePeer(t, "chromium")
+	node := testutil.RequirePeer(t, "node")
+	tshark := testutil.RequirePeer(t, "tshark")
+	web, err := filepath.Abs(filepath.Join("..", "..", "web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(web, "node_modules", "playwright-core")); err != nil {
+		if os.Getenv(testutil.RequirePrivilegedEnv) == "1" {
+			t.Fatalf("web/node_modules: %v (scripts/deps.sh test runs npm ci)", err)
+		}
+		t.Skipf("web/node_modules: %v (cd web && npm ci)", err)
+	}
+	_ = chromium
+
+	p := &pair{
+		a: testutil.NewNSPrefix(t, "lui"), b: testutil.NewNSPrefix(t, "lui"),
+		vethA: testutil.UniqueName("luia"), vethB: testutil.UniqueName("luib"),
+		a4: netip.MustParseAddr("10.78.0.1"), b4: netip.MustParseAddr("10.78.0.2"),
+		a6: netip.MustParseAddr("fd78::1"), b6: netip.MustParseAddr("fd78::2"),
+	}
+	testutil.Veth(t, p.a, p.vethA, p.b, p.vethB)
+	p.up(t)
+	tcpServer(t, p.b, hostPort(p.b4, 80), 2000)
+	tcpServer(t, p.b, hostPort(p.b6, 8080), 300)
+
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	const token = "lui-test-token-0123456789"
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const uiAddr = "127.0.0.1:9463"
+	a := startAgent(t, p.b, agentOpts{args: []string{"--iface", p.vethB, "--cache-active-timeout", "500ms",
+		"--capture-follow", "--control-token-file", tokenFile, "--ui-listen", uiAddr}})
+	a.waitLog(10*time.Second, "serving the UI")
+
+	start := time.Now().Add(-time.Second).UTC()
+	// Known traffic: 70 TCP connections over IPv4 (two records each, a
+	// new source port every time: more than a page of the table), 10
+	// over IPv6, and pings.
+	for i := 0; i < 70; i++ {
+		tcpExchange(t, p.a, hostPort(p.b4, 80), 100+10*i, 2000)
+	}
+	for i := 0; i < 10; i++ {
+		tcpExchange(t, p.a, hostPort(p.b6, 8080), 500, 300)
+	}
+	ping(t, p.a, p.b4, 5, 200)
+	settle(t, a)
+	// A fixed window, so that what the link carries later (IPv6
+	// neighbour and multicast chatter) changes neither side: settle saw
+	// nothing new stored for longer than an eviction interval, so every
+	// record of the window is stored by now.
+	until := time.Now().Add(-time.Second).UTC()
+	window := []string{"--since", start.Format(time.RFC3339Nano), "--until", until.Format(time.RFC3339Nano)}
+	flowsIn := func(args ...string) string {
+		return a.run(append(append([]string{"flows", "--json"}, window...), args...)...)
+	}
+
+	// What the CLI says of the store, for the page to show.
+	recs := flowsIn()
+	lines := strings.SplitAfter(recs, "\n")
+	lines = lines[:len(lines)-1]
+	var tot struct{ Bytes, Packets, Flows uint64 }
+	for _, l := range lines {
+		var r struct{ Bytes, Packets uint64 }
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatal(err)
+		}
+		tot.Bytes, tot.Packets, tot.Flows = tot.Bytes+r.Bytes, tot.Packets+r.Packets, tot.Flows+1
+	}
+	first := func(args ...string) map[string]any {
+		out := flowsIn(args...)
+		var r map[string]any
+		if err := json.Unmarshal([]byte(strings.SplitN(out, "\n", 2)[0]), &r); err != nil {
+			t.Fatalf("flows %v: %v", args, err)
+		}
+		return r
+	}
+	top := map[string][]map[string]any{}
+	for _, by := range []string{"src", "dst", "pair", "port"} {
+		var rows []map[string]any
+		for _, l := range strings.Split(strings.TrimSpace(a.run(append([]string{"top", "--json", "--by", by, "-n", "10"}, window...)...)), "\n") {
+			var r map[string]any
+			if err := json.Unmarshal([]byte(l), &r); err != nil {
+				t.Fatal(err)
+			}
+			rows = append(rows, r)
+		}
+		top[by] = rows
+	}
+	allPairs := strings.Split(strings.TrimSpace(a.run(append([]string{"top", "--json", "--by", "pair", "-n", "300"}, window...)...)), "\n")
+	nodes := map[string]bool{}
+	for _, l := range allPairs {
+		var r map[string]string
+		_ = json.Unmarshal([]byte(l), &r)
+		nodes[r["src_addr"]], nodes[r["dst_addr"]] = true, true
+	}
+	// The page keeps the table's order (bytes) for the export.
+	filtered := flowsIn("--src", p.a4.String(), "--proto", "tcp", "--sort", "bytes")
+	want := map[string]any{
+		"token":     token,
+		"window":    "since=" + start.Format(time.RFC3339Nano) + "&until=" + until.Format(time.RFC3339Nano),
+		"iface":     p.vethB,
+		"totals":    map[string]uint64{"bytes": tot.Bytes, "packets": tot.Packets, "flows": tot.Flows},
+		"top":       top,
+		"flows":     lines,
+		"byBytes":   first("--sort", "bytes"),
+		"byPackets": first("--sort", "packets"),
+		"nodes":     len(nodes),
+		"filter": map[string]any{"src": p.a4.String(), "proto": "tcp", "matched": strings.Count(filtered, "\n"),
+			"jsonl": filtered},
+		"capture": map[string]any{"filter": "tcp port 80", "iface": p.vethB, "count": 12},
+	}
+	// The 101st record by bytes, for the second page.
+	byBytes := strings.Split(flowsIn("--sort", "bytes"), "\n")
+	if len(byBytes) > 101 {
+		var r map[string]any
+		if err := json.Unmarshal([]byte(byBytes[100]), &r); err != nil {
+			t.Fatal(err)
+		}
+		want["flows101"] = r
+	}
+	expected := filepath.Join(dir, "expected.json")
+	b, _ := json.Marshal(want)
+	if err := os.WriteFile(expected, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(os.TempDir(), "loupe-ui-artefacts")
+	os.RemoveAll(out)
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshots and downloads in %s", out)
+
+	// While the browser waits for its capture, connections to port 80
+	// (bounded: at most 300, and only until the browser is done).
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		started := filepath.Join(out, "capture-started")
+		for i := 0; i < 300; i++ {
+			select {
+			case <-done:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			if _, err := os.Stat(started); err == nil {
+				tcpExchange(t, p.a, hostPort(p.b4, 80), 100, 2000)
+			}
+		}
+	}()
+	cmd := p.b.Command(node, filepath.Join(web, "test", "ui.mjs"), "http://"+uiAddr, expected, out)
+	cmd.Dir = web
+	cmd.Env = append(os.Environ(), "PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1")
+	res, err := cmd.CombinedOutput()
+	close(done)
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("browser test: %v\n%s", err, res)
+	}
+
+	// The capture the UI started: tshark reads it, every packet TCP
+	// port 80, as many as asked.
+	pcap := filepath.Join(out, "capture.pcapng")
+	ts := exec.Command(tshark, "-r", pcap, "-T", "fields", "-e", "tcp.port")
+	var tsErr strings.Builder
+	ts.Stderr = &tsErr
+	tsOut, err := ts.Output()
+	if err != nil || strings.Contains(tsErr.String(), "alformed") {
+		t.Fatalf("tshark -r %s: %v: %s", pcap, err, tsErr.String())
+	}
+	ports := strings.Split(strings.TrimSpace(string(tsOut)), "\n")
+	if len(ports) != 12 {
+		t.Errorf("capture from the UI: %d packets, want 12:\n%s", len(ports), tsOut)
+	}
+	for _, pp := range ports {
+		if !strings.Contains(","+pp+",", ",80,") {
+			t.Errorf("captured a packet of ports %q, outside the filter", pp)
+		}
+	}
+	if os.Getenv(uiShotsEnv) == "1" {
+		docs := filepath.Join("..", "..", "docs", "ui")
+		os.MkdirAll(docs, 0o755)
+		for _, n := range []string{"overview", "flows", "flows-narrow", "topology", "captures", "latency"} {
+			if b, err := os.ReadFile(filepath.Join(out, n+".png")); err == nil {
+				os.WriteFile(filepath.Join(docs, n+".png"), b, 0o644)
+			}
+		}
+	}
+}
+
+// settle waits until the store stops changing: every record of the
+// traffic evicted and stored, so that the CLI and the page read the same.
+func settle(t *testing.T, a *agent) {
+	t.Helper()
+	last := ""
+	for i := 0; i < 40; i++ {
+		time.Sleep(750 * time.Millisecond)
+		out := a.run("flows", "--json", "--since", "1h")
+		n := strconv.Itoa(strings.Count(out, "\n")) + fmt.Sprint(len(out))
+		if n == last && out != "" {
+			return
+		}
+		last = n
+	}
+	t.Fatal("the store never settled")
+}
