@@ -281,3 +281,107 @@ func TestKubernetesIPReuse(t *testing.T) {
 	}
 	t.Logf("%d records of %s checked", checked, podIP)
 }
+
+// TestKubernetesAPIOutage stops the API server while the agent runs. The
+// agent names records from its last view throughout, reports the outage
+// (loupe status, loupe_kubernetes_api_up and _outages_total), and when the
+// server is back catches up: a pod created meanwhile, through another API
+// server on the same etcd, is named after the resync. Records evicted
+// during the outage named that pod's address "external", as nothing held
+// it in the agent's view: names are fixed at eviction.
+func TestKubernetesAPIOutage(t *testing.T) {
+	const (
+		nodeName = "lk2-node-2"
+		nodeIP   = "192.168.79.10"
+		webIP    = "10.244.9.2"
+		newIP    = "10.244.9.3"
+		extIP    = "203.0.113.79"
+	)
+	n := newK8sNode(t, nodeName, nodeIP)
+	_, _ = n.pod(t, webIP, 7000)
+	newVeth, _ := n.pod(t, newIP, 7000) // its sandbox is there before its pod object
+	_, extNS := n.pod(t, extIP, 7001)
+	n.obj.Namespace("lk2-shop")
+	rs := n.obj.Workload("ReplicaSet", "lk2-shop", "web-5c7d8", n.obj.Workload("Deployment", "lk2-shop", "web", nil))
+	n.obj.Pod(kubeapi.Pod{Namespace: "lk2-shop", Name: "web-5c7d8-aaaaa", Node: nodeName, IP: webIP, Owner: rs, NetworkReady: time.Now().Add(-time.Minute)})
+	a := n.startAgent(t, "200ms", 1)
+
+	// exportedFrom waits until the records of a flow from extIP:port
+	// are exported (evicted, and so named), and returns their packets at
+	// the pod's veth (egress) and the names of its destination.
+	exportedFrom := func(port uint16, packets uint64) flow.K8sEnd {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			var sum uint64
+			var end flow.K8sEnd
+			for _, r := range a.exported() {
+				if r.SrcPort != port || r.SrcIP() != netip.MustParseAddr(extIP) || r.Direction != flow.Egress || r.DstPort != 7000 {
+					continue
+				}
+				if r.K8s == nil || r.K8s.Src != (flow.K8sEnd{Kind: flow.K8sExternal}) {
+					t.Fatalf("flow from port %d: names %+v, want an external source", port, r.K8s)
+				}
+				sum += r.Packets
+				end = r.K8s.Dst
+			}
+			if sum == packets {
+				return end
+			}
+			if sum > packets || time.Now().After(deadline) {
+				t.Fatalf("flow from port %d: %d packets exported at the pod's veth, sent %d", port, sum, packets)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	webPod := flow.K8sEnd{Kind: flow.K8sPod, Namespace: "lk2-shop", Pod: "web-5c7d8-aaaaa", Workload: "web", WorkloadKind: "Deployment", Node: nodeName}
+	newPod := flow.K8sEnd{Kind: flow.K8sPod, Namespace: "lk2-shop", Pod: "web-5c7d8-bbbbb", Workload: "web", WorkloadKind: "Deployment", Node: nodeName}
+
+	sendUDP(t, extNS, extIP+":5001", webIP+":7000", 3)
+	if got := exportedFrom(5001, 3); got != webPod {
+		t.Errorf("before the outage: %+v, want %+v", got, webPod)
+	}
+
+	n.c.StopAPIServer()
+	waitMetrics(t, a, 20*time.Second, "the agent to report the outage", func(m map[string]float64) bool {
+		return m["loupe_kubernetes_api_up"] == 0 && m["loupe_kubernetes_api_outages_total"] == 1
+	})
+	st := k8sStatus(t, a)
+	if st["connected"] != false || st["outages"] != float64(1) || st["down_since"] == nil || st["last_error"] == nil {
+		t.Errorf("loupe status during the outage: %v, want disconnected since a time, one outage and the error", st)
+	}
+	sendUDP(t, extNS, extIP+":5002", webIP+":7000", 4)
+	if got := exportedFrom(5002, 4); got != webPod {
+		t.Errorf("during the outage: %+v, want the last view's %+v", got, webPod)
+	}
+
+	// The cluster changes while the agent's API server is down.
+	spare, stopSpare := n.c.Spare(t)
+	kubeapi.NewObjects(t, spare).Pod(kubeapi.Pod{Namespace: "lk2-shop", Name: "web-5c7d8-bbbbb", Node: nodeName, IP: newIP, Owner: rs, NetworkReady: time.Now()})
+	stopSpare()
+	sendUDP(t, extNS, extIP+":5003", newIP+":7000", 2)
+	if got := exportedFrom(5003, 2); got != (flow.K8sEnd{Kind: flow.K8sExternal}) {
+		t.Errorf("a pod created during the outage, before the resync: %+v, want external", got)
+	}
+
+	back := time.Now()
+	n.c.RestartAPIServer(t)
+	// The informers retry with a backoff of up to 30 s.
+	waitMetrics(t, a, 90*time.Second, "the agent to resync", func(m map[string]float64) bool {
+		return m["loupe_kubernetes_api_up"] == 1 && m[`loupe_kubernetes_objects{resource="pods"}`] == 2
+	})
+	t.Logf("resynced %s after the API server was back", time.Since(back).Round(time.Millisecond))
+	if st := k8sStatus(t, a); st["connected"] != true || st["outages"] != float64(1) || st["down_since"] != nil {
+		t.Errorf("loupe status after the resync: %v, want connected after one outage", st)
+	}
+	sendUDP(t, extNS, extIP+":5004", newIP+":7000", 5)
+	if got := exportedFrom(5004, 5); got != newPod {
+		t.Errorf("after the resync: %+v, want %+v", got, newPod)
+	}
+	a.stop()
+	for _, r := range a.exported() {
+		if r.Iface == newVeth && r.SrcPort == 5004 && (r.K8s == nil || r.K8s.IfacePod != newPod.Pod) {
+			t.Errorf("record on the new pod's veth after the resync: %+v, want interface pod %s", r.K8s, newPod.Pod)
+		}
+	}
+}
