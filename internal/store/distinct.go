@@ -112,6 +112,9 @@ func (sh *flowShared) candOf(k flowKey) uint32 {
 		return sh.pairs.find(uint64(sh.rawCand[src])<<32 | uint64(sh.rawCand[dst]))
 	}
 	x := &sh.ctxs.list[k.b>>32-1]
+	if sh.st.by.isNames() {
+		return sh.groups.find(x.group)
+	}
 	sp, dp := uint16(k.b>>16), uint16(k.b)
 	port := dp
 	switch sh.st.by {
@@ -136,9 +139,12 @@ type flowWorker struct {
 	raw   []uint32 // per address entry: its id in sh.raw
 	rows  []uint32 // the segment's candidate records
 	conns connCache
-	ctx   ctxCache
-	keys  keyBuf
-	flows []uint64 // per candidate: the keys that were new to the set
+	names nameCache // the name groupings
+	// groups are the name groups of rows, for the name groupings.
+	groups []uint64
+	ctx    ctxCache
+	keys   keyBuf
+	flows  []uint64 // per candidate: the keys that were new to the set
 }
 
 // segment adds the flow keys of one segment's candidate records to the
@@ -162,7 +168,10 @@ func (w *flowWorker) segment(s *segment, f *segFilter) {
 	for e := range w.raw {
 		w.raw[e] = noID
 	}
-	w.rows = w.rows[:0]
+	w.rows, w.groups = w.rows[:0], w.groups[:0]
+	if by.isNames() {
+		w.names.reset(s)
+	}
 	simple := f.simple()
 	packets, bytes := c[cPackets], c[cBytes]
 	for i := range s.n {
@@ -187,8 +196,12 @@ func (w *flowWorker) segment(s *segment, f *segFilter) {
 				continue
 			}
 		default:
-			if sh.groups.find(sh.st.group(s, i, &w.conns)) == noID {
+			g := sh.st.group(s, i, &w.conns, &w.names)
+			if sh.groups.find(g) == noID {
 				continue
+			}
+			if by.isNames() {
+				w.groups = append(w.groups, g)
 			}
 		}
 		w.rows = append(w.rows, uint32(i))
@@ -205,10 +218,17 @@ func (w *flowWorker) segment(s *segment, f *segFilter) {
 	sport, dport := c[cSrcPort], c[cDstPort]
 	w.ctx.reset()
 	w.keys.reserve(&sh.keys)
-	for _, i := range w.rows {
+	for j, i := range w.rows {
+		// Under a name grouping the group is part of the context: the
+		// records of one flow may name its ends differently (an address
+		// that changed holders), and the flow counts once in each group.
+		var g uint64
+		if len(w.groups) > 0 {
+			g = w.groups[j]
+		}
 		w.keys.add(flowKey{
 			a: uint64(w.raw[le.Uint32(src[4*i:])])<<32 | uint64(w.raw[le.Uint32(dst[4*i:])]),
-			b: uint64(w.ctx.id(s, int(i), vlanCol, &sh.ctxs)+1)<<32 | uint64(le.Uint16(sport[2*i:]))<<16 | uint64(le.Uint16(dport[2*i:])),
+			b: uint64(w.ctx.id(s, int(i), vlanCol, g, &sh.ctxs)+1)<<32 | uint64(le.Uint16(sport[2*i:]))<<16 | uint64(le.Uint16(dport[2*i:])),
 		})
 	}
 	sh.keys.added(&w.keys, w.flows, len(w.rows))
@@ -253,6 +273,7 @@ type flowCtx struct {
 	ifindex        uint32
 	ethType, vlan  uint16
 	dir, proto     uint8
+	group          uint64 // the name groupings' group, else 0
 }
 
 // ctxInterner gives each distinct flowCtx of a query one id. It is
@@ -287,7 +308,7 @@ type ctxCache struct {
 }
 
 type ctxSlot struct {
-	k  [3]uint64
+	k  [4]uint64
 	id uint32 // id+1; 0 marks an empty slot
 }
 
@@ -302,23 +323,24 @@ func (c *ctxCache) reset() {
 }
 
 // id returns the context id of row i of s.
-func (c *ctxCache) id(s *segment, i int, vlanCol []byte, in *ctxInterner) uint32 {
+func (c *ctxCache) id(s *segment, i int, vlanCol []byte, group uint64, in *ctxInterner) uint32 {
 	cols := &s.cols
 	smac, dmac := le.Uint32(cols[cSrcMAC][4*i:]), le.Uint32(cols[cDstMAC][4*i:])
 	var vlan uint16
 	if vlanCol != nil {
 		vlan = le.Uint16(vlanCol[2*i:])
 	}
-	k := [3]uint64{
+	k := [4]uint64{
 		uint64(smac)<<32 | uint64(dmac),
 		uint64(le.Uint32(cols[cIfIndex][4*i:]))<<32 | uint64(le.Uint16(cols[cEthType][2*i:]))<<16 | uint64(vlan),
 		uint64(cols[cDirection][i])<<8 | uint64(cols[cProto][i]),
+		group,
 	}
 	if c.used*4 >= len(c.slots)*3 {
 		c.grow()
 	}
 	mask := uint64(len(c.slots) - 1)
-	h := ((k[0]*hashMul ^ k[1]) * partMul) ^ k[2]
+	h := ctxHash(k)
 	for h = (h * hashMul) >> c.shift; ; h = (h + 1) & mask {
 		sl := &c.slots[h]
 		if sl.id != 0 && sl.k == k {
@@ -328,13 +350,17 @@ func (c *ctxCache) id(s *segment, i int, vlanCol []byte, in *ctxInterner) uint32
 			id := in.id(flowCtx{
 				srcMAC: s.mac(smac), dstMAC: s.mac(dmac),
 				ifindex: uint32(k[1] >> 32), ethType: uint16(k[1] >> 16), vlan: vlan,
-				dir: uint8(k[2] >> 8), proto: uint8(k[2]),
+				dir: uint8(k[2] >> 8), proto: uint8(k[2]), group: group,
 			})
 			*sl = ctxSlot{k, id + 1}
 			c.used++
 			return id
 		}
 	}
+}
+
+func ctxHash(k [4]uint64) uint64 {
+	return ((k[0]*hashMul^k[1])*partMul ^ k[2]) + k[3]*partMul
 }
 
 func (c *ctxCache) grow() {
@@ -347,7 +373,7 @@ func (c *ctxCache) grow() {
 		if sl.id == 0 {
 			continue
 		}
-		h := ((sl.k[0]*hashMul ^ sl.k[1]) * partMul) ^ sl.k[2]
+		h := ctxHash(sl.k)
 		for h = (h * hashMul) >> c.shift; c.slots[h].id != 0; h = (h + 1) & mask {
 		}
 		c.slots[h] = sl

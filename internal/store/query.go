@@ -35,6 +35,16 @@ type Query struct {
 	Ifaces []string
 	// Direction is a flow.Direction (Any for both).
 	Direction int
+	// Namespace selects records either end of which is in this
+	// Kubernetes namespace (src_namespace or dst_namespace); "" selects
+	// all.
+	Namespace string
+	// Workload selects records either end of which belongs to this
+	// workload: "NAME" (src_workload or dst_workload), or "NS/NAME" (an
+	// end with both that namespace and that workload); "" selects all.
+	// It composes with Namespace as every filter does: both must hold,
+	// each at either end.
+	Workload string
 	// Report, if set, is filled with what the query read, including the
 	// corrupt segments it skipped.
 	Report *Report
@@ -57,6 +67,9 @@ type compiled struct {
 	port, proto  int
 	dir          int
 	ifaces       []string
+	namespace    string
+	// workloadNS and workload are Query.Workload split at its slash.
+	workloadNS, workload string
 }
 
 func (q *Query) compile() (compiled, error) {
@@ -83,6 +96,13 @@ func (q *Query) compile() (compiled, error) {
 	}
 	if c.since > c.until {
 		return c, fmt.Errorf("store: query since %v is after until %v", q.Since, q.Until)
+	}
+	c.namespace = q.Namespace
+	if q.Workload != "" {
+		var err error
+		if c.workloadNS, c.workload, err = ParseWorkload(q.Workload); err != nil {
+			return c, fmt.Errorf("store: query %w", err)
+		}
 	}
 	if q.Src.IsValid() {
 		c.src = q.Src.Masked()
@@ -131,12 +151,13 @@ type segFilter struct {
 	dir          int
 	srcOK, dstOK []bool
 	ifaceOK      []bool
+	names        *nameFilter // Namespace and Workload, or nil
 }
 
 // simple reports whether every record of the segment matches: no
 // per-record test is needed.
 func (f *segFilter) simple() bool {
-	return !f.checkTime && f.port < 0 && f.proto < 0 && f.dir < 0 && f.srcOK == nil && f.dstOK == nil && f.ifaceOK == nil
+	return !f.checkTime && f.port < 0 && f.proto < 0 && f.dir < 0 && f.srcOK == nil && f.dstOK == nil && f.ifaceOK == nil && f.names == nil
 }
 
 // window returns the query's time window alone: what Top's service-port
@@ -231,6 +252,11 @@ func (c *compiled) forSegment(s *segment) (f *segFilter, ok bool, err error) {
 		}
 		f.ifaceOK = mask
 	}
+	if c.namespace != "" || c.workload != "" {
+		if f.names, ok, err = c.nameFilter(s); err != nil || !ok {
+			return nil, false, err
+		}
+	}
 	return f, true, nil
 }
 
@@ -257,6 +283,9 @@ func (f *segFilter) match(s *segment, i int) bool {
 		return false
 	}
 	if f.ifaceOK != nil && !f.ifaceOK[le.Uint32(c[cIface][4*i:])] {
+		return false
+	}
+	if f.names != nil && !f.names.match(s, i) {
 		return false
 	}
 	return true

@@ -31,10 +31,21 @@ const (
 	BySrcPort
 	// ByDstPort groups by (destination port, protocol).
 	ByDstPort
+	// ByNamespace groups by the Kubernetes namespaces of the source and
+	// the destination (K8sGroup says what an end without one groups
+	// under): a pair, as a record belongs to both ends, so that every
+	// record counts in one group and the groups say who talks to whom.
+	ByNamespace
+	// ByWorkload groups by the workloads of the source and the
+	// destination (namespace, kind and name), as ByNamespace.
+	ByWorkload
+	// ByService groups by the services of the source and the
+	// destination (namespace and name), as ByNamespace.
+	ByService
 	numGroupBy
 )
 
-var groupNames = [numGroupBy]string{"src", "dst", "pair", "port", "src-port", "dst-port"}
+var groupNames = [numGroupBy]string{"src", "dst", "pair", "port", "src-port", "dst-port", "namespace", "workload", "service"}
 
 func (g GroupBy) String() string {
 	if g >= 0 && g < numGroupBy {
@@ -54,11 +65,11 @@ func ParseGroupBy(s string) (GroupBy, error) {
 }
 
 // byPort reports whether g groups by a port and protocol.
-func (g GroupBy) byPort() bool { return g >= ByPort }
+func (g GroupBy) byPort() bool { return g >= ByPort && g <= ByDstPort }
 
 // TopEntry is one group of a Top answer. Only the fields of the grouping
 // are set: Src for BySrc, Dst for ByDst, both for ByPair, Port and Proto
-// for the port groupings. Non-IP flows group under the zero netip.Addr;
+// for the port groupings, SrcK8s and DstK8s for the name groupings. Non-IP flows group under the zero netip.Addr;
 // flows without ports (non-IP, ICMP, other protocols) under port 0 in
 // ByPort, and under their port fields (ICMP type and code) in BySrcPort
 // and ByDstPort.
@@ -66,8 +77,10 @@ type TopEntry struct {
 	Src, Dst netip.Addr
 	Port     uint16
 	Proto    uint8
-	Packets  uint64
-	Bytes    uint64
+	// SrcK8s and DstK8s are the ends of a group by names.
+	SrcK8s, DstK8s K8sGroup
+	Packets        uint64
+	Bytes          uint64
 	// Flows counts distinct flows: distinct flow.Keys among the group's
 	// records. A flow exported over several eviction intervals, as
 	// several records, counts once.
@@ -87,7 +100,8 @@ type TopEntry struct {
 // the group key ascending, so equal totals come out in a fixed order.
 func topLess(a, b *TopEntry) bool {
 	if c := cmp.Or(cmp.Compare(b.Bytes, a.Bytes), cmp.Compare(b.Packets, a.Packets), cmp.Compare(b.Flows, a.Flows),
-		a.Src.Compare(b.Src), a.Dst.Compare(b.Dst), cmp.Compare(a.Proto, b.Proto), cmp.Compare(a.Port, b.Port)); c != 0 {
+		a.Src.Compare(b.Src), a.Dst.Compare(b.Dst), cmp.Compare(a.Proto, b.Proto), cmp.Compare(a.Port, b.Port),
+		a.SrcK8s.compare(&b.SrcK8s), a.DstK8s.compare(&b.DstK8s)); c != 0 {
 		return c < 0
 	}
 	return false
@@ -116,6 +130,7 @@ type topState struct {
 	in    *interner  // canonical addresses: the groups of BySrc, ByDst, ByPair
 	table *partTable // the first pass's groups for ByPair and the port groupings
 	svc   *services  // ByPort
+	names *nameGroups
 
 	// verified holds, per segment, the blocks the first pass verified; a
 	// later pass that maps the segment again takes them as verified.
@@ -126,7 +141,7 @@ type topState struct {
 
 func newTopState(cq *compiled, by GroupBy, sort Sort) *topState {
 	st := &topState{cq: cq, by: by, sort: sort, vlan: -1, in: &interner{}, table: &partTable{}, svc: &services{},
-		first: true, verified: make(map[uint64][numBlocks]bool)}
+		first: true, verified: make(map[uint64][numBlocks]bool), names: &nameGroups{}}
 	st.need = []int{cBytes, cPackets, cSrcAddr, cDstAddr, bAddrDict, bAddrFam, cSrcMAC, cDstMAC, bMACDict,
 		cIfIndex, cEthType, cSrcPort, cDstPort, cProto, cDirection}
 	// What errSums reads: nothing to check in a segment of exact records,
@@ -139,6 +154,9 @@ func newTopState(cq *compiled, by GroupBy, sort Sort) *topState {
 	}
 	if by == ByPort {
 		st.need = append(st.need, cTCPFlags, cFirst, cLast)
+	}
+	if by.isNames() {
+		st.need = append(st.need, k8sTopCols...)
 	}
 	return st
 }
@@ -332,6 +350,11 @@ func (st *topState) check(s *segment) (f *segFilter, ok bool, err error) {
 			return nil, false, err
 		}
 	}
+	if st.by.isNames() {
+		if err := checkNames(s); err != nil {
+			return nil, false, err
+		}
+	}
 	return f, ok, nil
 }
 
@@ -344,6 +367,7 @@ type sumWorker struct {
 	buf     partBuf // the port groupings: folded into st.table
 	remap   []uint32
 	conns   connCache
+	names   nameCache // the name groupings
 	syn     synWorker // ByPort, in the query's first pass
 	matched uint64
 	est     errSums // but for ByPair, whose groups pairPass sums
@@ -482,15 +506,18 @@ func (w *sumWorker) segment(s *segment, f *segFilter) bool {
 			matched++
 		}
 	default:
+		if by.isNames() {
+			w.names.reset(s)
+		}
 		for i := range s.n {
 			if !simple && !f.match(s, i) {
 				continue
 			}
-			w.buf.add(st.group(s, i, &w.conns), le.Uint64(bytes[8*i:]), le.Uint64(packets[8*i:]), 1)
+			w.buf.add(st.group(s, i, &w.conns, &w.names), le.Uint64(bytes[8*i:]), le.Uint64(packets[8*i:]), 1)
 			matched++
 		}
 		st.table.flush(&w.buf)
-		group := func(i int) (uint64, bool) { return st.group(s, i, &w.conns), true }
+		group := func(i int) (uint64, bool) { return st.group(s, i, &w.conns, &w.names), true }
 		w.est.segment(s, f, group)
 		w.sig.segment(s, f, group)
 	}
@@ -498,10 +525,13 @@ func (w *sumWorker) segment(s *segment, f *segFilter) bool {
 	return matched > 0
 }
 
-// group returns the group key of row i of s for the port groupings.
-func (st *topState) group(s *segment, i int, conns *connCache) uint64 {
+// group returns the group key of row i of s for the port and name
+// groupings; names must have been reset for s.
+func (st *topState) group(s *segment, i int, conns *connCache, names *nameCache) uint64 {
 	c := &s.cols
 	switch st.by {
+	case ByNamespace, ByWorkload, ByService:
+		return st.nameGroup(s, i, names)
 	case ByPort:
 		return uint64(c[cProto][i])<<16 | uint64(st.svc.port(conns, s, i))
 	case BySrcPort:
@@ -601,6 +631,8 @@ func (st *topState) entryOf(k uint64, a *agg) TopEntry {
 		e.Src, e.Dst = addrOf(in.keys[k>>32]), addrOf(in.keys[uint32(k)])
 	case by.byPort():
 		e.Proto, e.Port = uint8(k>>16), uint16(k)
+	case by.isNames():
+		e.SrcK8s, e.DstK8s = st.names.get(uint32(k>>32)), st.names.get(uint32(k))
 	}
 	return e
 }

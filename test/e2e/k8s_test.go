@@ -67,9 +67,10 @@ func kubeconfigVia(t *testing.T, path, addr string) {
 // podNS is a namespace that stands for a pod: its eth0 holds the pod's
 // /32, its default route goes to the node's link-local gateway over the
 // veth (as Calico's does), and the node routes the /32 to the veth.
-func podNS(t *testing.T, node *testutil.NS, veth, ip string) *testutil.NS {
+// Its name starts with prefix, the test's.
+func podNS(t *testing.T, prefix string, node *testutil.NS, veth, ip string) *testutil.NS {
 	t.Helper()
-	p := testutil.NewNSPrefix(t, "lkw-")
+	p := testutil.NewNSPrefix(t, prefix)
 	testutil.Veth(t, node, veth, p, "eth0")
 	p.IP(t, "addr", "add", ip+"/32", "dev", "eth0")
 	p.IP(t, "link", "set", "eth0", "up")
@@ -106,8 +107,8 @@ func TestKubernetesNames(t *testing.T) {
 	node.IP(t, "addr", "add", "169.254.1.1/32", "dev", "lo", "scope", "link")
 	node.Sysctl(t, "net.ipv4.ip_forward", "1")
 	webVeth, cliVeth := testutil.UniqueName("lkwa"), testutil.UniqueName("lkwb")
-	web := podNS(t, node, webVeth, webIP)
-	cli := podNS(t, node, cliVeth, cliIP)
+	web := podNS(t, "lkw-", node, webVeth, webIP)
+	cli := podNS(t, "lkw-", node, cliVeth, cliIP)
 
 	obj.Node(nodeName, nodeIP)
 	obj.Namespace("shop")

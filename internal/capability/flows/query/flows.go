@@ -22,7 +22,7 @@ import (
 const defaultLimit = 50
 
 const flowsSynopsis = "[--since D|TIME] [--until D|TIME] [--src CIDR] [--dst CIDR] [--port N] [--proto P] " +
-	"[--iface GLOB] [--direction ingress|egress] [--sort FIELD] [--limit N] [--raw] [--json] [--follow] [--store PATH]"
+	"[--iface GLOB] [--direction ingress|egress] [--namespace NS] [--workload [NS/]NAME] [--sort FIELD] [--limit N] [--raw] [--json] [--follow] [--store PATH]"
 
 func flowsCmd(args []string, stdout, stderr io.Writer) error {
 	return flows(context.Background(), args, stdout, stderr)
@@ -128,18 +128,22 @@ func plural(n uint64, one, many string) string {
 	return many
 }
 
-// The cells of a row of the flows table, in order. VLAN, ACCURACY and the
-// kernel signals', DNS and tunnel cells are optional: shown when a row has
-// one (a VLAN ID, counts that are not exact, a field measured), or always
-// when following (the rows to come are unknown).
+// The cells of a row of the flows table, in order. VLAN, the Kubernetes
+// names, ACCURACY and the kernel signals', DNS and tunnel cells are
+// optional: shown when a row has one (a VLAN ID, names, counts that are
+// not exact, a field measured), or always when following (the rows to
+// come are unknown).
 const (
 	cellTime = iota
 	cellIface
+	cellIfacePod
 	cellDir
 	cellVLAN
 	cellProto
 	cellSrc
+	cellSrcName
 	cellDst
+	cellDstName
 	cellPackets
 	cellBytes
 	cellFlags
@@ -154,15 +158,17 @@ const (
 )
 
 var (
-	flowHead = [numCells]string{"", "IFACE", "DIR", "VLAN", "PROTO", "SOURCE", "DESTINATION", "PACKETS", "BYTES", "TCP FLAGS", "ACCURACY",
+	flowHead = [numCells]string{"", "IFACE", "IFACE POD", "DIR", "VLAN", "PROTO", "SOURCE", "SRC NAME", "DESTINATION", "DST NAME", "PACKETS", "BYTES", "TCP FLAGS", "ACCURACY",
 		"RTT LAST (MIN-MAX)", "HANDSHAKE", "RETRANS", "DROPS", "DNS", "TUNNEL"}
 	flowRight = [numCells]bool{cellVLAN: true, cellPackets: true, cellBytes: true, cellHandshake: true, cellRetrans: true}
 	// flowWidths are the widths of common cells, for a header printed
 	// before any row (following).
-	flowWidths = [numCells]int{0, 8, 7, 4, 8, 21, 21, 7, 10, 9, 8, 18, 9, 7, 5, 3, 6}
+	flowWidths = [numCells]int{0, 8, 20, 7, 4, 8, 21, 24, 21, 24, 7, 10, 9, 8, 18, 9, 7, 5, 3, 6}
 )
 
-func optionalCell(c int) bool { return c == cellVLAN || c >= cellAccuracy }
+func optionalCell(c int) bool {
+	return c == cellVLAN || c == cellIfacePod || c == cellSrcName || c == cellDstName || c >= cellAccuracy
+}
 
 // flowTable is the table form of records. Rows are rendered as they come
 // (cells, not records, are kept).
@@ -192,9 +198,16 @@ func (ft *flowTable) add(r *flow.Record) {
 		vlan = strconv.Itoa(int(r.VlanID))
 	}
 	est := r.Estimated()
-	row := [numCells]string{ft.f.time(ts), r.Iface, r.Direction.String(), vlan, protoColumn(r), src, dst,
-		approx(strconv.FormatUint(r.Packets, 10), est), approx(ft.f.bytes(r.Bytes), est), tcpFlags(r),
-		ft.f.accuracy(r.Accuracy, r.MaxErrorPackets, r.MaxErrorBytes, r.ErrorConfidence)}
+	row := [numCells]string{cellTime: ft.f.time(ts), cellIface: r.Iface, cellDir: r.Direction.String(), cellVLAN: vlan,
+		cellProto: protoColumn(r), cellSrc: src, cellDst: dst,
+		cellPackets: approx(strconv.FormatUint(r.Packets, 10), est), cellBytes: approx(ft.f.bytes(r.Bytes), est), cellFlags: tcpFlags(r),
+		cellAccuracy: ft.f.accuracy(r.Accuracy, r.MaxErrorPackets, r.MaxErrorBytes, r.ErrorConfidence)}
+	if k := r.K8s; k != nil {
+		row[cellSrcName], row[cellDstName] = endName(&k.Src), endName(&k.Dst)
+		if k.IfacePod != "" {
+			row[cellIfacePod] = k.IfaceNamespace + "/" + k.IfacePod
+		}
+	}
 	ft.f.signalCells(&row, r)
 	for c, v := range row {
 		if v != "" {

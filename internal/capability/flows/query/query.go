@@ -28,6 +28,8 @@ type queryFlags struct {
 	proto        string
 	ifaces       globList
 	direction    string
+	namespace    string
+	workload     string
 }
 
 func (q *queryFlags) bind(fs *flag.FlagSet) {
@@ -41,6 +43,8 @@ func (q *queryFlags) bind(fs *flag.FlagSet) {
 	fs.StringVar(&q.proto, "proto", "", "only this IP protocol: a number or a name (tcp, udp, icmp, icmpv6, sctp, ...)")
 	fs.Var(&q.ifaces, "iface", "only flows of interfaces matching this `GLOB` (eth0, 'veth*'); repeatable")
 	fs.StringVar(&q.direction, "direction", "", "only flows that crossed this hook: ingress or egress")
+	fs.StringVar(&q.namespace, "namespace", "", "only flows with an end in this Kubernetes `NAMESPACE` (src_namespace or dst_namespace)")
+	fs.StringVar(&q.workload, "workload", "", "only flows with an end in this Kubernetes workload: `NAME` or NAMESPACE/NAME (src_workload or dst_workload)")
 }
 
 func (q *queryFlags) query(now time.Time) (store.Query, error) {
@@ -75,6 +79,12 @@ func (q *queryFlags) query(now time.Time) (store.Query, error) {
 		}
 		sq.Direction = int(d)
 	}
+	if q.workload != "" {
+		if _, _, err := store.ParseWorkload(q.workload); err != nil {
+			return sq, fmt.Errorf("--workload: %w", err)
+		}
+	}
+	sq.Namespace, sq.Workload = q.namespace, q.workload
 	return sq, nil
 }
 

@@ -16,9 +16,9 @@ import (
 	"loupe/internal/store"
 )
 
-const topSynopsis = "[--by src|dst|pair|port|src-port|dst-port] [--sort bytes|rtt|drops|retransmits|dns_latency] [-n N] " +
+const topSynopsis = "[--by src|dst|pair|port|src-port|dst-port|namespace|workload|service] [--sort bytes|rtt|drops|retransmits|dns_latency] [-n N] " +
 	"[--since D|TIME] [--until D|TIME] [--src CIDR] [--dst CIDR] [--port N] [--proto P] [--iface GLOB] " +
-	"[--direction ingress|egress] [--raw] [--json] [--store PATH]"
+	"[--direction ingress|egress] [--namespace NS] [--workload [NS/]NAME] [--raw] [--json] [--store PATH]"
 
 // topRequest is a parsed `loupe top`: the filters, the grouping, the
 // ranking and how many rows.
@@ -39,7 +39,9 @@ func bindTop(fs *flag.FlagSet) topRequest {
 	return topRequest{
 		q: &q,
 		by: fs.String("by", "src", "group by `WHAT`: src, dst, pair (addresses); port (the service port: the port of the side that "+
-			"accepted the connection, from the SYNs in the window, else the lower port); src-port or dst-port"),
+			"accepted the connection, from the SYNs in the window, else the lower port); src-port or dst-port; "+
+			"namespace, workload or service (the Kubernetes names of the source and the destination, as a pair; an end without "+
+			"that name under its namespace and kind, host and external ends under (host) and (external))"),
 		sort: fs.String("sort", "bytes", "rank the groups by `WHAT`: bytes (then packets and flows); rtt (the largest RTT a record "+
 			"of the group saw), drops (packets dropped), retransmits (segments retransmitted), dns_latency (the slowest DNS answer), "+
 			"among the groups whose records measured it"),
@@ -125,6 +127,12 @@ func printTopTable(w io.Writer, group store.GroupBy, rows []store.TopEntry, f fo
 		head = []string{"SRC PORT", "PROTO"}
 	case store.ByDstPort:
 		head = []string{"DST PORT", "PROTO"}
+	case store.ByNamespace:
+		head = []string{"SRC NAMESPACE", "DST NAMESPACE"}
+	case store.ByWorkload:
+		head = []string{"SRC WORKLOAD", "DST WORKLOAD"}
+	case store.ByService:
+		head = []string{"SRC SERVICE", "DST SERVICE"}
 	}
 	right := make([]bool, len(head))
 	if len(head) == 2 && head[1] == "PROTO" {
@@ -163,6 +171,8 @@ func printTopTable(w io.Writer, group store.GroupBy, rows []store.TopEntry, f fo
 				port = "-"
 			}
 			cells = []string{port, flow.ProtoName(r.Proto)}
+		case store.ByNamespace, store.ByWorkload, store.ByService:
+			cells = []string{groupName(&r.SrcK8s), groupName(&r.DstK8s)}
 		default:
 			cells = []string{strconv.Itoa(int(r.Port)), flow.ProtoName(r.Proto)}
 		}
@@ -217,8 +227,11 @@ func appendTopJSON(b []byte, group store.GroupBy, e *store.TopEntry) []byte {
 		b = num(b, "src_port", uint64(e.Port))
 	case store.ByDstPort:
 		b = num(b, "dst_port", uint64(e.Port))
+	case store.ByNamespace, store.ByWorkload, store.ByService:
+		b = appendGroupJSON(b, "src", group, &e.SrcK8s)
+		b = appendGroupJSON(b, "dst", group, &e.DstK8s)
 	}
-	if group >= store.ByPort {
+	if group >= store.ByPort && group <= store.ByDstPort {
 		b = num(b, "proto", uint64(e.Proto))
 	}
 	b = num(b, "bytes", e.Bytes)
