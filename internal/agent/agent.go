@@ -97,13 +97,6 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown,
 		flowUnit.SetTCSignals(du)
 		units = append(units, du)
 	}
-	if cfg.Latency.Enabled {
-		out, err := latencyOutput(cfg, log)
-		if err != nil {
-			return err
-		}
-		units = append(units, latencyunit.New(cfg.Latency, out, log))
-	}
 	// Kubernetes names: the resolver watches the cluster for the agent's
 	// lifetime (its unit), and the flows unit names every record by it.
 	// Without a cluster it is off, and records go to the sinks as they
@@ -116,6 +109,13 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown,
 		flowUnit.SetNamer(resolver)
 	}
 	units = append(units, kubeunit.New(resolver))
+	if cfg.Latency.Enabled {
+		out, err := latencyOutput(cfg, resolver, log)
+		if err != nil {
+			return err
+		}
+		units = append(units, latencyunit.New(cfg.Latency, out, log))
+	}
 	// The memory budget pays for the kernel signals' tables too.
 	var reserved uint64
 	if cfg.Memory > 0 && cfg.Signals.Any() {
@@ -406,8 +406,17 @@ func shutdownHTTP(srv *http.Server, log *slog.Logger) {
 
 // latencyOutput says where the latency unit's records go: the latency log
 // beside the flows in the store, and spans to every OTLP target.
-func latencyOutput(cfg config.Config, log *slog.Logger) (output.Options, error) {
+// Hops name the pod behind a host-side veth when Kubernetes names are on.
+func latencyOutput(cfg config.Config, names *k8s.Resolver, log *slog.Logger) (output.Options, error) {
 	o := output.Options{OTLPTargets: output.OTLPTargets(cfg.Export)}
+	if names.On() {
+		o.IfacePod = func(ifindex uint32) string {
+			if n := names.IfaceOwner(int(ifindex)); n.Pod != "" {
+				return n.Namespace + "/" + n.Pod
+			}
+			return ""
+		}
+	}
 	if cfg.Store.Path != config.None {
 		o.StoreDir, o.Retention, o.MaxSize = cfg.Store.Path, cfg.Store.Retention, int64(cfg.Store.MaxSize)
 	}

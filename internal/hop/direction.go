@@ -8,6 +8,9 @@ type Iface struct {
 	// Kind is the link kind as netlink names it: "veth", "vxlan",
 	// "device" (a physical NIC), "bridge", ...
 	Kind string
+	// Pod is the pod behind a host-side veth, "namespace/name", where
+	// the agent knows it (Kubernetes names on); "" otherwise.
+	Pod string
 }
 
 // Resolver names interfaces by index. The agent's resolver asks netlink
@@ -73,6 +76,8 @@ func Hops(path []Point) []Hop {
 			ToIface:   path[i].Iface,
 			Direction: dir,
 			LatencyNs: int64(path[i].TimeNs - path[i-1].TimeNs),
+			FromPod:   path[i-1].Pod,
+			ToPod:     path[i].Pod,
 		})
 	}
 	return hops

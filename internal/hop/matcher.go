@@ -359,7 +359,7 @@ func (m *Matcher) record(g *group) *Request {
 		}
 		ifc := m.opts.Resolver.Iface(s.Key.IfIndex)
 		r.Path = append(r.Path, Point{
-			Iface: ifc.Name, IfIndex: s.Key.IfIndex, Kind: ifc.Kind, Hook: s.Key.Direction.String(),
+			Iface: ifc.Name, IfIndex: s.Key.IfIndex, Kind: ifc.Kind, Pod: ifc.Pod, Hook: s.Key.Direction.String(),
 			TimeNs: s.TimeNs, Tunneled: s.Tunneled, Seq: s.Seq, Len: s.Len,
 		})
 	}

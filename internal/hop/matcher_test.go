@@ -269,3 +269,34 @@ func TestPathDirection(t *testing.T) {
 		}
 	}
 }
+
+// TestHopsNamePods: where the resolver knows the pod behind an interface
+// (Kubernetes names on), each hop names it at that end, and the path
+// keeps it for a join of two nodes' stores; other ends stay unnamed.
+func TestHopsNamePods(t *testing.T) {
+	f := newFixture(t, 0)
+	f.m.opts.Resolver = ResolverFunc(func(i uint32) Iface {
+		ifc := testIfaces[i]
+		if i == 1 {
+			ifc.Pod = "shop/web-0"
+		}
+		return ifc
+	})
+	f.m.Stamp(stamp(1, flow.Ingress, 1000, 5000, 300))
+	f.m.Stamp(stamp(2, flow.Egress, 1700, 5000, 300))
+	f.m.Stamp(stamp(3, flow.Egress, 2900, 5000, 300))
+	out := f.after()
+	if len(out) != 1 {
+		t.Fatalf("%d records, want 1", len(out))
+	}
+	want := []Hop{
+		{FromIface: "lxc1", ToIface: "vxlan0", Direction: Out, LatencyNs: 700, FromPod: "shop/web-0"},
+		{FromIface: "vxlan0", ToIface: "eth0", Direction: Out, LatencyNs: 1200},
+	}
+	if !reflect.DeepEqual(out[0].Hops, want) {
+		t.Errorf("hops %+v, want %+v", out[0].Hops, want)
+	}
+	if p := out[0].Path; p[0].Pod != "shop/web-0" || p[1].Pod != "" {
+		t.Errorf("path %+v: want the pod on the first point only", p)
+	}
+}

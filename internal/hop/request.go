@@ -66,6 +66,11 @@ type Hop struct {
 	// node to another (only in stores joined by `loupe latency`).
 	FromNode string `json:"from_node,omitempty"`
 	ToNode   string `json:"to_node,omitempty"`
+	// FromPod and ToPod name the pod behind either interface, when it is
+	// a pod's host-side veth and Kubernetes names are on
+	// ("namespace/name").
+	FromPod string `json:"from_pod,omitempty"`
+	ToPod   string `json:"to_pod,omitempty"`
 }
 
 // Point is one hook's sight of the segment.
@@ -73,7 +78,9 @@ type Point struct {
 	Iface   string `json:"iface"`
 	IfIndex uint32 `json:"ifindex"`
 	// Kind is the interface's link kind (veth, vxlan, device, ...).
-	Kind     string `json:"kind,omitempty"`
+	Kind string `json:"kind,omitempty"`
+	// Pod is the pod behind the interface ("namespace/name"), if any.
+	Pod      string `json:"pod,omitempty"`
 	Hook     string `json:"hook"` // ingress or egress
 	TimeNs   uint64 `json:"time_ns"`
 	Tunneled bool   `json:"tunneled,omitempty"`

@@ -18,7 +18,10 @@ type NetlinkResolver struct {
 	// Name, if set, names an index first (the agent's table, which also
 	// knows interfaces removed a moment ago); netlink names the rest.
 	Name func(ifindex uint32) string
-	Now  func() time.Time
+	// Pod, if set, names the pod behind an interface ("namespace/name",
+	// "" for none): the Kubernetes names' host-side veths.
+	Pod func(ifindex uint32) string
+	Now func() time.Time
 
 	mu    sync.Mutex
 	cache map[uint32]cached
@@ -44,6 +47,9 @@ func (n *NetlinkResolver) Iface(ifindex uint32) Iface {
 	var ifc Iface
 	if n.Name != nil {
 		ifc.Name = n.Name(ifindex)
+	}
+	if n.Pod != nil {
+		ifc.Pod = n.Pod(ifindex)
 	}
 	if l, err := netlink.LinkByIndex(int(ifindex)); err == nil {
 		ifc.Kind = l.Type()

@@ -48,7 +48,10 @@ type Options struct {
 	// Resolver names interfaces (default: netlink, with IfaceName first).
 	Resolver  hop.Resolver
 	IfaceName func(ifindex uint32) string
-	Logger    *slog.Logger
+	// IfacePod names the pod behind an interface (Kubernetes names on);
+	// nil: hops name interfaces only.
+	IfacePod func(ifindex uint32) string
+	Logger   *slog.Logger
 }
 
 // Pipeline is the latency capability's userspace output. It implements
@@ -91,7 +94,7 @@ func Open(o Options) (*Pipeline, error) {
 		node, _ = os.Hostname()
 	}
 	if o.Resolver == nil {
-		o.Resolver = &hop.NetlinkResolver{Name: o.IfaceName}
+		o.Resolver = &hop.NetlinkResolver{Name: o.IfaceName, Pod: o.IfacePod}
 	}
 	p := &Pipeline{log: o.Logger.With("component", "latency")}
 	p.lost = prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -159,7 +159,7 @@ func joinOne(ss []sighting, clockSync, multi bool) (*Record, *joinedSeg) {
 			if ns, ok := crossLatency(prev, from, s, to, clockSync); ok {
 				rec.Hops = append(rec.Hops, hop.Hop{
 					FromIface: from.Iface, ToIface: to.Iface, Direction: hop.Out,
-					LatencyNs: ns, FromNode: prev.Node, ToNode: s.Node,
+					LatencyNs: ns, FromNode: prev.Node, ToNode: s.Node, FromPod: from.Pod, ToPod: to.Pod,
 				})
 			}
 			if i == 1 {
