@@ -1,9 +1,12 @@
 package e2e
 
 import (
+	"encoding/json"
 	"io"
 	"net"
 	"net/netip"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -11,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"loupe/internal/flow"
+	"loupe/internal/hop"
 	"loupe/internal/k8s"
 	"loupe/internal/testutil"
 	"loupe/internal/testutil/kubeapi"
@@ -127,7 +131,7 @@ func TestKubernetesNames(t *testing.T) {
 	kc := c.Kubeconfig(t)
 	kubeconfigVia(t, kc, apiProxy(t, node, c.Addr()))
 	a := startAgent(t, node, agentOpts{args: []string{"--cache-active-timeout", "200ms",
-		"--kubeconfig", kc, "--node-name", nodeName}})
+		"--kubeconfig", kc, "--node-name", nodeName, "--latency"}})
 	a.waitLog(20*time.Second, "watching kubernetes")
 	deadline := time.Now().Add(20 * time.Second)
 	for m := a.metrics(); m[`loupe_kubernetes_objects{resource="pods"}`] < 3 || m["loupe_kubernetes_api_up"] != 1; m = a.metrics() {
@@ -162,8 +166,13 @@ func TestKubernetesNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// One traced HTTP request cli -> web: its hop from cli's veth to
+	// web's names both pods.
+	serveHTTP(t, web, webIP+":8081")
+	traced := sendTraced(t, cli, webIP+":8081", 1)[0]
 	time.Sleep(500 * time.Millisecond)
 	a.stop()
+	checkHopPods(t, a, traced.trace, cliVeth, "tools/cli-0", webVeth, "shop/web-6d4f9-abcde")
 
 	webEnd := flow.K8sEnd{Kind: flow.K8sPod, Namespace: "shop", Pod: "web-6d4f9-abcde", Workload: "web", WorkloadKind: "Deployment", Service: "web", Node: nodeName}
 	cliEnd := flow.K8sEnd{Kind: flow.K8sPod, Namespace: "tools", Pod: "cli-0", Workload: "cli", WorkloadKind: "StatefulSet", Node: nodeName}
@@ -207,5 +216,30 @@ func TestKubernetesNames(t *testing.T) {
 	}
 	if udpPackets != datagrams {
 		t.Errorf("%d UDP packets towards web at its veth, sent %d", udpPackets, datagrams)
+	}
+}
+
+// checkHopPods checks that the stored per-hop record of trace has one hop,
+// from the veth from to the veth to, naming the pods behind them.
+func checkHopPods(t *testing.T, a *agent, trace, from, fromPod, to, toPod string) {
+	t.Helper()
+	out, err := exec.Command(loupeBin, "latency", "--store", filepath.Join(a.dir, "store"), "--since", "0", "--trace", trace, "--json").Output()
+	if err != nil {
+		t.Fatalf("loupe latency: %v", err)
+	}
+	var r struct {
+		Hops []hop.Hop `json:"hops"`
+	}
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("loupe latency --trace %s: %q: %v", trace, out, err)
+	}
+	want := hop.Hop{FromIface: from, ToIface: to, Direction: hop.Out, FromPod: fromPod, ToPod: toPod}
+	if len(r.Hops) != 1 {
+		t.Fatalf("hops %+v, want one from %s to %s", r.Hops, from, to)
+	}
+	got := r.Hops[0]
+	got.LatencyNs = 0
+	if got != want || r.Hops[0].LatencyNs <= 0 {
+		t.Errorf("hop %+v, want %+v with a latency above 0", r.Hops[0], want)
 	}
 }
