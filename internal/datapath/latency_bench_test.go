@@ -1,8 +1,10 @@
 package datapath
 
 import (
-	"loupe/internal/hop"
 	"testing"
+	"time"
+
+	"loupe/internal/hop"
 )
 
 // BenchmarkLatency times one run of the entry program (BPF_PROG_TEST_RUN)
@@ -46,7 +48,10 @@ func BenchmarkLatency(b *testing.B) {
 		var r *LatencyReader
 		if tc.caps[len(tc.caps)-1] == "latency" {
 			// Drained as the benchmark runs, so that the ring never
-			// fills (a full ring skips the record's write).
+			// fills (a full ring skips the record's write), every
+			// millisecond as the agent drains it every few: a reader
+			// that spins takes the other CPU and wakes on every
+			// record, and the run's time swings with it.
 			if r, err = dp.OpenLatency(); err != nil {
 				b.Fatal(err)
 			}
@@ -58,6 +63,7 @@ func BenchmarkLatency(b *testing.B) {
 						close(done)
 						return
 					}
+					time.Sleep(time.Millisecond)
 				}
 			}()
 			defer func() { r.Close(); <-done }()
