@@ -373,3 +373,37 @@ func TestLatencyBadInput(t *testing.T) {
 		t.Errorf("records of %d of the %d malformed and split requests", len(seen), len(badPorts)+len(split))
 	}
 }
+
+// TestLatencyDegrades: when the kernel refuses the entry programs with the
+// latency capability (the fault build refuses them, as a verifier would),
+// the agent loads them without it, says latency is off and why, serves
+// loupe_latency_up 0 (latency is no kernel signal: it is not among
+// loupe_signal_up's), and measures flows as ever.
+func TestLatencyDegrades(t *testing.T) {
+	n := newLatencyRouter(t)
+	serveHTTP(t, n.server, latencyRouterServer)
+	a := startAgent(t, n.router, agentOpts{bin: faultAgent(t), env: []string{"TEST_DATAPATH_REFUSE=latency"},
+		args: []string{"--latency", "--iface", n.r1, "--iface", n.r2}})
+	if !a.logged("latency off", "TEST_DATAPATH_REFUSE=latency") {
+		t.Errorf("no latency off line with its reason:\n%s", a.logs.String())
+	}
+	c := n.dial(t)
+	exchange(t, c, bufio.NewReader(c), requestWith("traceparent: 00-"+randomHex(16)+"-"+randomHex(8)+"-01"))
+	c.Close()
+	m := a.metrics()
+	if v, ok := m["loupe_latency_up"]; !ok || v != 0 {
+		t.Errorf("loupe_latency_up = %v (served: %v), want 0", v, ok)
+	}
+	for k := range m {
+		if strings.HasPrefix(k, "loupe_latency_events_total") || strings.HasPrefix(k, "loupe_hop_") || k == `loupe_signal_up{signal="latency"}` {
+			t.Errorf("refused latency serves %s", k)
+		}
+	}
+	if st := loupeOutput(t, "status", "--json", "--control", a.control); !strings.Contains(st, `"latency": "unavailable: `) {
+		t.Errorf("loupe status does not say latency is unavailable: %s", st)
+	}
+	a.stop()
+	if len(a.exported()) == 0 {
+		t.Error("no flow records: the agent should measure flows without latency")
+	}
+}
