@@ -1,27 +1,34 @@
-# Benchmark 13: per-hop latency (the per-hop latency seed's Figure 9 and
-# its cost). Two "nodes" in namespaces, each with a "pod": pod A -veth-
-# node A -VXLAN over a veth underlay- node B -veth- pod B, one agent with
-# --latency per node (its own store, listener and control socket). nginx in
-# pod B; from pod A, requests that carry traceparent after 2 KB of other
-# headers (bench/cmd/hopclient).
+# Benchmark 13: per-hop latency, the per-hop latency seed's Figures 8 and 9
+# side by side, and the cost. Two "nodes" in namespaces, each with a
+# "pod": pod A -veth- node A -VXLAN over a veth underlay- node B -veth-
+# pod B, one agent with --latency per node (its own store, listener and
+# control socket). nginx in pod B; from pod A, requests that carry
+# traceparent after other headers (bench/cmd/hopclient).
 #
-#  1. Agreement with tcpdump: tcpdump (AF_PACKET, nanosecond time stamps)
-#     on node A's three hooks (the pod's veth, vxlan0, the underlay) while
-#     BENCH_LATENCY_REQUESTS requests run; for every request, each hop's
-#     latency from Loupe's records (`loupe latency --json`) against the
-#     difference of tcpdump's time stamps of the same segment (5-tuple and
-#     sequence number) on the same interfaces: p50 and p99 of |Loupe -
-#     tcpdump| per hop (bench/latency_compare.py). Target: 5 µs at p50,
-#     20 µs at p99. The two take their stamps at different points of the
-#     path (tcpdump's taps: after TC egress, before TC ingress), so part of
-#     the difference is the stack between them, not an error of either.
-#  2. Cost: h2load --h1 request latency p50/p99 against nginx, the agents
-#     with --latency and without, alternating, BENCH_LATENCY_ROUNDS rounds.
+#  detection  Figure 8: the share of requests whose traceparent is found,
+#     by its position in the header block (100 B to 7.9 KB): from
+#     TestLatencyDetectionRate (prog.Run, the default scan limit and the
+#     scan cut at 800 bytes, the seed's reach) and from the agents' records
+#     of BENCH_LATENCY_PER_POSITION real requests per position.
+#  hops  Figure 9: tcpdump (AF_PACKET, nanosecond time stamps) on each
+#     node's three hooks while BENCH_LATENCY_REQUESTS requests run, the
+#     agents sampling every segment so that the replies are timed too; for
+#     every hop of every record, Loupe's latency against the difference of
+#     tcpdump's time stamps of the same segment (5-tuple and sequence
+#     number) on the same interfaces: p50/p90/p99 of both, p50 and p99 of
+#     |Loupe - tcpdump| per hop (bench/latency_compare.py). Target: 5 µs at
+#     p50, 20 µs at p99. The two take their stamps at different points of
+#     the path (tcpdump's taps: after TC egress, before TC ingress), so part
+#     of the difference is the stack between them, not an error of either.
+#  bpf  BPF ns per packet, detection off and on: BenchmarkLatency
+#     (BPF_PROG_TEST_RUN), BENCH_LATENCY_ROUNDS rounds.
+#  http  h2load --h1 request latency p50/p99 against nginx and the agents'
+#     CPU, with --latency and without, alternating, BENCH_LATENCY_ROUNDS
+#     rounds of BENCH_LATENCY_SECONDS.
 #
-# It needs the kernel half of per-hop latency (`loupe run --latency`); on a
-# build without it the section says so and nothing is measured.
-# Knobs: BENCH_LATENCY_REQUESTS (2000), BENCH_LATENCY_ROUNDS (3),
-# BENCH_LATENCY_SECONDS (10). Sourced by bench/run.sh.
+# Knobs: BENCH_LATENCY_REQUESTS (2000), BENCH_LATENCY_PER_POSITION (200),
+# BENCH_LATENCY_ROUNDS (3), BENCH_LATENCY_SECONDS (10), BENCH_LATENCY_PARTS
+# ("detection hops bpf http"). Sourced by bench/run.sh.
 
 # latency_topology: pod A, node A, node B, pod B; sets LAT_NS_*.
 latency_topology() {
@@ -57,18 +64,30 @@ latency_topology() {
 	ip netns exec "$LAT_PA" ping -c 1 -W 2 10.81.2.2 >/dev/null
 }
 
-# latency_agents WITH: one agent per node, --latency when WITH is 1.
+# latency_agents WITH [ARGS...]: one agent per node, --latency and ARGS
+# when WITH is 1; sets LAT_AGENT_* and LAT_PORT_*.
 latency_agents() {
 	local with=$1 node ns extra=()
-	((with)) && extra=(--latency)
+	shift
+	((with)) && extra=(--latency "$@")
 	for node in a b; do
 		ns=$LAT_NA
 		[[ $node == b ]] && ns=$LAT_NB
 		rm -rf "$WORK/store-$node"
+		printf -v "LAT_PORT_$node" '%s' $((19500 + RANDOM % 400))
+		local port_var=LAT_PORT_$node
 		start_agent "LAT_AGENT_$node" "$ns" "$WORK/agent-$node.log" --iface 'vp*' --iface vxlan0 --iface 'ul*' \
-			--store "$WORK/store-$node" --listen "127.0.0.1:$((19500 + RANDOM % 400))" \
+			--store "$WORK/store-$node" --listen "127.0.0.1:${!port_var}" \
 			--control "$WORK/agent-$node.sock" --pin-dir none "${extra[@]}"
 	done
+}
+
+# latency_agents_cpu: the CPU seconds (user + system) both agents have
+# used so far.
+latency_agents_cpu() {
+	local tck
+	tck=$(getconf CLK_TCK)
+	awk -v t="$tck" '{s += $14 + $15} END {printf "%.2f\n", s / t}' "/proc/$LAT_AGENT_a/stat" "/proc/$LAT_AGENT_b/stat"
 }
 
 latency_stop_agents() {
@@ -106,51 +125,116 @@ CONF
 	sleep 0.5
 }
 
+# latency_metric NODE EVENT: the agent of NODE's loupe_latency_events_total
+# for EVENT (every hook of the node summed).
+latency_metric() {
+	local ns=$LAT_NA port=$LAT_PORT_a
+	[[ $1 == b ]] && ns=$LAT_NB port=$LAT_PORT_b
+	ip netns exec "$ns" curl -fsS --max-time 5 "http://127.0.0.1:$port/metrics" |
+		awk -v m="loupe_latency_events_total{event=\"$2\"}" '$1 == m {print $2}'
+}
+
 bench_latency() {
 	local requests=${BENCH_LATENCY_REQUESTS:-2000} rounds=${BENCH_LATENCY_ROUNDS:-3} secs=${BENCH_LATENCY_SECONDS:-10}
-	local r with ifc pids=() tsv=$WORK/http.tsv
-	section_begin latency "Per-hop latency: agreement with tcpdump, and the cost on HTTP requests"
-	if ! "$BIN/loupe" run --help 2>&1 | grep -q -- '--latency'; then
-		say "_Not measured: this build has no \`loupe run --latency\` (the kernel half of per-hop latency has not landed)._"
-		section_end
-		return 0
-	fi
+	local per=${BENCH_LATENCY_PER_POSITION:-200} positions="100 400 800 1200 2048 4096 6144 7900"
+	local parts=" ${BENCH_LATENCY_PARTS:-detection hops bpf http} "
+	local r with ifc node pos pids=() tsv=$WORK/http.tsv
+	section_begin latency "Per-hop latency: detection, agreement with tcpdump, and the cost"
+	(cd "$ROOT" && go test -c -o "$WORK/datapath.test" ./internal/datapath)
 	latency_topology
 	latency_nginx
 
-	# 1. Agreement with tcpdump on node A's hooks.
+	# Figure 8: detection rate against the position of traceparent.
+	if [[ $parts == *" detection "* ]]; then
+	# (a) prog.Run: TestLatencyDetectionRate, the default scan limit and
+	# the scan cut at 800 bytes (the seed's reach).
+	"$WORK/datapath.test" -test.run '^TestLatencyDetectionRate$' -test.v >"$WORK/detect-progrun.log" 2>&1
+	# (b) real requests through the agent on the two-node topology.
 	latency_agents 1
-	for ifc in vpa vxlan0 ula; do
-		start_bg "LAT_TCPDUMP_$ifc" INT "$WORK/tcpdump-$ifc.log" ip netns exec "$LAT_NA" \
-			tcpdump -i "$ifc" -n -s 256 --time-stamp-precision=nano -w "$WORK/$ifc.pcap" 'tcp port 80 or udp port 4789'
-		pids+=("LAT_TCPDUMP_$ifc")
+	for pos in $positions; do
+		ip netns exec "$LAT_PA" "$BIN/hopclient" -addr 10.81.2.2:80 -n "$per" -pad "$pos" >"$WORK/detect-$pos.tsv"
+	done
+	sleep 1 # the matcher's window, then the store's flush
+	for node in a b; do
+		for ev in requests found_traceparent; do
+			printf '%s\t%s\t%s\n' "$node" "$ev" "$(latency_metric "$node" "$ev")"
+		done
+	done >"$WORK/detect-counters.tsv"
+	latency_stop_agents
+	"$BIN/loupe" latency --store "$WORK/store-a" --since 0 --json >"$WORK/detect-a.json"
+	"$BIN/loupe" latency --store "$WORK/store-b" --since 0 --json >"$WORK/detect-b.json"
+	say "### Detection rate by the position of \`traceparent\` (the seed's Figure 8)" "" \
+		"Requests GET /foo with \`traceparent\` after P bytes of other headers (P from 100 B to 7.9 KB: a request of about 8 KB)." \
+		"_prog.Run_: BPF_PROG_TEST_RUN of the entry program on crafted 1448-byte segments (\`TestLatencyDetectionRate\`, deterministic, 5 requests per position), with the default scan limit (16 KiB) and with the scan cut at 800 bytes, the reach of the seed's unrolled scanner (the seed reports 0 % of its unmodified header found past 800 B)." \
+		"_agent_: $per real requests per position from pod A to nginx in pod B on the two-node topology below (veth, VXLAN over a veth underlay, the kernel's GSO and GRO on), one agent with \`--latency\` per node; a request counts as found on a node when that node's \`loupe latency\` record of it carries its trace id." ""
+	python3 "$BENCH_DIR/latency_compare.py" detection "$WORK/detect-progrun.log" "$WORK/detect-counters.tsv" \
+		a="$WORK/detect-a.json" b="$WORK/detect-b.json" -- $(for pos in $positions; do echo "$pos=$WORK/detect-$pos.tsv"; done) >>"$SECTION"
+	fi
+
+	# Figure 9: agreement with tcpdump on every hook of both nodes, both
+	# directions (the replies are timed by sampling every segment).
+	if [[ $parts == *" hops "* ]]; then
+	latency_agents 1 --latency-sampling 1
+	pids=()
+	for node in a b; do
+		for ifc in vp$node vxlan0 ul$node; do
+			local ns=$LAT_NA
+			[[ $node == b ]] && ns=$LAT_NB
+			start_bg "LAT_TCPDUMP_${node}_$ifc" INT "$WORK/tcpdump-$node-$ifc.log" ip netns exec "$ns" \
+				tcpdump -i "$ifc" -n -s 256 -B 16384 --time-stamp-precision=nano -w "$WORK/$node-$ifc.pcap" 'tcp port 80 or udp port 4789'
+			pids+=("LAT_TCPDUMP_${node}_$ifc")
+		done
 	done
 	sleep 1
 	ip netns exec "$LAT_PA" "$BIN/hopclient" -addr 10.81.2.2:80 -n "$requests" -pad 2048 -split 1 >"$WORK/client.tsv"
 	sleep 1 # the matcher's window, then the store's flush
 	for p in "${pids[@]}"; do stop_bg "${!p}" 10; done
 	latency_stop_agents
-	"$BIN/loupe" latency --store "$WORK/store-a" --since 0 --json >"$WORK/loupe.json"
-	say "Requests from pod A to nginx in pod B: $requests, each with \`traceparent\` after 2 KB of other headers, written in two writes (TCP_NODELAY)." ""
-	python3 "$BENCH_DIR/latency_compare.py" "$WORK/loupe.json" "$requests" vpa="$WORK/vpa.pcap" vxlan0="$WORK/vxlan0.pcap" ula="$WORK/ula.pcap" >>"$SECTION"
+	say "" "### Per-hop latency against tcpdump (the seed's Figure 9)" "" \
+		"$requests requests from pod A to nginx in pod B, each with \`traceparent\` after 2 KB of other headers, written in two writes (TCP_NODELAY); agents with \`--latency --latency-sampling 1\`, so that the replies are timed too. tcpdump (AF_PACKET, \`--time-stamp-precision=nano\`) on each node's three hooks at the same time. For every hop of every record, Loupe's latency against the difference of tcpdump's time stamps of the same segment (inner 5-tuple and first sequence number, first sight) on the same two interfaces. tcpdump's taps are not where the TC hooks are (ingress: the tap before TC; egress: TC before the tap), so part of each difference is the stack between them." ""
+	for node in a b; do
+		"$BIN/loupe" latency --store "$WORK/store-$node" --since 0 --json >"$WORK/loupe-$node.json"
+		say "Node $node:" ""
+		python3 "$BENCH_DIR/latency_compare.py" hops "$WORK/loupe-$node.json" "$requests" \
+			"vp$node=$WORK/$node-vp$node.pcap" "vxlan0=$WORK/$node-vxlan0.pcap" "ul$node=$WORK/$node-ul$node.pcap" >>"$SECTION"
+		say ""
+	done
+	fi
 
-	# 2. HTTP request latency with and without --latency.
+	# The cost in the kernel: BenchmarkLatency, alternating its
+	# configurations within each round.
+	if [[ $parts == *" bpf "* ]]; then
+	: >"$WORK/bpf.txt"
+	for ((r = 1; r <= rounds; r++)); do
+		"$WORK/datapath.test" -test.run '^$' -test.bench '^BenchmarkLatency$' -test.benchtime 200000x >>"$WORK/bpf.txt" 2>&1
+	done
+	say "### BPF ns per packet, detection off and on" "" \
+		"BPF_PROG_TEST_RUN of the egress entry program (\`BenchmarkLatency\`, 200 000 runs per packet, $rounds rounds; in each round every configuration in turn): the flows-only build, the build with every capability and latency off, latency on (requests only) and latency on with every TCP segment sampled. Medians of the rounds, ns per packet, with the rounds' values." ""
+	python3 "$BENCH_DIR/latency_compare.py" bpf "$WORK/bpf.txt" >>"$SECTION"
+	fi
+
+	# The cost on HTTP requests: h2load with and without --latency,
+	# alternating, rounds.
+	if [[ $parts == *" http "* ]]; then
 	: >"$tsv"
+	: >"$WORK/cpu.tsv"
 	for ((r = 1; r <= rounds; r++)); do
 		for with in 0 1; do
 			latency_agents "$with"
 			rm -f "$WORK/h2load.log"
+			local cpu0
+			cpu0=$(latency_agents_cpu)
 			ip netns exec "$LAT_PA" h2load --h1 -D "$secs" -c 8 -t 1 --log-file="$WORK/h2load.log" http://10.81.2.2/foo >/dev/null
+			printf '%s\t%s\t%s\n' "$r" "$with" "$(echo "$(latency_agents_cpu) - $cpu0" | bc)" >>"$WORK/cpu.tsv"
 			latency_stop_agents
 			# h2load's log: start time, status, request time in µs.
 			awk -F'\t' -v r="$r" -v w="$with" '{print r "\t" w "\t" $3}' "$WORK/h2load.log" >>"$tsv"
 		done
 	done
-	say "" "| agents | requests | p50 (µs) | p99 (µs) |" "| --- | --- | --- | --- |"
-	for with in 0 1; do
-		awk -F'\t' -v w="$with" '$2 == w {print $3}' "$tsv" | sort -n | awk -v w="$with" '
-			{x[NR] = $1}
-			END {printf "| %s | %d | %d | %d |\n", (w ? "--latency" : "without --latency"), NR, x[int(NR * 0.5) + 1], x[int(NR * 0.99) + 1]}' >>"$SECTION"
-	done
+	say "" "### HTTP request latency with and without \`--latency\`" "" \
+		"h2load --h1 from pod A to nginx in pod B, 8 connections, ${secs} s per run, one agent per node with \`--latency\` or without; the two alternate, $rounds rounds. The machine has 2 CPUs shared by h2load, nginx, both agents and other work: compare within this run only." ""
+	python3 "$BENCH_DIR/latency_compare.py" http "$tsv" "$WORK/cpu.tsv" >>"$SECTION"
+	fi
+	say "" '```' "bench/run.sh latency   # BENCH_LATENCY_PARTS=\"${parts:1:-1}\" BENCH_LATENCY_REQUESTS=$requests BENCH_LATENCY_PER_POSITION=$per BENCH_LATENCY_ROUNDS=$rounds BENCH_LATENCY_SECONDS=$secs" '```'
 	section_end
 }

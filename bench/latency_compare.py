@@ -1,19 +1,36 @@
-"""Per-hop latency from Loupe against tcpdump's time stamps of the same
-segments on the same interfaces, as a markdown table.
+"""The per-hop latency benchmark's tables (bench/latency.sh), as markdown.
 
-    python3 bench/latency_compare.py LOUPE_JSON REQUESTS NAME=PCAP...
+    python3 bench/latency_compare.py detection PROGRUN_LOG COUNTERS NODE=LOUPE_JSON... -- POS=CLIENT_TSV...
+    python3 bench/latency_compare.py hops LOUPE_JSON REQUESTS NAME=PCAP...
+    python3 bench/latency_compare.py bpf BENCH_OUTPUT
+    python3 bench/latency_compare.py http H2LOAD_TSV CPU_TSV
 
-LOUPE_JSON is `loupe latency --json` output; each PCAP a capture with
+detection: the share of requests whose traceparent was found, by its
+position: from TestLatencyDetectionRate's log (prog.Run), and from each
+node's `loupe latency --json` against the trace ids hopclient sent with
+that much padding (its output, one file per position).
+
+hops: LOUPE_JSON is `loupe latency --json` output; each PCAP a capture with
 nanosecond time stamps (tcpdump --time-stamp-precision=nano) of the
 interface NAME. A segment is found in a capture by its inner 5-tuple and
 the sequence number of its first byte (VXLAN on UDP 4789 is opened); the
 first sight counts. For every hop of every record whose two interfaces
-were captured, the difference Loupe - tcpdump; p50 and p99 of its absolute
-value per hop, against the targets (5 us at p50, 20 us at p99).
+were captured, Loupe's latency and tcpdump's: p50, p90 and p99 of each,
+and p50 and p99 of |Loupe - tcpdump| per hop against the targets (5 us at
+p50, 20 us at p99).
+
+bpf: `go test -bench BenchmarkLatency` output (several rounds appended):
+median ns per packet per configuration and packet.
+
+http: lines "round with microseconds" (h2load's request times): requests,
+p50 and p99 per round and configuration, and pooled; CPU_TSV has the
+agents' CPU seconds of each run ("round with seconds").
 """
 
 import json
+import re
 import socket
+import statistics
 import struct
 import sys
 
@@ -73,16 +90,19 @@ def pct(xs, p):
     return xs[min(len(xs) - 1, int(len(xs) * p))]
 
 
-def main():
-    loupe_json, requests = sys.argv[1], int(sys.argv[2])
+def cdf(xs):
+    return " / ".join(f"{pct(xs, p) / 1000:.1f}" for p in (0.5, 0.9, 0.99))
+
+
+def hops(loupe_json, requests, caps_args):
     caps = {}
-    for arg in sys.argv[3:]:
+    for arg in caps_args:
         name, path = arg.split("=", 1)
         caps[name] = sights(path)
     recs = [json.loads(l) for l in open(loupe_json) if l.strip()]
     traced = [r for r in recs if r["trace_id"]]
     diffs, lat = {}, {}
-    for r in traced:
+    for r in recs:
         key = (r["src_addr"], r["src_port"], r["dst_addr"], r["dst_port"], r["seq"])
         for h in r["hops"]:
             a, b = caps.get(h["from_iface"]), caps.get(h["to_iface"])
@@ -92,20 +112,115 @@ def main():
             td = b[key] - a[key]
             diffs.setdefault(pair, []).append(abs(h["latency_ns"] - td))
             lat.setdefault(pair, []).append((h["latency_ns"], td))
-    print(f"Requests sent: {requests}; records with a trace id: {len(traced)} "
-          f"({100.0 * len(traced) / max(requests, 1):.1f} %).")
+    print(f"Requests sent: {requests}; records: {len(recs)}, with a trace id: {len(traced)} "
+          f"({100.0 * len(traced) / max(requests, 1):.1f} % of the requests).")
     print()
-    print("| hop | direction | requests | Loupe p50 (µs) | tcpdump p50 (µs) | \\|diff\\| p50 (µs) | \\|diff\\| p99 (µs) | target (5 / 20 µs) |")
+    print("| hop | direction | segments | Loupe p50 / p90 / p99 (µs) | tcpdump p50 / p90 / p99 (µs) | \\|diff\\| p50 (µs) | \\|diff\\| p99 (µs) | target (5 / 20 µs) |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for pair in sorted(diffs):
+    order = {"out": 0, "in": 1}
+    for pair in sorted(diffs, key=lambda p: (order.get(p[2], 2), p)):
         d = diffs[pair]
         p50, p99 = pct(d, 0.5), pct(d, 0.99)
-        lp = pct([x for x, _ in lat[pair]], 0.5)
-        tp = pct([y for _, y in lat[pair]], 0.5)
-        ok = "met" if p50 <= TARGET_P50_NS and p99 <= TARGET_P99_NS else "NOT met"
-        print(f"| {pair[0]} → {pair[1]} | {pair[2]} | {len(d)} | {lp / 1000:.1f} | {tp / 1000:.1f} | {p50 / 1000:.2f} | {p99 / 1000:.2f} | {ok} |")
+        ok = "met" if p50 <= TARGET_P50_NS and p99 <= TARGET_P99_NS else (
+            "p50 met, p99 NOT met" if p50 <= TARGET_P50_NS else "NOT met")
+        print(f"| {pair[0]} → {pair[1]} | {pair[2]} | {len(d)} | {cdf([x for x, _ in lat[pair]])} | "
+              f"{cdf([y for _, y in lat[pair]])} | {p50 / 1000:.2f} | {p99 / 1000:.2f} | {ok} |")
     if not diffs:
         print("| (no hop found in both) | | 0 | | | | | NOT met |")
+
+
+def detection(progrun_log, counters, args):
+    sep = args.index("--")
+    stores, clients = args[:sep], args[sep + 1:]
+    prog = {}
+    for m in re.finditer(r"detection reach=(\S+) position=(\d+) found=(\d+) of (\d+)", open(progrun_log).read()):
+        prog[(m.group(1), int(m.group(2)))] = (int(m.group(3)), int(m.group(4)))
+    found = {}
+    for arg in stores:
+        node, path = arg.split("=", 1)
+        found[node] = {json.loads(l)["trace_id"] for l in open(path) if l.strip()} - {""}
+    nodes = [a.split("=", 1)[0] for a in stores]
+    print("| position of traceparent (B) | prog.Run, 16 KiB scan | prog.Run, 800 B reach (the seed's) | "
+          + " | ".join(f"agent, node {n}" for n in nodes) + " |")
+    print("| --- | --- | --- | " + " | ".join("---" for _ in nodes) + " |")
+
+    def rate(f, n):
+        return f"{100.0 * f / n:.0f} % ({f}/{n})" if n else "–"
+
+    for arg in clients:
+        pos, path = arg.split("=", 1)
+        sent = [l.split("\t")[0] for l in open(path) if l.strip()]
+        row = [pos]
+        for reach in ("default", "800"):
+            row.append(rate(*prog[(reach, int(pos))]) if (reach, int(pos)) in prog else "–")
+        for n in nodes:
+            row.append(rate(sum(1 for t in sent if t in found[n]), len(sent)))
+        print("| " + " | ".join(row) + " |")
+    c = {}
+    for line in open(counters):
+        node, ev, v = line.rstrip("\n").split("\t")
+        c[(node, ev)] = float(v or 0)
+    print()
+    print("The kernel's counters over the agents' run (`loupe_latency_events_total`, every hook of the node): "
+          + "; ".join(f"node {n}: {c.get((n, 'found_traceparent'), 0):.0f} contexts found of "
+                      f"{c.get((n, 'requests'), 0):.0f} request starts" for n in nodes) + ".")
+
+
+def bpf(path):
+    vals = {}
+    for m in re.finditer(r"BenchmarkLatency/([^/\s]+)/(\S+?)-\d+\s+\d+\s+\S+ ns/op\s+(\S+) ns/packet", open(path).read()):
+        vals.setdefault((m.group(2), m.group(1)), []).append(float(m.group(3)))
+    configs = ["flows-only", "all-build", "latency", "latency-sampled-1:1"]
+    packets = []
+    for p, _ in vals:
+        if p not in packets:
+            packets.append(p)
+    print("| packet | " + " | ".join(configs) + " | latency − all-build |")
+    print("| --- | " + " | ".join("---" for _ in configs) + " | --- |")
+    for p in packets:
+        row = [p]
+        for c in configs:
+            xs = vals.get((p, c), [])
+            row.append(f"{statistics.median(xs):.0f} ({', '.join(f'{x:.0f}' for x in xs)})" if xs else "–")
+        on, off = vals.get((p, "latency")), vals.get((p, "all-build"))
+        row.append(f"{statistics.median(on) - statistics.median(off):+.0f}" if on and off else "–")
+        print("| " + " | ".join(row) + " |")
+
+
+def http(path, cpu_path):
+    cpu = {}
+    for line in open(cpu_path):
+        r, w, c = line.split("\t")
+        cpu[(int(r), int(w))] = float(c)
+    runs = {}
+    for line in open(path):
+        r, w, us = line.split("\t")
+        runs.setdefault((int(r), int(w)), []).append(int(us))
+    print("| round | agents | requests | p50 (µs) | p99 (µs) | agents' CPU (s) |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    name = {0: "without --latency", 1: "--latency"}
+    for (r, w) in sorted(runs):
+        xs = runs[(r, w)]
+        print(f"| {r} | {name[w]} | {len(xs)} | {pct(xs, 0.5)} | {pct(xs, 0.99)} | {cpu.get((r, w), float('nan')):.2f} |")
+    for w in (0, 1):
+        xs = [x for (r, ww), v in runs.items() if ww == w for x in v]
+        if xs:
+            c = sum(v for (r, ww), v in cpu.items() if ww == w)
+            print(f"| all | {name[w]} | {len(xs)} | {pct(xs, 0.5)} | {pct(xs, 0.99)} | {c:.2f} |")
+
+
+def main():
+    cmd, args = sys.argv[1], sys.argv[2:]
+    if cmd == "detection":
+        detection(args[0], args[1], args[2:])
+    elif cmd == "hops":
+        hops(args[0], int(args[1]), args[2:])
+    elif cmd == "bpf":
+        bpf(args[0])
+    elif cmd == "http":
+        http(args[0], args[1])
+    else:
+        sys.exit(f"latency_compare.py: unknown command {cmd!r}")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@ package datapath
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"net/netip"
@@ -498,4 +499,46 @@ func TestLatencySampling(t *testing.T) {
 		t.Errorf("%d of %d segments sampled at 1 in 4", n, segs)
 	}
 	g.checkCounters(map[string]uint64{"sampled": uint64(3 * len(first))})
+}
+
+// TestDecodeLatencyRecord: the field-by-field decoder reads every field of
+// both record kinds where the generated type puts it.
+func TestDecodeLatencyRecord(t *testing.T) {
+	if latencyRecordSize != 104 {
+		t.Fatalf("struct latency_event is %d bytes, want 104", latencyRecordSize)
+	}
+	ev := loupeLatencyEvent{Time: 123456789, Seq: 0xdeadbeef, Len: 1448, Kind: 1, Tunneled: 1,
+		TraceId: [16]uint8(mustHex(testTraceID)), SpanId: [8]uint8(mustHex(testSpanID))}
+	ev.Key = loupeFlowKey{SrcAddr: [16]uint8{15: 1}, DstAddr: [16]uint8{15: 2}, SrcMac: [6]uint8{2, 0, 0, 0, 0, 1},
+		Ifindex: 7, EthType: 0x0800, SrcPort: 40000, DstPort: 80, VlanId: 5, Proto: 6, Direction: 1, AggPrefix: 24}
+	var want flow.Key
+	keyFromBPF(&want, &ev.Key)
+	for _, rec := range []uint8{latencyRecStamp, latencyRecContext} {
+		ev.Record = rec
+		var b bytes.Buffer
+		if err := binary.Write(&b, binary.NativeEndian, &ev); err != nil {
+			t.Fatal(err)
+		}
+		st, cx, kind, err := DecodeLatencyRecord(b.Bytes())
+		if err != nil || kind != int(rec) {
+			t.Fatalf("record %d: kind %d, %v", rec, kind, err)
+		}
+		switch rec {
+		case latencyRecStamp:
+			if (st != hop.Stamp{TimeNs: 123456789, Key: want, Tunneled: true, Seq: 0xdeadbeef, Len: 1448, Kind: hop.KindRequest}) {
+				t.Errorf("stamp %+v", st)
+			}
+		case latencyRecContext:
+			if (cx != hop.Context{TimeNs: 123456789, Key: want, Tunneled: true, Seq: 0xdeadbeef, Source: hop.SourceTraceparent,
+				TraceID: ev.TraceId, SpanID: ev.SpanId}) {
+				t.Errorf("context %+v", cx)
+			}
+		}
+	}
+	if _, _, _, err := DecodeLatencyRecord(make([]byte, 103)); err == nil {
+		t.Error("a short record decoded")
+	}
+	if _, _, _, err := DecodeLatencyRecord(make([]byte, 104)); err == nil {
+		t.Error("a record of type 0 decoded")
+	}
 }

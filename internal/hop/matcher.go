@@ -105,7 +105,7 @@ type Matcher struct {
 	opts Options
 
 	mu      sync.Mutex
-	groups  map[tuple][]*group
+	groups  map[tuple]*segments
 	waiting map[tuple][]*waiting
 	// fifo holds every group and waiting context in arrival order, which
 	// is also the order their windows end in.
@@ -135,7 +135,7 @@ func NewMatcher(o Options) *Matcher {
 	if o.Emit == nil {
 		o.Emit = func(*Request) {}
 	}
-	return &Matcher{opts: o, groups: map[tuple][]*group{}, waiting: map[tuple][]*waiting{}}
+	return &Matcher{opts: o, groups: map[tuple]*segments{}, waiting: map[tuple][]*waiting{}}
 }
 
 // MonotonicNow is CLOCK_MONOTONIC in ns, the clock of bpf_ktime_get_ns.
@@ -176,24 +176,37 @@ func (m *Matcher) Stamp(s Stamp) {
 	done := m.expire(now, nil)
 	t := tupleOf(&s.Key)
 	lo, hi := seqRange(&s)
+	segs := m.groups[t]
 	var g *group
-	for _, c := range m.groups[t] {
-		ilo, ihi := seqMax(c.lo, lo), seqMin(c.hi, hi)
-		if !seqLess(ilo, ihi) {
-			continue
-		}
-		if slices.ContainsFunc(c.stamps, func(o Stamp) bool { return sameHook(&o.Key, &s.Key) }) {
-			m.stats.Duplicates++
-			continue
-		}
-		g, c.lo, c.hi = c, ilo, ihi
-		break
+	if segs != nil {
+		g = segs.find(lo, hi, func(c *group) bool {
+			if slices.ContainsFunc(c.stamps, func(o Stamp) bool { return sameHook(&o.Key, &s.Key) }) {
+				m.stats.Duplicates++
+				return false
+			}
+			return true
+		})
 	}
-	if g == nil {
+	if g != nil {
+		ilo, ihi := seqMax(g.lo, lo), seqMin(g.hi, hi)
+		if ilo != g.lo {
+			// Its first byte moves: so does its place.
+			segs.remove(g)
+			g.lo, g.hi = ilo, ihi
+			segs.insert(g)
+		} else {
+			g.hi = ihi
+		}
+	} else {
 		done = m.makeRoom(done)
+		if segs = m.groups[t]; segs == nil {
+			// makeRoom may have taken the tuple's last group.
+			segs = &segments{}
+			m.groups[t] = segs
+		}
 		g = &group{t: t, lo: lo, hi: hi, born: now}
 		g.elem = m.fifo.PushBack(g)
-		m.groups[t] = append(m.groups[t], g)
+		segs.insert(g)
 	}
 	g.stamps = append(g.stamps, s)
 	if g.ctx == nil {
@@ -227,12 +240,11 @@ func (m *Matcher) Context(c Context) {
 
 // groupOf is the group of t whose bytes start at seq or hold it.
 func (m *Matcher) groupOf(t tuple, seq uint32) *group {
-	for _, g := range m.groups[t] {
-		if g.lo == seq || (!seqLess(seq, g.lo) && seqLess(seq, g.hi)) {
-			return g
-		}
+	segs := m.groups[t]
+	if segs == nil {
+		return nil
 	}
-	return nil
+	return segs.find(seq, seq+1, func(*group) bool { return true })
 }
 
 // claim gives g the waiting context of its segment, if one came first.
@@ -258,12 +270,11 @@ func (m *Matcher) dropWaiting(t tuple, i int) {
 }
 
 func (m *Matcher) dropGroup(g *group) {
-	gs := slices.DeleteFunc(m.groups[g.t], func(c *group) bool { return c == g })
-	if len(gs) == 0 {
+	segs := m.groups[g.t]
+	segs.remove(g)
+	if len(segs.gs) == 0 {
 		delete(m.groups, g.t)
-		return
 	}
-	m.groups[g.t] = gs
 }
 
 // makeRoom finishes the oldest entry when the table is full.

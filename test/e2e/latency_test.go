@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -17,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"loupe/internal/hop"
+	"loupe/internal/store"
 	"loupe/internal/testutil"
 	"loupe/internal/testutil/delayline"
 )
@@ -279,5 +282,178 @@ func TestLatencyAcrossTwoNodes(t *testing.T) {
 	t.Logf("cross-node hop: median %v without delay, %v with %v: moved %v", med(cross[0]), med(cross[delay]), delay, moved)
 	if moved < delay-2*time.Millisecond || moved > delay+5*time.Millisecond {
 		t.Errorf("the cross-node hop moved by %v, want about %v", moved, delay)
+	}
+}
+
+// TestLatencySampledAndNonLinear: with --latency-sampling 1 every TCP
+// segment with payload is stamped at every hook, so the replies, which
+// carry no request, are matched too: reported without a trace id, their
+// hops in path order inwards, and, the two nodes' stores joined, each
+// request gets the round trip between the nodes from the reply seen by
+// both (no clock sync needed). The requests carry traceparent after
+// almost 8 KB of headers, each written at once: pod A's TCP hands its
+// veth one GSO buffer of the whole request, whose payload lies in page
+// fragments (TCP copies what it sends into pages on a device that does
+// scatter-gather), and node A's hooks see that buffer whole; the trace
+// context must still be found there (BPF_PROG_TEST_RUN makes only linear
+// buffers). Node B, behind the delay line, sees the same bytes as
+// separate segments, scanned across.
+func TestLatencySampledAndNonLinear(t *testing.T) {
+	const requests = 10
+	n := newTwoNodes(t)
+	serveHTTP(t, n.podB, "10.81.2.2:8080")
+	// Pod A learns the overlay's path MTU (its own is the veth's 1500)
+	// before the agents start: the first full-sized segments are
+	// refused with ICMP and sent again smaller, so that the requests
+	// under test cross the nodes once each.
+	sendTraced(t, n.podA, "10.81.2.2:8080", 2)
+	args := []string{"--latency", "--latency-sampling", "1", "--iface", "vp*", "--iface", "vxlan0", "--iface", "ul*"}
+	a := startAgent(t, n.nodeA, agentOpts{args: args})
+	b := startAgent(t, n.nodeB, agentOpts{args: args})
+
+	var c net.Conn
+	if err := n.podA.Do(func() (err error) {
+		c, err = net.DialTimeout("tcp", "10.81.2.2:8080", 5*time.Second)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(c)
+	sent := map[string]string{}
+	for range requests {
+		trace, span := randomHex(16), randomHex(8)
+		var req bytes.Buffer
+		fmt.Fprintf(&req, "GET /foo HTTP/1.1\r\nHost: 10.81.2.2:8080\r\n")
+		for j := 0; req.Len() < 7900; j++ {
+			fmt.Fprintf(&req, "X-Pad-%d: %s\r\n", j, strings.Repeat("p", 100))
+		}
+		fmt.Fprintf(&req, "traceparent: 00-%s-%s-01\r\n\r\n", trace, span)
+		sent[trace] = span
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write(req.Bytes()); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(r, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		time.Sleep(20 * time.Millisecond) // one request at a time on the wire
+	}
+	client := uint16(c.LocalAddr().(*net.TCPAddr).Port)
+	c.Close()
+	time.Sleep(time.Second) // the matcher's window and the store's flush
+	if dropped := n.line.Dropped(); dropped != 0 {
+		t.Errorf("the delay line lost %d frames", dropped)
+	}
+	a.stop()
+	b.stop()
+
+	type rec struct {
+		TraceID   string       `json:"trace_id"`
+		SpanID    string       `json:"span_id"`
+		Kind      string       `json:"kind"`
+		SrcPort   uint16       `json:"src_port"`
+		DstPort   uint16       `json:"dst_port"`
+		Hops      []latencyHop `json:"hops"`
+		RoundTrip *struct {
+			FromIface string `json:"from_iface"`
+			ToIface   string `json:"to_iface"`
+			LatencyNs int64  `json:"latency_ns"`
+		} `json:"round_trip"`
+	}
+	query := func(stores ...*agent) []rec {
+		args := []string{"latency", "--since", "0", "--json"}
+		for _, s := range stores {
+			args = append(args, "--store", filepath.Join(s.dir, "store"))
+		}
+		out, err := exec.Command(loupeBin, args...).Output()
+		if err != nil {
+			t.Fatalf("loupe %v: %v", args, err)
+		}
+		var rs []rec
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			var x rec
+			if err := json.Unmarshal([]byte(l), &x); err != nil {
+				t.Fatalf("%q: %v", l, err)
+			}
+			rs = append(rs, x)
+		}
+		return rs
+	}
+	path := func(x rec) (p []string) {
+		for _, h := range x.Hops {
+			p = append(p, h.From+">"+h.To+":"+h.Direction)
+			if h.LatencyNs <= 0 {
+				t.Errorf("hop %s>%s of %d ns", h.From, h.To, h.LatencyNs)
+			}
+		}
+		return p
+	}
+	for _, node := range []struct {
+		a            *agent
+		out, replies []string
+	}{
+		{a, []string{"vpa>vxlan0:out", "vxlan0>ula:out"}, []string{"ula>vxlan0:in", "vxlan0>vpa:in"}},
+		{b, []string{"ulb>vxlan0:in", "vxlan0>vpb:in"}, []string{"vpb>vxlan0:out", "vxlan0>ulb:out"}},
+	} {
+		found, replies := 0, 0
+		for _, x := range query(node.a) {
+			switch {
+			case x.SrcPort == client && x.TraceID != "":
+				found++
+				if sent[x.TraceID] != x.SpanID || x.Kind != "request" || !slices.Equal(path(x), node.out) {
+					t.Errorf("%s: request %+v: want span %s, path %v", node.a.ns.Name, x, sent[x.TraceID], node.out)
+				}
+			case x.DstPort == client:
+				replies++
+				if x.TraceID != "" || x.Kind != "sampled" || !slices.Equal(path(x), node.replies) {
+					t.Errorf("%s: reply %+v: want a sampled record without a trace id, path %v", node.a.ns.Name, x, node.replies)
+				}
+			}
+		}
+		// Each request's response is one segment (headers and body).
+		if found != requests || replies != requests {
+			t.Errorf("%s: %d requests with their trace id and %d replies matched, want %d of each", node.a.ns.Name, found, replies, requests)
+		}
+	}
+	// The two stores joined: every request has its round trip between
+	// node A's underlay and node B's, from its reply.
+	rts := 0
+	for _, x := range query(a, b) {
+		if x.SrcPort != client || x.TraceID == "" {
+			continue
+		}
+		if x.RoundTrip == nil || x.RoundTrip.FromIface != "ula" || x.RoundTrip.ToIface != "ulb" || x.RoundTrip.LatencyNs <= 0 {
+			t.Errorf("joined request %s: round trip %+v, want ula to ulb, positive", x.TraceID, x.RoundTrip)
+			continue
+		}
+		rts++
+	}
+	if rts != requests {
+		t.Errorf("%d of %d requests have a round trip", rts, requests)
+	}
+
+	// Node A's pod veth saw requests as one buffer of the whole request
+	// (TCP may also cut one into two buffers, as it did the first of a
+	// connection here): each of those has its trace context.
+	whole := 0
+	if _, err := store.ReadHops(filepath.Join(a.dir, "store"), time.Time{}, func(r *hop.Request) error {
+		for _, p := range r.Path {
+			if p.Iface == "vpa" && p.Len > 7900 {
+				whole++
+				if sent[r.TraceID] == "" {
+					t.Errorf("a request seen whole at vpa without its trace context: %+v", r)
+				}
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d of %d requests seen at vpa as one buffer of the whole request, each with its trace id", whole, requests)
+	if whole == 0 {
+		t.Error("no request seen at vpa as one buffer of the whole request")
 	}
 }

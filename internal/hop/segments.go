@@ -1,0 +1,57 @@
+package hop
+
+import (
+	"slices"
+	"sort"
+)
+
+// segments are the groups of one tuple in the order of their first byte
+// (lo), so that a stamp finds the groups its bytes share by a binary
+// search. A keep-alive connection under load holds a window's worth of
+// segments (thousands at a few thousand requests a second); walking them
+// all for every stamp made the matcher's cost grow with the request rate.
+type segments struct {
+	gs []*group
+	// maxLen bounds every group's range (a group's range only shrinks):
+	// a group that starts maxLen or more before a stamp cannot hold any
+	// of its bytes, nor can any group before it.
+	maxLen uint32
+}
+
+// search is the index of the first group whose lo is not before seq.
+func (s *segments) search(seq uint32) int {
+	return sort.Search(len(s.gs), func(i int) bool { return !seqLess(s.gs[i].lo, seq) })
+}
+
+// find is the group sharing a byte with [lo, hi) that ok accepts: of
+// those, the one starting last, the newest of those starting at the same
+// byte (a retransmission's group is newer than the original's).
+func (s *segments) find(lo, hi uint32, ok func(*group) bool) *group {
+	for i := s.search(hi) - 1; i >= 0; i-- {
+		c := s.gs[i]
+		if !seqLess(lo, c.lo+s.maxLen) {
+			break
+		}
+		if seqLess(seqMax(c.lo, lo), seqMin(c.hi, hi)) && ok(c) {
+			return c
+		}
+	}
+	return nil
+}
+
+// insert adds g after the groups starting at or before its lo.
+func (s *segments) insert(g *group) {
+	i := sort.Search(len(s.gs), func(i int) bool { return seqLess(g.lo, s.gs[i].lo) })
+	s.gs = slices.Insert(s.gs, i, g)
+	s.maxLen = max(s.maxLen, g.hi-g.lo)
+}
+
+// remove takes g out.
+func (s *segments) remove(g *group) {
+	for i := s.search(g.lo); i < len(s.gs) && s.gs[i].lo == g.lo; i++ {
+		if s.gs[i] == g {
+			s.gs = slices.Delete(s.gs, i, i+1)
+			return
+		}
+	}
+}
