@@ -186,6 +186,42 @@ func TestAPIEqualsCLI(t *testing.T) {
 	}
 }
 
+// TestViewsEqualCLI: GET /api/v1/traffic and /api/v1/topology answer
+// what `loupe traffic --json` and `loupe topology --json` print for the
+// same flags, byte for byte.
+func TestViewsEqualCLI(t *testing.T) {
+	dir, h := testStore(t, 2000)
+	now := time.Now()
+	since, until := now.Add(-20*time.Minute).UTC().Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano)
+	for _, c := range []struct {
+		path string
+		run  func([]string, io.Writer, io.Writer) error
+		args []string
+	}{
+		{TrafficPath, trafficCmd, nil},
+		{TrafficPath, trafficCmd, []string{"step", "30s", "proto", "udp"}},
+		{TrafficPath, trafficCmd, []string{"has", "rtt", "iface", "eth0"}},
+		{TopologyPath, topologyCmd, nil},
+		{TopologyPath, topologyCmd, []string{"n", "4", "src", "10.0.0.0/16"}},
+		{TopologyPath, topologyCmd, []string{"accuracy", "estimated"}},
+	} {
+		v := url.Values{"since": {since}, "until": {until}}
+		args := []string{"--store", dir, "--json", "--since", since, "--until", until}
+		for i := 0; i < len(c.args); i += 2 {
+			v.Add(c.args[i], c.args[i+1])
+			args = append(args, "--"+c.args[i], c.args[i+1])
+		}
+		want := runCLI(t, c.run, args...)
+		resp, got := get(t, h, c.path+"?"+v.Encode())
+		if resp.StatusCode != http.StatusOK || got != want {
+			t.Errorf("%s %v: %d, API and CLI differ:\napi %s\ncli %s", c.path, c.args, resp.StatusCode, got, want)
+		}
+		if !strings.Contains(want, `"bytes"`) || strings.Contains(want, `"totals": {\n    "bytes": 0`) {
+			t.Errorf("%s %v: nothing matched: the case tests little:\n%s", c.path, c.args, want)
+		}
+	}
+}
+
 // TestFlowsPaging: pages of limit records, followed by their cursors, are
 // the whole answer in order, each record once.
 func TestFlowsPaging(t *testing.T) {
@@ -312,7 +348,9 @@ func TestBadParameters(t *testing.T) {
 		TopPath + "?by=host":           "by: ",
 		TopPath + "?n=0":               "n 0: want at least 1",
 		TrafficPath + "?step=1ms":      "step",
-		TopologyPath + "?by=src":       "no by or sort",
+		TopologyPath + "?by=src":       `unknown parameter "by"`,
+		TopologyPath + "?n=6000":       "n 6000: want 1..5000",
+		TrafficPath + "?sort=bytes":    `unknown parameter "sort"`,
 	} {
 		resp, body := get(t, h, path)
 		var e api.Error
