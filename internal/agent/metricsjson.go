@@ -10,44 +10,23 @@ import (
 	"loupe/internal/api"
 )
 
-// MetricsPath is GET /api/v1/metrics: the agent's own metrics (loupe_*)
-// as JSON, for the UI's health panel, which cannot read the metrics
-// listener (another origin, and perhaps not reachable from the browser).
-const MetricsPath = api.Prefix + "metrics"
-
-// MetricFamily is one metric of GET /api/v1/metrics.
-type MetricFamily struct {
-	Name    string   `json:"name"`
-	Help    string   `json:"help"`
-	Type    string   `json:"type"`
-	Samples []Sample `json:"samples"`
-}
-
-// Sample is one labelled value: a counter's or gauge's value; a
-// histogram's count and sum.
-type Sample struct {
-	Labels map[string]string `json:"labels,omitempty"`
-	Value  float64           `json:"value"`
-	Sum    *float64          `json:"sum,omitempty"`
-}
-
+// metricsRoute answers GET /api/v1/metrics from g, the loupe_* families
+// only.
 func metricsRoute(g prometheus.Gatherer) api.Route {
-	return api.Route{Method: http.MethodGet, Path: MetricsPath, Access: api.Read, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	return api.Route{Method: http.MethodGet, Path: api.MetricsPath, Access: api.Read, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		fams, err := g.Gather()
 		if err != nil && len(fams) == 0 {
 			api.WriteError(w, http.StatusInternalServerError, err.Error())
 			return
 		}
-		out := struct {
-			Metrics []MetricFamily `json:"metrics"`
-		}{Metrics: []MetricFamily{}}
+		out := api.Metrics{Metrics: []api.MetricFamily{}}
 		for _, f := range fams {
 			if !strings.HasPrefix(f.GetName(), "loupe_") {
 				continue
 			}
-			mf := MetricFamily{Name: f.GetName(), Help: f.GetHelp(), Type: strings.ToLower(f.GetType().String()), Samples: []Sample{}}
+			mf := api.MetricFamily{Name: f.GetName(), Help: f.GetHelp(), Type: strings.ToLower(f.GetType().String()), Samples: []api.Sample{}}
 			for _, m := range f.GetMetric() {
-				s := Sample{}
+				s := api.Sample{}
 				if len(m.GetLabel()) > 0 {
 					s.Labels = map[string]string{}
 					for _, l := range m.GetLabel() {

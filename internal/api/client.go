@@ -137,6 +137,22 @@ func (c *Client) Get(ctx context.Context, path string, v any) error {
 	return nil
 }
 
+// PrintJSON sends GET path and writes the agent's JSON answer to w as it
+// came, indented: a `--json` output, which carries the fields this build
+// does not know yet too.
+func (c *Client) PrintJSON(ctx context.Context, path string, w io.Writer) error {
+	var doc json.RawMessage
+	if err := c.Get(ctx, path, &doc); err != nil {
+		return err
+	}
+	out, err := json.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", out)
+	return err
+}
+
 // Stream sends a request to a streaming route and returns the body to
 // read until EOF or until ctx is cancelled, which closes the connection
 // and so ends the agent's handler. The caller closes it.

@@ -229,7 +229,37 @@ func matches(r *flow.Record, q store.Query) bool {
 	if len(q.Ifaces) > 0 && !slices.ContainsFunc(q.Ifaces, func(g string) bool { ok, _ := path.Match(g, r.Iface); return ok }) {
 		return false
 	}
+	if !matchesMeasured(r, q) {
+		return false
+	}
 	return q.Proto == store.Any || int(r.Proto) == q.Proto
+}
+
+// matchesMeasured is Query.MinRTT, Has and Accuracy as they are
+// documented.
+func matchesMeasured(r *flow.Record, q store.Query) bool {
+	if q.MinRTT > 0 && (r.Has&flow.HasRTTMax == 0 || r.RTTMaxNs < uint64(q.MinRTT)) {
+		return false
+	}
+	for _, s := range q.Has {
+		ok := false
+		switch s {
+		case store.SignalRTT:
+			ok = r.Has&flow.HasRTTMax != 0
+		case store.SignalHandshakeRTT:
+			ok = r.Has&flow.HasHandshakeRTT != 0
+		case store.SignalRetransmits:
+			ok = r.Retransmits > 0
+		case store.SignalDrops:
+			ok = r.DropPackets > 0
+		case store.SignalDNS:
+			ok = r.Has&(flow.HasDNSID|flow.HasDNSQName) != 0
+		}
+		if !ok {
+			return false
+		}
+	}
+	return len(q.Accuracy) == 0 || slices.Contains(q.Accuracy, r.Accuracy)
 }
 
 func filter(recs []flow.Record, q store.Query) []flow.Record {

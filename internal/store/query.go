@@ -45,6 +45,16 @@ type Query struct {
 	// It composes with Namespace as every filter does: both must hold,
 	// each at either end.
 	Workload string
+	// MinRTT selects records whose largest smoothed RTT (rtt_max_ns) is
+	// at least this long, which only records with an RTT sample have; 0
+	// selects all.
+	MinRTT time.Duration
+	// Has selects records that measured every one of these signals
+	// (Signal says what each means); empty selects all.
+	Has []Signal
+	// Accuracy selects records of one of these accuracies; empty selects
+	// all.
+	Accuracy []flow.Accuracy
 	// Report, if set, is filled with what the query read, including the
 	// corrupt segments it skipped.
 	Report *Report
@@ -70,6 +80,7 @@ type compiled struct {
 	namespace    string
 	// workloadNS and workload are Query.Workload split at its slash.
 	workloadNS, workload string
+	measured             *measuredQuery // nil: no such filter
 }
 
 func (q *Query) compile() (compiled, error) {
@@ -98,11 +109,14 @@ func (q *Query) compile() (compiled, error) {
 		return c, fmt.Errorf("store: query since %v is after until %v", q.Since, q.Until)
 	}
 	c.namespace = q.Namespace
+	var err error
 	if q.Workload != "" {
-		var err error
 		if c.workloadNS, c.workload, err = ParseWorkload(q.Workload); err != nil {
 			return c, fmt.Errorf("store: query %w", err)
 		}
+	}
+	if c.measured, err = compileMeasured(q); err != nil {
+		return c, err
 	}
 	if q.Src.IsValid() {
 		c.src = q.Src.Masked()
@@ -151,13 +165,14 @@ type segFilter struct {
 	dir          int
 	srcOK, dstOK []bool
 	ifaceOK      []bool
-	names        *nameFilter // Namespace and Workload, or nil
+	names        *nameFilter    // Namespace and Workload, or nil
+	measured     *measuredQuery // MinRTT, Has and Accuracy, or nil
 }
 
 // simple reports whether every record of the segment matches: no
 // per-record test is needed.
 func (f *segFilter) simple() bool {
-	return !f.checkTime && f.port < 0 && f.proto < 0 && f.dir < 0 && f.srcOK == nil && f.dstOK == nil && f.ifaceOK == nil && f.names == nil
+	return !f.checkTime && f.port < 0 && f.proto < 0 && f.dir < 0 && f.srcOK == nil && f.dstOK == nil && f.ifaceOK == nil && f.names == nil && f.measured == nil
 }
 
 // window returns the query's time window alone: what Top's service-port
@@ -208,6 +223,9 @@ func (c *compiled) forSegment(s *segment) (f *segFilter, ok bool, err error) {
 	if len(c.ifaces) > 0 {
 		need = append(need, cIface, bNames)
 	}
+	if c.measured != nil {
+		need = append(need, c.measured.cols()...)
+	}
 	if err := s.verify(need...); err != nil {
 		return nil, false, err
 	}
@@ -257,6 +275,12 @@ func (c *compiled) forSegment(s *segment) (f *segFilter, ok bool, err error) {
 			return nil, false, err
 		}
 	}
+	if c.measured != nil {
+		if !c.measured.possible(s) {
+			return nil, false, nil
+		}
+		f.measured = c.measured
+	}
 	return f, true, nil
 }
 
@@ -286,6 +310,9 @@ func (f *segFilter) match(s *segment, i int) bool {
 		return false
 	}
 	if f.names != nil && !f.names.match(s, i) {
+		return false
+	}
+	if f.measured != nil && !f.measured.match(s, i) {
 		return false
 	}
 	return true

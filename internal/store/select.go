@@ -5,10 +5,12 @@ import (
 	"container/heap"
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 
 	"loupe/internal/flow"
 )
@@ -29,6 +31,9 @@ type Order struct {
 	desc bool       // largest (newest) first
 	src  bool       // orderAddr: source, else destination
 	fld  flow.Field // orderDecoded
+	// pres is an orderCol field's presence bit, for a field present only
+	// where measured: records without it sort last.
+	pres flow.Presence
 }
 
 type orderKind int
@@ -37,11 +42,15 @@ const (
 	orderCol     orderKind = iota // a fixed-width column
 	orderAddr                     // an address, in netip.Addr order
 	orderService                  // the service port one record says (recordServicePort)
+	orderIface                    // the interface's name, in string order
 	orderDecoded                  // a field this format has no column for: read from decoded records
 )
 
-// orders lists the sort keys, in the order the CLI names them: counters
-// and times sort descending (largest, newest first), the others ascending.
+// orders lists the sort keys, in the order the CLI names them: counters,
+// times and the kernel signals sort descending (largest, newest first),
+// the others ascending. The signals are Top's rankings of the same names
+// (rtt is the largest smoothed RTT, drops the packets dropped), and a
+// record that did not measure one sorts after those that did.
 var orders = [...]struct {
 	name, field string
 	kind        orderKind
@@ -60,6 +69,14 @@ var orders = [...]struct {
 	{"dst_port", "dst_port", orderCol, false},
 	{"proto", "proto", orderCol, false},
 	{"vlan_id", "vlan_id", orderCol, false},
+	{"iface", "iface", orderIface, false},
+	{"direction", "direction", orderCol, false},
+	{"rtt", "rtt_max_ns", orderCol, true},
+	{"handshake_rtt", "handshake_rtt_ns", orderCol, true},
+	{"retransmits", "retransmits", orderCol, true},
+	{"drops", "drop_packets", orderCol, true},
+	{"dns_latency", "dns_latency_ns", orderCol, true},
+	{"accuracy", "accuracy", orderCol, false},
 }
 
 // OrderNames lists the names ParseOrder accepts.
@@ -96,7 +113,7 @@ func ParseOrder(name string) (Order, error) {
 			if !ok {
 				return Order{}, fmt.Errorf("store: sort field %s is not a record field", d.field)
 			}
-			o.time = f.Type == flow.TypeTime
+			o.time, o.pres = f.Type == flow.TypeTime, f.Presence
 			if col, ok := fieldCol(d.field); ok {
 				o.col = col
 			} else {
@@ -147,17 +164,18 @@ func (o *Order) encode(v uint64) uint64 {
 
 // selectWorker is one goroutine's share of Select.
 type selectWorker struct {
-	o       *Order
-	cq      *compiled
-	limit   int
-	index   map[uint64]uint32 // segment id -> snapshot index
-	in      *interner
-	ranks   []uint32 // orderAddr: rank of each global address id
-	h       candHeap // limit > 0
-	all     []cand   // limit <= 0
-	remap   []uint32
-	rec     flow.Record
-	matched uint64
+	o          *Order
+	cq         *compiled
+	limit      int
+	index      map[uint64]uint32 // segment id -> snapshot index
+	in         *interner
+	ranks      []uint32          // orderAddr: rank of each global address id
+	ifaceRanks map[string]uint32 // orderIface: rank of each interface name
+	h          candHeap          // limit > 0
+	all        []cand            // limit <= 0
+	remap      []uint32
+	rec        flow.Record
+	matched    uint64
 }
 
 func (w *selectWorker) offer(c cand) {
@@ -212,8 +230,13 @@ func (w *selectWorker) segment(s *segment) error {
 	switch o.kind {
 	case orderCol:
 		need = append(need, o.col)
+		if o.pres != 0 {
+			need = append(need, cPresence)
+		}
 	case orderAddr:
 		need = append(need, cSrcAddr, cDstAddr, bAddrDict, bAddrFam)
+	case orderIface:
+		need = append(need, cIface, bNames)
 	case orderService:
 		need = append(need, cEthType, cProto, cSrcPort, cDstPort, cTCPFlags)
 	case orderDecoded:
@@ -234,18 +257,27 @@ func (w *selectWorker) segment(s *segment) error {
 	c := &s.cols
 	switch o.kind {
 	case orderCol:
-		col, width := c[o.col], colWidth(o.col)
+		col, width, pres := c[o.col], colWidth(o.col), c[cPresence]
 		keyOf = func(i int) uint64 {
 			var v uint64
-			switch width {
-			case 8:
+			switch {
+			case len(col) == 0:
+				// A sparse column this segment does not hold: zeros.
+			case width == 8:
 				v = le.Uint64(col[8*i:])
-			case 4:
+			case width == 4:
 				v = uint64(le.Uint32(col[4*i:]))
-			case 2:
+			case width == 2:
 				v = uint64(le.Uint16(col[2*i:]))
 			default:
 				v = uint64(col[i])
+			}
+			if o.pres != 0 {
+				if !flow.Presence(sparseU32(pres, i)).Any(o.pres) {
+					return math.MaxUint64 // not measured: last
+				}
+				// Measured, even as 0: before the records that were not.
+				v = min(v, math.MaxUint64-1) + 1
 			}
 			if o.time {
 				v = signedKey(int64(v))
@@ -272,6 +304,23 @@ func (w *selectWorker) segment(s *segment) error {
 			}
 			return uint64(ranks[id])
 		}
+	case orderIface:
+		names, err := s.nameDict()
+		if err != nil {
+			return err
+		}
+		if err := s.checkIndex(cIface, len(names)); err != nil {
+			return err
+		}
+		rank := make([]uint64, len(names))
+		for j, n := range names {
+			rank[j] = math.MaxUint64 // a name the rank pass did not see
+			if r, ok := w.ifaceRanks[n]; ok {
+				rank[j] = uint64(r)
+			}
+		}
+		col := c[cIface]
+		keyOf = func(i int) uint64 { return rank[le.Uint32(col[4*i:])] }
 	case orderService:
 		eth, proto, sp, dp, fl := c[cEthType], c[cProto], c[cSrcPort], c[cDstPort], c[cTCPFlags]
 		keyOf = func(i int) uint64 {
@@ -351,9 +400,15 @@ func (r *Reader) Select(ctx context.Context, q Query, o Order, limit int, fn fun
 			return err
 		}
 	}
+	var ifaceRanks map[string]uint32
+	if o.kind == orderIface {
+		if ifaceRanks, err = r.nameRanks(ctx, sn, &cq); err != nil {
+			return err
+		}
+	}
 	ws := make([]*selectWorker, maxWorkers())
 	for i := range ws {
-		ws[i] = &selectWorker{o: &o, cq: &cq, limit: limit, index: index, in: in, ranks: ranks}
+		ws[i] = &selectWorker{o: &o, cq: &cq, limit: limit, index: index, in: in, ranks: ranks, ifaceRanks: ifaceRanks}
 	}
 	// Under a time order, the segments that hold the best records go
 	// first, so that the heaps fill with them and most other segments are
@@ -410,6 +465,44 @@ func (r *Reader) addrRanks(ctx context.Context, sn *snapshot, cq *compiled, in *
 		ranks[id] = uint32(rank)
 	}
 	return ranks, nil
+}
+
+// nameRanks ranks the strings of the dictionaries of every segment of the
+// snapshot that overlaps the window, in string order: the interface names
+// among them, which orderIface sorts by. The dictionaries are small (the
+// names, not the records), so reading them all costs little.
+func (r *Reader) nameRanks(ctx context.Context, sn *snapshot, cq *compiled) (map[string]uint32, error) {
+	var (
+		mu  sync.Mutex
+		all = map[string]uint32{}
+	)
+	var scratch Report // Select's own pass reports damaged segments
+	err := r.parallel(ctx, sn, &scratch, func(_ int, s *segment) error {
+		if s.n == 0 || s.maxLast < cq.since || s.minFirst > cq.until {
+			return nil
+		}
+		if err := s.verify(bNames); err != nil {
+			return err
+		}
+		names, err := s.nameDict()
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, n := range names {
+			all[n] = 0
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	sorted := slices.Sorted(maps.Keys(all))
+	for i, n := range sorted {
+		all[n] = uint32(i)
+	}
+	return all, nil
 }
 
 // emit decodes the chosen records in order. Their segments are mapped and

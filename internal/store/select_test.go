@@ -40,6 +40,18 @@ func bruteOrder(recs []flow.Record, q store.Query, order string, limit int) []fl
 		return min(r.SrcPort, r.DstPort)
 	}
 	desc := func(a, b uint64) int { return cmp.Compare(b, a) }
+	// measured: the records that measured the field first, largest
+	// first, then those that did not.
+	measured := func(a, b *flow.Record, bit flow.Presence, v func(*flow.Record) uint64) int {
+		ha, hb := a.Has&bit != 0, b.Has&bit != 0
+		if ha != hb {
+			if ha {
+				return -1
+			}
+			return 1
+		}
+		return desc(v(a), v(b))
+	}
 	key := func(a, b *flow.Record) int {
 		switch order {
 		case "last_seen":
@@ -68,6 +80,22 @@ func bruteOrder(recs []flow.Record, q store.Query, order string, limit int) []fl
 			return cmp.Compare(a.Proto, b.Proto)
 		case "vlan_id":
 			return cmp.Compare(a.VlanID, b.VlanID)
+		case "iface":
+			return cmp.Compare(a.Iface, b.Iface)
+		case "direction":
+			return cmp.Compare(a.Direction, b.Direction)
+		case "rtt":
+			return measured(a, b, flow.HasRTTMax, func(r *flow.Record) uint64 { return r.RTTMaxNs })
+		case "handshake_rtt":
+			return measured(a, b, flow.HasHandshakeRTT, func(r *flow.Record) uint64 { return r.HandshakeRTTNs })
+		case "retransmits":
+			return measured(a, b, flow.HasRetransmits, func(r *flow.Record) uint64 { return r.Retransmits })
+		case "drops":
+			return measured(a, b, flow.HasDropPackets, func(r *flow.Record) uint64 { return r.DropPackets })
+		case "dns_latency":
+			return measured(a, b, flow.HasDNSLatency, func(r *flow.Record) uint64 { return r.DNSLatencyNs })
+		case "accuracy":
+			return cmp.Compare(a.Accuracy, b.Accuracy)
 		}
 		panic(order)
 	}
@@ -142,7 +170,19 @@ func TestSelectMatchesBruteForce(t *testing.T) {
 	q = store.NewQuery()
 	q.Src, q.Proto, q.Direction, q.Ifaces = netip.MustParsePrefix("10.0.0.0/8"), 6, int(flow.Egress), []string{"eth*"}
 	queries["filtered"] = q
+	q = store.NewQuery()
+	q.Has, q.Accuracy = []store.Signal{store.SignalRetransmits}, []flow.Accuracy{flow.Exact, flow.Estimated}
+	queries["retransmits"] = q
+	q = store.NewQuery()
+	q.MinRTT, q.Has = 300*time.Microsecond, []store.Signal{store.SignalDNS}
+	queries["rtt and dns"] = q
+	q = store.NewQuery()
+	q.Has, q.Accuracy = []store.Signal{store.SignalDrops}, []flow.Accuracy{flow.Decoded}
+	queries["drops decoded"] = q
 	for name, q := range queries {
+		if len(bruteOrder(recs, q, "last_seen", 0)) == 0 {
+			t.Fatalf("%s: no record matches: the case tests nothing", name)
+		}
 		for _, order := range store.OrderNames() {
 			for _, limit := range []int{0, 1, 10, 50, 100000} {
 				want := bruteOrder(recs, q, order, limit)

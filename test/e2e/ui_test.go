@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/netip"
@@ -13,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"loupe/internal/flow"
+	"loupe/internal/hop"
+	"loupe/internal/store"
 	"loupe/internal/testutil"
 )
 
@@ -25,9 +30,16 @@ const uiShotsEnv = "E2E_UI_SCREENSHOTS"
 // every page loads without a console error; the totals, the top talkers,
 // a flow's packets and bytes and the topology's endpoints are what `loupe
 // flows --json` and `loupe top --json` print for the same store; the
-// flows table's filters, sorting, paging and both exports work; a
+// flows table's filters (those on the kernel signals and accuracy too),
+// sorting on every column, paging and both exports (the CSV holding the
+// JSON lines' values) work; records with Kubernetes names show them; the
+// Latency page shows the trace ids and hops of `loupe latency --json`; a
+// rule added on the Captures page is in `loupe rules list --json`; a
 // capture started from the UI is a pcapng tshark reads, with the count
-// asked; and the pages fit a 380 px window.
+// asked; and the pages fit a 380 px window. The named records, those
+// with signals and the latency records are written into the agent's
+// store before it starts: no cluster or second node is needed to show
+// them, and their values are known exactly.
 func TestUIInBrowser(t *testing.T) {
 	testutil.RequirePrivileged(t)
 	chromium := testutil.RequirePeer(t, "chromium")
@@ -62,12 +74,24 @@ func TestUIInBrowser(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	rulesFile := filepath.Join(dir, "rules")
+	if err := os.WriteFile(rulesFile, []byte("# rules come from the UI\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	agentDir, err := os.MkdirTemp("", "loupe-agent-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(agentDir) })
+	start := time.Now().Add(-time.Second).UTC()
+	prefillStore(t, filepath.Join(agentDir, "store"), p.vethB)
+	// The UI's listener is the default port, but in the test's own
+	// namespace, where no other agent listens.
 	const uiAddr = "127.0.0.1:9463"
-	a := startAgent(t, p.b, agentOpts{args: []string{"--iface", p.vethB, "--cache-active-timeout", "500ms",
-		"--capture-follow", "--control-token-file", tokenFile, "--ui-listen", uiAddr}})
+	a := startAgent(t, p.b, agentOpts{dir: agentDir, args: []string{"--iface", p.vethB, "--cache-active-timeout", "500ms",
+		"--capture-follow", "--control-token-file", tokenFile, "--ui-listen", uiAddr, "--rules", rulesFile}})
 	a.waitLog(10*time.Second, "serving the UI")
 
-	start := time.Now().Add(-time.Second).UTC()
 	// Known traffic: 70 TCP connections over IPv4 (two records each, a
 	// new source port every time: more than a page of the table), 10
 	// over IPv6, and pings.
@@ -128,6 +152,35 @@ func TestUIInBrowser(t *testing.T) {
 		_ = json.Unmarshal([]byte(l), &r)
 		nodes[r["src_addr"]], nodes[r["dst_addr"]] = true, true
 	}
+	count := func(args ...string) int { return strings.Count(flowsIn(args...), "\n") }
+	// The names the table shows under each address, in its order.
+	var names []string
+	named := flowsIn("--namespace", "shop")
+	for _, l := range strings.Split(strings.TrimSpace(named), "\n") {
+		var r map[string]string
+		_ = json.Unmarshal([]byte(l), &r)
+		for _, side := range []string{"src", "dst"} {
+			n := cmp.Or(r[side+"_workload"], r[side+"_pod"], r[side+"_service"])
+			if n == "" {
+				continue
+			}
+			if ns := r[side+"_namespace"]; ns != "" {
+				n = ns + "/" + n
+			}
+			names = append(names, n)
+		}
+	}
+	var latency []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(a.run("latency", "--json", "--since", "1h")), "\n") {
+		var r map[string]any
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatalf("loupe latency --json: %v: %s", err, l)
+		}
+		latency = append(latency, r)
+	}
+	if len(latency) != len(uiHopRecords(time.Now())) {
+		t.Fatalf("loupe latency --json: %d records, want the %d written", len(latency), len(uiHopRecords(time.Now())))
+	}
 	// The page keeps the table's order (bytes) for the export.
 	filtered := flowsIn("--src", p.a4.String(), "--proto", "tcp", "--sort", "bytes")
 	want := map[string]any{
@@ -142,7 +195,20 @@ func TestUIInBrowser(t *testing.T) {
 		"nodes":     len(nodes),
 		"filter": map[string]any{"src": p.a4.String(), "proto": "tcp", "matched": strings.Count(filtered, "\n"),
 			"jsonl": filtered},
-		"capture": map[string]any{"filter": "tcp port 80", "iface": p.vethB, "count": 12},
+		"capture":       map[string]any{"filter": "tcp port 80", "iface": p.vethB, "count": 12},
+		"byRTT":         first("--sort", "rtt"),
+		"byRetransmits": first("--sort", "retransmits"),
+		"byDrops":       first("--sort", "drops"),
+		"byDNS":         first("--sort", "dns_latency"),
+		"byAccuracy":    first("--sort", "accuracy"),
+		"byIface":       first("--sort", "iface"),
+		"byDirection":   first("--sort", "direction"),
+		"measured": map[string]int{"drops": count("--has", "drops"), "dns": count("--has", "dns"),
+			"estimated": count("--accuracy", "estimated"), "minRTT": count("--min-rtt", "500us")},
+		"k8s":     map[string]any{"namespace": "shop", "matched": strings.Count(named, "\n"), "names": names},
+		"latency": latency,
+		"rule":    uiRule,
+		"ruleID":  "lu2-ui",
 	}
 	// The 101st record by bytes, for the second page.
 	byBytes := strings.Split(flowsIn("--sort", "bytes"), "\n")
@@ -194,6 +260,27 @@ func TestUIInBrowser(t *testing.T) {
 		t.Fatalf("browser test: %v\n%s", err, res)
 	}
 
+	// The rule the page added is in force, as the page listed it.
+	var result struct{ Seen struct{ Rule string } }
+	if b, err := os.ReadFile(filepath.Join(out, "result.json")); err != nil || json.Unmarshal(b, &result) != nil {
+		t.Fatalf("result.json: %v", err)
+	}
+	rules, err := exec.Command(loupeBin, "rules", "list", "--json", "--control", a.control).CombinedOutput()
+	if err != nil {
+		t.Fatalf("loupe rules list --json: %v: %s", err, rules)
+	}
+	var list struct {
+		Rules []struct {
+			Rule struct{ ID, Text string }
+		}
+	}
+	if err := json.Unmarshal(rules, &list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Rules) != 1 || list.Rules[0].Rule.ID != "lu2-ui" || list.Rules[0].Rule.Text != result.Seen.Rule {
+		t.Errorf("loupe rules list --json after the page added %q (listed as %q):\n%s", uiRule, result.Seen.Rule, rules)
+	}
+
 	// The capture the UI started: tshark reads it, every packet TCP
 	// port 80, as many as asked.
 	pcap := filepath.Join(out, "capture.pcapng")
@@ -216,11 +303,85 @@ func TestUIInBrowser(t *testing.T) {
 	if os.Getenv(uiShotsEnv) == "1" {
 		docs := filepath.Join("..", "..", "docs", "ui")
 		os.MkdirAll(docs, 0o755)
-		for _, n := range []string{"overview", "flows", "flows-narrow", "topology", "captures", "latency"} {
-			if b, err := os.ReadFile(filepath.Join(out, n+".png")); err == nil {
-				os.WriteFile(filepath.Join(docs, n+".png"), b, 0o644)
+		for _, n := range []string{"overview", "flows", "flows-k8s", "flows-narrow", "topology", "captures", "latency"} {
+			if b, err := os.ReadFile(filepath.Join(out, n+".jpg")); err == nil {
+				os.WriteFile(filepath.Join(docs, n+".jpg"), b, 0o644)
 			}
 		}
+	}
+}
+
+// uiRule is the rule the browser adds on the Captures page: traffic the
+// test never sends, so that it changes nothing the test measures.
+const uiRule = "id=lu2-ui dst=10.99.0.0/16 proto=tcp dport=873 skip"
+
+// prefillStore writes into the store at dir, before the agent opens it,
+// records that a veth pair without a cluster cannot make: Kubernetes
+// names, kernel signals, DNS and an estimate, on addresses the test's
+// traffic does not use; and the latency log's per-hop records.
+func prefillStore(t *testing.T, dir, iface string) {
+	t.Helper()
+	now := time.Now().UTC()
+	rec := func(src, dst string, sport, dport uint16, proto uint8, packets uint64) flow.Record {
+		r := flow.Record{Key: flow.Key{EtherType: flow.EtherTypeIPv4, Proto: proto, SrcPort: sport, DstPort: dport}}
+		r.SrcAddr, r.DstAddr = netip.MustParseAddr(src).As16(), netip.MustParseAddr(dst).As16()
+		r.Iface, r.IfIndex, r.Direction, r.Sampling = iface, 1, flow.Ingress, 1
+		r.Packets, r.Bytes = packets, packets*100
+		r.FirstSeen, r.LastSeen = now.Add(-200*time.Millisecond), now
+		return r
+	}
+	pod := func(ns, name, workload, kind string) flow.K8sEnd {
+		return flow.K8sEnd{Kind: flow.K8sPod, Namespace: ns, Pod: name, Workload: workload, WorkloadKind: kind, Node: "node-1"}
+	}
+	web := rec("10.79.0.1", "10.79.0.2", 40001, 8080, 6, 40)
+	web.K8s = &flow.K8s{Src: pod("shop", "web-6d4f9-abcde", "web", "Deployment"), Dst: pod("shop", "db-0", "db", "StatefulSet")}
+	web.SetRTT(100_000, 900_000, 400_000)
+	web.SetRetransmits(3)
+	dns := rec("10.79.0.3", "10.79.0.9", 53001, 53, 17, 2)
+	dns.K8s = &flow.K8s{Src: pod("shop", "cli-7c9d-xyz12", "cli", "Deployment"),
+		Dst: flow.K8sEnd{Kind: flow.K8sService, Namespace: "kube-system", Service: "kube-dns"}}
+	dns.SetDNS(&flow.DNSExchange{ID: 4242, QName: "db.shop.svc.cluster.local", HasRcode: true, HasLatency: true, LatencyNs: 1_500_000})
+	dns.SetDrops(2, 160, flow.DropReasons{"NETFILTER_DROP": 2})
+	est := rec("10.79.0.4", "10.79.0.5", 40002, 443, 6, 700)
+	est.Accuracy, est.MaxErrorPackets, est.MaxErrorBytes, est.ErrorConfidence = flow.Estimated, 5, 500, 0.95
+
+	s, err := store.Open(dir, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Write(context.Background(), []flow.Record{web, dns, est}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	h, err := store.OpenHopLog(dir, store.HopOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Append(uiHopRecords(now)...); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// uiHopRecords are two traced requests across three hops each.
+func uiHopRecords(at time.Time) []*hop.Request {
+	req := func(trace string, sport uint16, lat ...int64) *hop.Request {
+		r := &hop.Request{TraceID: trace, SpanID: "00f067aa0ba902b7", Kind: "request", Proto: 6, Seq: uint32(sport),
+			SrcAddr: netip.MustParseAddr("10.79.0.1"), DstAddr: netip.MustParseAddr("10.79.0.2"), SrcPort: sport, DstPort: 8080,
+			Time: at, Node: "node-1"}
+		ifaces := []string{"veth-web", "eth0", "vxlan0", "veth-db"}
+		for i, l := range lat {
+			r.Hops = append(r.Hops, hop.Hop{FromIface: ifaces[i], ToIface: ifaces[i+1], Direction: []string{hop.Out, hop.Out, hop.In}[i], LatencyNs: l})
+		}
+		return r
+	}
+	return []*hop.Request{
+		req("4bf92f3577b34da6a3ce929d0e0e4736", 40001, 12_000, 48_000, 31_000),
+		req("0af7651916cd43dd8448eb211c80319c", 40003, 9_000, 250_000, 27_000),
 	}
 }
 

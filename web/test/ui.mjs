@@ -35,7 +35,32 @@ async function open(hash) {
   if (err) fail(`${hash}: error shown: ${err}`);
 }
 const value = (sel) => page.getAttribute(sel, "data-value");
-const shot = (name) => page.screenshot({ path: `${out}/${name}.png`, fullPage: true });
+// Screenshots of the window as a user sees it, JPEG: small enough to
+// commit (docs/ui), large enough to read.
+const shot = (name) => page.screenshot({ path: `${out}/${name}.jpg`, type: "jpeg", quality: 60 });
+// What the page showed that only the test's caller can check (against
+// `loupe rules list --json`, after the browser is done).
+const seen = {};
+
+// parseCSV reads RFC 4180 CSV: quoted fields may hold commas, quotes
+// (doubled) and new lines.
+function parseCSV(text) {
+  const rows = [];
+  let row = [], field = "", quoted = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (quoted) {
+      if (c === '"' && text[i + 1] === '"') { field += '"'; i++; }
+      else if (c === '"') quoted = false;
+      else field += c;
+    } else if (c === '"') quoted = true;
+    else if (c === ",") { row.push(field); field = ""; }
+    else if (c === "\n") { row.push(field); rows.push(row); row = []; field = ""; }
+    else field += c;
+  }
+  if (field !== "" || row.length) { row.push(field); rows.push(row); }
+  return rows;
+}
 
 // Overview: totals and the top talkers equal the CLI's.
 await open("#/overview?" + want.window);
@@ -72,13 +97,49 @@ eq("flows matched", await page.getAttribute("#flow-info", "data-matched"), want.
 eq("first flow bytes", await cell(1, "bytes"), want.byBytes.bytes);
 eq("first flow packets", await cell(1, "packets"), want.byBytes.packets);
 await shot("flows");
-// Sorting: by packets, on the header.
-await page.click('th[data-col="packets"]');
-await page.waitForSelector(".page[data-ready]");
+// Sorting, on the headers: every column sorts in the store, so the first
+// row is the CLI's first record of the same --sort.
+const sortBy = async (col) => {
+  await page.click(`th[data-col="${col}"]`);
+  await page.waitForSelector(`th.active[data-col="${col}"]`, { timeout: 10000 });
+  await page.waitForSelector(".page[data-ready]");
+};
+await sortBy("packets");
 eq("sorted by packets: first", await cell(1, "packets"), want.byPackets.packets);
-// Sorting within the page: a column the store has no order for.
-await page.click('th[data-col="iface"]');
-await page.waitForSelector(".page[data-ready]");
+await sortBy("rtt");
+eq("sorted by rtt: first rtt", await cell(1, "rtt"), want.byRTT.rtt_max_ns);
+eq("sorted by rtt: first source", (await cell(1, "source")).includes(want.byRTT.src_addr), true);
+await sortBy("retrans");
+eq("sorted by retransmits: first", await cell(1, "retrans"), want.byRetransmits.retransmits);
+await sortBy("drops");
+eq("sorted by drops: first", await cell(1, "drops"), want.byDrops.drop_packets);
+await sortBy("dns");
+eq("sorted by dns latency: first", (await cell(1, "dns")).startsWith(want.byDNS.dns_qname), true);
+await sortBy("accuracy");
+eq("sorted by accuracy: first", await cell(1, "accuracy"), want.byAccuracy.accuracy ?? "exact");
+await sortBy("iface");
+eq("sorted by iface: first", await cell(1, "iface"), want.byIface.iface);
+await sortBy("dir");
+eq("sorted by direction: first", await cell(1, "dir"), want.byDirection.direction);
+// The filters on what was measured, through the form: the store's count
+// of every matching record, as the CLI's.
+const matched = (n, what) =>
+  page.waitForFunction((n) => document.querySelector("#flow-info")?.getAttribute("data-matched") === String(n), n, { timeout: 10000 })
+    .catch(async () => fail(`${what}: matched ${await page.getAttribute("#flow-info", "data-matched")}, want ${n}`));
+for (const [name, v, n] of [["has", "drops", want.measured.drops], ["has", "dns", want.measured.dns], ["accuracy", "estimated", want.measured.estimated]]) {
+  await open("#/flows?" + want.window);
+  await page.selectOption(`#flow-filters select[name="${name}"]`, v);
+  await page.click("#apply");
+  await matched(n, `${name}=${v}`);
+}
+await open("#/flows?" + want.window + "&min-rtt=500us");
+await matched(want.measured.minRTT, "min-rtt=500us");
+// Kubernetes names: the namespace filter, and each row's names as the
+// records carry them (namespace/workload), in the table's order.
+await open("#/flows?" + want.window + "&namespace=" + want.k8s.namespace);
+await matched(want.k8s.matched, "namespace filter");
+eq("k8s names", JSON.stringify(await page.$$eval("#flows tbody tr.flow .k8s", (els) => els.map((e) => e.textContent))), JSON.stringify(want.k8s.names));
+await shot("flows-k8s");
 // Paging: the second page starts where the CLI's 101st record is.
 await open("#/flows?" + want.window + "&sort=bytes");
 const rowsPage1 = await page.$$eval("#flows tbody tr.flow", (t) => t.length);
@@ -102,9 +163,20 @@ await dl.saveAs(`${out}/flows.jsonl`);
 eq("export JSON lines", readFileSync(`${out}/flows.jsonl`, "utf8") === want.filter.jsonl, true);
 const [dlc] = await Promise.all([page.waitForEvent("download"), page.click("#export-csv")]);
 await dlc.saveAs(`${out}/flows.csv`);
-const csv = readFileSync(`${out}/flows.csv`, "utf8").trim().split("\n");
-eq("export CSV lines", csv.length - 1, want.filter.matched);
-if (!csv[0].startsWith("first_seen,last_seen,iface")) fail("CSV header: " + csv[0]);
+// The CSV holds the records of the JSON lines, one row each, in order,
+// every column the JSON's field of its name.
+const csv = parseCSV(readFileSync(`${out}/flows.csv`, "utf8"));
+const jsonRecs = want.filter.jsonl.trim().split("\n").map((l) => JSON.parse(l));
+eq("export CSV rows", csv.length - 1, want.filter.matched);
+if (!csv[0].join(",").startsWith("first_seen,last_seen,iface")) fail("CSV header: " + csv[0]);
+jsonRecs.forEach((r, i) => {
+  const row = csv[i + 1] ?? [];
+  csv[0].forEach((f, j) => {
+    const v = r[f];
+    const exp = v === undefined || v === null ? "" : typeof v === "object" ? JSON.stringify(v) : String(v);
+    if (row[j] !== exp) fail(`CSV row ${i + 1} ${f}: got ${row[j]}, want ${exp}`);
+  });
+});
 // Live follow shows the newest records.
 await page.check("#follow");
 await page.waitForTimeout(500);
@@ -116,14 +188,34 @@ await page.waitForSelector("#graph canvas");
 eq("topology nodes", await page.getAttribute("#topology-info", "data-nodes"), want.nodes);
 await shot("topology");
 
-// Latency.
+// Latency: a row per record of `loupe latency --json`, with its trace id
+// and its hops, each of the latency the record says.
 await open("#/latency?since=1h");
+eq("latency rows", await page.$$eval("#latency tbody tr", (t) => t.length), want.latency.length);
+for (const r of want.latency) {
+  const sel = `#latency tbody tr[data-trace="${r.trace_id}"]`;
+  if (!(await page.$(sel))) {
+    fail(`latency: no row of trace ${r.trace_id}`);
+    continue;
+  }
+  eq(`latency ${r.trace_id} link`, await page.textContent(`${sel} td:nth-child(2) a`), r.trace_id);
+  const hops = await page.$$eval(`${sel} .seg`, (els) => els.map((e) => e.getAttribute("data-ns")));
+  eq(`latency ${r.trace_id} hops`, JSON.stringify(hops), JSON.stringify(r.hops.map((x) => String(x.latency_ns))));
+}
 await shot("latency");
 
 // Captures, with the token: an on-demand capture of N packets, saved.
 await page.goto(base + "/?token=" + encodeURIComponent(want.token) + "#/captures");
 await page.waitForSelector(".page[data-ready]");
 if (page.url().includes("token=")) fail("the token stayed in the address");
+// A rule added on the page is in force: the page lists it, and the test
+// checks `loupe rules list --json` once the browser is done.
+await page.fill('#add-rule input[name="v"]', want.rule);
+await page.click('#add-rule button[type="submit"]');
+await page.waitForFunction((id) => [...document.querySelectorAll("#rules tbody tr")].some((tr) => tr.children[0]?.textContent === id), want.ruleID, { timeout: 10000 })
+  .catch(() => fail(`rule ${want.ruleID}: not listed after adding it`));
+seen.rule = await page.$$eval("#rules tbody tr", (trs, id) => trs.filter((tr) => tr.children[0]?.textContent === id).map((tr) => tr.children[1].textContent)[0] ?? "", want.ruleID);
+await page.waitForSelector(".page[data-ready]");
 await shot("captures");
 await page.fill('#capture-form input[name="filter"]', want.capture.filter);
 await page.fill('#capture-form input[name="iface"]', want.capture.iface);
@@ -144,7 +236,7 @@ for (const p of ["overview", "flows", "topology", "captures", "latency"]) {
 
 await browser.close();
 for (const e of consoleErrors) fail("console: " + e);
-writeFileSync(`${out}/result.json`, JSON.stringify({ failures }, null, 2));
+writeFileSync(`${out}/result.json`, JSON.stringify({ failures, seen }, null, 2));
 if (failures.length) {
   console.error(failures.join("\n"));
   process.exit(1);

@@ -1,5 +1,6 @@
 // Package agentcmd holds the agent-wide CLI verbs that talk to a running
-// agent through its control API (internal/api): `loupe status`. A
+// agent through its control API (internal/api): `loupe status` and `loupe
+// metrics`. A
 // capability's own verbs live with the capability
 // (internal/capability/<name>/...) and use the same api.Client and
 // api.ControlFlag.
@@ -7,11 +8,9 @@ package agentcmd
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
-	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,6 +25,7 @@ import (
 func Commands() []cli.Command {
 	return []cli.Command{
 		{Name: "status", Summary: "print the running agent's state, interfaces and capabilities", Run: statusCmd},
+		{Name: "metrics", Summary: "print the running agent's own metrics (loupe_*), as the UI's health panel reads them", Run: metricsCmd},
 	}
 }
 
@@ -47,23 +47,7 @@ func statusCmd(args []string, stdout, stderr io.Writer) error {
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	defer cancel()
 	if *asJSON {
-		// The document as the agent sent it, so that fields this build
-		// does not know yet still come through.
-		resp, err := c.Do(ctx, http.MethodGet, api.StatusPath, nil)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		var doc json.RawMessage
-		if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
-			return fmt.Errorf("decoding the agent's status: %w", err)
-		}
-		out, err := json.MarshalIndent(doc, "", "  ")
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(stdout, "%s\n", out)
-		return err
+		return c.PrintJSON(ctx, api.StatusPath, stdout)
 	}
 	st, err := c.Status(ctx)
 	if err != nil {

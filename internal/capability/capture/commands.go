@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -25,6 +26,7 @@ import (
 func Commands() []cli.Command {
 	return []cli.Command{
 		{Name: "triggers", Summary: "list, add or delete the running agent's capture triggers", Run: triggersCmd},
+		{Name: "captures", Summary: "list the running agent's recent triggered connections and its capture files", Run: capturesCmd},
 		{Name: "capture", Summary: "stream the running agent's triggered captures as pcapng (--follow)", Run: captureCmd},
 	}
 }
@@ -98,6 +100,54 @@ func triggersCmd(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(tw, "NAME\tTRIGGER\n")
 	for _, t := range list.Triggers {
 		fmt.Fprintf(tw, "%s\t%s\n", t.Name, t.Text)
+	}
+	return tw.Flush()
+}
+
+// capturesCmd is `loupe captures`: what the Captures page lists (GET
+// /api/v1/captures), the triggered connections newest first and the
+// capture files.
+func capturesCmd(args []string, stdout, stderr io.Writer) error {
+	fs := cli.NewFlagSet("captures", "[--json] [--control PATH]", stdout, stderr)
+	asJSON := fs.Bool("json", false, "print the agent's answer (GET /api/v1/captures) as it is")
+	socket := api.ControlFlag(fs)
+	if err := cli.Parse(fs, args, stdout); err != nil {
+		return err
+	}
+	c, err := api.NewClient(*socket)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if *asJSON {
+		return c.PrintJSON(ctx, CapturesPath, stdout)
+	}
+	var list CaptureList
+	if err := c.Get(ctx, CapturesPath, &list); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "TIME\tTRACE\tTRIGGER\tSTATUS\tSOURCE\tDESTINATION\tIFACE\tREQUEST\n")
+	for _, t := range list.Traces {
+		status := "tcp.rst"
+		if t.Status != 0 {
+			status = strconv.Itoa(int(t.Status))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Time.Local().Format("2006-01-02 15:04:05"), t.ID, t.Trigger, status, t.Src, t.Dst, t.Iface, t.Request)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if list.Dir == "" {
+		fmt.Fprintln(stdout, "\nno capture directory (capture.dir): triggered packets go to followers only")
+		return nil
+	}
+	fmt.Fprintf(stdout, "\ncapture files in %s:\n", list.Dir)
+	tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	for _, f := range list.Files {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t\n", f.Name, f.Size, f.Time.Local().Format("2006-01-02 15:04:05"))
 	}
 	return tw.Flush()
 }

@@ -1,17 +1,19 @@
 import { FlowRecord, query, raw } from "../api";
 import { bytes, count, duration, endpoint, h, k8sName, num, proto, time } from "../format";
 
-// The filters the API takes (those of `loupe flows`), and those the page
-// applies to the records it holds (fields the store has no filter for).
-const serverFilters = ["since", "until", "src", "dst", "port", "proto", "iface", "direction"];
+// The filters the API takes (those of `loupe flows`): the store applies
+// every one to every record of the window, so a page is a page of the
+// whole answer.
+const serverFilters = ["since", "until", "src", "dst", "port", "proto", "iface", "direction", "namespace", "workload", "min-rtt", "has", "accuracy"];
 const pageSize = 100;
 
-// Columns: the name shown, the server's sort key if the store sorts by
-// it (else the page sorts what it holds), and the cell.
+// Columns: the name shown, the store's sort key (`loupe flows --sort`),
+// whether that order is largest first (counters, times, signals) or
+// ascending, and the cell.
 interface Column {
   name: string;
-  sort?: string;
-  key: (r: FlowRecord) => number | string;
+  sort: string;
+  desc: boolean;
   cell: (r: FlowRecord) => HTMLElement;
 }
 
@@ -19,41 +21,37 @@ const text = (s: string | undefined) => h("td", {}, s ?? "");
 const opt = (v: number | undefined, f: (n: number) => string = count) => (v === undefined ? h("td", { class: "num" }, "") : num(v, f(v)));
 
 const columns: Column[] = [
-  { name: "last seen", sort: "last_seen", key: (r) => r.last_seen, cell: (r) => h("td", { title: r.last_seen }, time(r.last_seen)) },
-  { name: "first seen", sort: "first_seen", key: (r) => r.first_seen, cell: (r) => h("td", { title: r.first_seen }, time(r.first_seen)) },
-  { name: "iface", key: (r) => r.iface, cell: (r) => text(r.iface) },
-  { name: "dir", key: (r) => r.direction, cell: (r) => text(r.direction) },
-  { name: "proto", sort: "proto", key: (r) => r.proto, cell: (r) => text(proto(r.proto)) },
-  { name: "source", sort: "src", key: (r) => r.src_addr, cell: (r) => h("td", {}, endpoint(r.src_addr, r.src_port), pod(r, "src")) },
-  { name: "destination", sort: "dst", key: (r) => r.dst_addr, cell: (r) => h("td", {}, endpoint(r.dst_addr, r.dst_port), pod(r, "dst")) },
-  { name: "packets", sort: "packets", key: (r) => r.packets, cell: (r) => num(r.packets) },
-  { name: "bytes", sort: "bytes", key: (r) => r.bytes, cell: (r) => num(r.bytes, bytes(r.bytes)) },
-  { name: "rtt", key: (r) => r.rtt_last_ns ?? r.handshake_rtt_ns ?? -1, cell: (r) => opt(r.rtt_last_ns ?? r.handshake_rtt_ns, duration) },
-  { name: "retrans", key: (r) => r.retransmits ?? -1, cell: (r) => opt(r.retransmits) },
-  { name: "drops", key: (r) => r.drop_packets ?? -1, cell: (r) => opt(r.drop_packets) },
-  { name: "dns", key: (r) => r.dns_qname ?? "", cell: (r) => text(r.dns_qname ? `${r.dns_qname} ${r.dns_rcode ?? ""} ${duration(r.dns_latency_ns)}` : "") },
-  { name: "accuracy", key: (r) => r.accuracy ?? "exact", cell: (r) => text(r.accuracy ?? "exact") },
+  { name: "last seen", sort: "last_seen", desc: true, cell: (r) => h("td", { title: r.last_seen }, time(r.last_seen)) },
+  { name: "first seen", sort: "first_seen", desc: true, cell: (r) => h("td", { title: r.first_seen }, time(r.first_seen)) },
+  { name: "iface", sort: "iface", desc: false, cell: (r) => text(r.iface) },
+  { name: "dir", sort: "direction", desc: false, cell: (r) => text(r.direction) },
+  { name: "proto", sort: "proto", desc: false, cell: (r) => text(proto(r.proto)) },
+  { name: "source", sort: "src", desc: false, cell: (r) => h("td", {}, endpoint(r.src_addr, r.src_port), pod(r, "src")) },
+  { name: "destination", sort: "dst", desc: false, cell: (r) => h("td", {}, endpoint(r.dst_addr, r.dst_port), pod(r, "dst")) },
+  { name: "packets", sort: "packets", desc: true, cell: (r) => num(r.packets) },
+  { name: "bytes", sort: "bytes", desc: true, cell: (r) => num(r.bytes, bytes(r.bytes)) },
+  { name: "rtt", sort: "rtt", desc: true, cell: rtt },
+  { name: "retrans", sort: "retransmits", desc: true, cell: (r) => opt(r.retransmits) },
+  { name: "drops", sort: "drops", desc: true, cell: (r) => opt(r.drop_packets) },
+  { name: "dns", sort: "dns_latency", desc: true, cell: (r) => text(r.dns_qname ? `${r.dns_qname} ${r.dns_rcode ?? ""} ${duration(r.dns_latency_ns)}` : "") },
+  { name: "accuracy", sort: "accuracy", desc: false, cell: (r) => text(r.accuracy ?? "exact") },
 ];
+
+// rtt is the largest smoothed RTT (what the column sorts by), with the
+// last and smallest, and the handshake's, in its title.
+function rtt(r: FlowRecord): HTMLElement {
+  const td = opt(r.rtt_max_ns, duration);
+  const parts: string[] = [];
+  if (r.rtt_last_ns !== undefined) parts.push(`last ${duration(r.rtt_last_ns)}`);
+  if (r.rtt_min_ns !== undefined) parts.push(`min ${duration(r.rtt_min_ns)}`);
+  if (r.handshake_rtt_ns !== undefined) parts.push(`handshake ${duration(r.handshake_rtt_ns)}`);
+  if (parts.length) td.title = parts.join(", ");
+  return td;
+}
 
 function pod(r: FlowRecord, side: "src" | "dst"): HTMLElement | null {
   const n = k8sName(r, side);
   return n ? h("div", { class: "k8s" }, n) : null;
-}
-
-// pageFilter keeps the records that have the fields asked for.
-function pageFilter(recs: FlowRecord[], p: URLSearchParams): FlowRecord[] {
-  const has = p.get("has");
-  const acc = p.get("accuracy");
-  return recs.filter((r) => {
-    if (acc && (r.accuracy ?? "exact") !== acc) return false;
-    switch (has) {
-      case "rtt": return r.rtt_last_ns !== undefined || r.handshake_rtt_ns !== undefined;
-      case "retransmits": return (r.retransmits ?? 0) > 0;
-      case "drops": return (r.drop_packets ?? 0) > 0;
-      case "dns": return r.dns_qname !== undefined;
-    }
-    return true;
-  });
 }
 
 function apiParams(p: URLSearchParams, extra: Record<string, string | number | undefined> = {}): string {
@@ -99,8 +97,9 @@ export async function flows(root: HTMLElement, p: URLSearchParams, go: (p: URLSe
   form.append(
     field("since", "since", "1h or RFC 3339"), field("until", "until", "now"), field("src", "src", "CIDR"), field("dst", "dst", "CIDR"),
     field("port", "port"), choice("proto", "proto", ["", "tcp", "udp", "icmp", "icmpv6", "sctp"]), field("iface", "iface", "glob"),
-    choice("direction", "direction", ["", "ingress", "egress"]), choice("has", "with", ["", "rtt", "retransmits", "drops", "dns"]),
-    choice("accuracy", "accuracy", ["", "exact", "estimated"]),
+    choice("direction", "direction", ["", "ingress", "egress"]), field("namespace", "namespace"), field("workload", "workload", "[ns/]name"),
+    field("min-rtt", "rtt ≥", "500us, 20ms"), choice("has", "with", ["", "rtt", "handshake_rtt", "retransmits", "drops", "dns"]),
+    choice("accuracy", "accuracy", ["", "exact", "decoded", "estimated"]),
     h("button", { type: "submit", id: "apply" }, "Apply"),
   );
   form.addEventListener("submit", (e) => {
@@ -121,39 +120,23 @@ export async function flows(root: HTMLElement, p: URLSearchParams, go: (p: URLSe
   root.append(out);
 
   const sort = p.get("sort") ?? "last_seen";
-  const pageSort = p.get("psort"); // a column the store cannot sort by: sorted on the page
-  const desc = p.get("order") !== "asc";
   const cursors: string[] = [""];
   let page = 0;
 
   const render = (recs: FlowRecord[], matched: number) => {
-    let shown = pageFilter(recs, p);
-    if (pageSort) {
-      const col = columns.find((c) => c.name === pageSort)!;
-      shown = [...shown].sort((a, b) => {
-        const x = col.key(a), y = col.key(b);
-        const c = x < y ? -1 : x > y ? 1 : 0;
-        return desc ? -c : c;
-      });
-    }
     const head = columns.map((c) => {
-      const active = c.sort ? !pageSort && c.sort === sort : pageSort === c.name;
-      const th = h("th", { class: "sortable" + (active ? " active" : ""), "data-col": c.name, title: c.sort ? "sorted by the store" : "sorted within this page" },
-        c.name + (active ? (c.sort || desc ? " ▼" : " ▲") : ""));
+      const active = c.sort === sort;
+      const th = h("th", { class: "sortable" + (active ? " active" : ""), "data-col": c.name, "data-sort": c.sort,
+        title: `sort every matching record by ${c.sort}, ${c.desc ? "largest or newest first" : "ascending"}` },
+        c.name + (active ? (c.desc ? " ▼" : " ▲") : ""));
       th.addEventListener("click", () => {
         const n = new URLSearchParams(p);
-        n.delete("psort");
-        n.delete("order");
-        if (c.sort) n.set("sort", c.sort);
-        else {
-          n.set("psort", c.name);
-          if (pageSort === c.name && desc) n.set("order", "asc");
-        }
+        n.set("sort", c.sort);
         go(n);
       });
       return th;
     });
-    const rows = shown.map((r) => {
+    const rows = recs.map((r) => {
       const tr = h("tr", { class: "flow" }, ...columns.map((c) => c.cell(r)));
       tr.addEventListener("click", () => {
         const d = tr.nextElementSibling;
@@ -164,7 +147,7 @@ export async function flows(root: HTMLElement, p: URLSearchParams, go: (p: URLSe
     });
     out.replaceChildren(h("table", { id: "flows" }, h("thead", {}, h("tr", {}, ...head)), h("tbody", {}, ...rows)));
     const first = page * pageSize;
-    info.textContent = matched ? `${count(first + 1)}–${count(first + recs.length)} of ${count(matched)} records` + (shown.length !== recs.length ? `, ${shown.length} shown` : "") : "no records matched";
+    info.textContent = matched ? `${count(first + 1)}–${count(first + recs.length)} of ${count(matched)} records` : "no records matched";
     info.setAttribute("data-matched", String(matched));
     prev.disabled = page === 0;
     next.disabled = !cursors[page + 1];
@@ -194,12 +177,8 @@ export async function flows(root: HTMLElement, p: URLSearchParams, go: (p: URLSe
   });
 
   // Every matching record, not the page: the lines as the API sent
-  // them (exact to the last digit), less those the page's filters drop.
-  const all = async () => {
-    const { recs, lines } = await fetchLines("/api/v1/flows" + apiParams(p, { sort }));
-    const keep = new Set(pageFilter(recs, p));
-    return { recs: recs.filter((r) => keep.has(r)), lines: lines.filter((_, i) => keep.has(recs[i])) };
-  };
+  // them (exact to the last digit), in the table's order.
+  const all = () => fetchLines("/api/v1/flows" + apiParams(p, { sort }));
   exportJSON.addEventListener("click", async () => {
     const { lines } = await all();
     download("flows.jsonl", "application/x-ndjson", lines.map((l) => l + "\n").join(""));

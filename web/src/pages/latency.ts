@@ -27,7 +27,7 @@ function histogram(name: string, ns: number[]): HTMLElement {
 // timeline draws a request's hops one after the other, widths to scale.
 function timeline(r: Rec): HTMLElement {
   const total = r.hops.reduce((s, x) => s + Math.max(x.latency_ns, 0), 0) || 1;
-  return h("div", { class: "timeline" }, ...r.hops.map((x) => h("span", { class: "seg " + x.direction, style: `width:${Math.max(2, (100 * Math.max(x.latency_ns, 0)) / total).toFixed(1)}%`,
+  return h("div", { class: "timeline" }, ...r.hops.map((x) => h("span", { class: "seg " + x.direction, "data-ns": x.latency_ns, "data-hop": hopName(x), style: `width:${Math.max(2, (100 * Math.max(x.latency_ns, 0)) / total).toFixed(1)}%`,
     title: `${hopName(x)}: ${duration(x.latency_ns)}` }, duration(x.latency_ns))));
 }
 
@@ -53,7 +53,7 @@ export async function latency(root: HTMLElement, p: URLSearchParams, go: (p: URL
   root.append(h("div", { class: "grid" }, ...[...byHop].map(([n, v]) => histogram(n, v))));
   const rows = recs.slice(-500).reverse().map((r) => {
     const id = h("a", { href: `#/latency?since=${since}&trace=${r.trace_id}` }, r.trace_id || "-");
-    return h("tr", {}, h("td", {}, new Date(r.time).toLocaleTimeString("en-GB")), h("td", {}, id), h("td", {}, r.kind),
+    return h("tr", { "data-trace": r.trace_id }, h("td", {}, new Date(r.time).toLocaleTimeString("en-GB")), h("td", {}, id), h("td", {}, r.kind),
       h("td", {}, endpoint(r.src_addr, r.src_port)), h("td", {}, endpoint(r.dst_addr, r.dst_port)), h("td", { class: "wide" }, timeline(r)));
   });
   root.append(h("section", { class: "card wide" }, h("h3", {}, "Requests and their hops"), table(["time", "trace id", "kind", "source", "destination", "hops"], rows, "latency")));

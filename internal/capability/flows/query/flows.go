@@ -22,7 +22,8 @@ import (
 const defaultLimit = 50
 
 const flowsSynopsis = "[--since D|TIME] [--until D|TIME] [--src CIDR] [--dst CIDR] [--port N] [--proto P] " +
-	"[--iface GLOB] [--direction ingress|egress] [--namespace NS] [--workload [NS/]NAME] [--sort FIELD] [--limit N] [--raw] [--json] [--follow] [--store PATH]"
+	"[--iface GLOB] [--direction ingress|egress] [--namespace NS] [--workload [NS/]NAME] " +
+	"[--min-rtt D] [--has rtt|handshake_rtt|retransmits|drops|dns] [--accuracy exact|decoded|estimated] [--sort FIELD] [--limit N] [--raw] [--json] [--follow] [--store PATH]"
 
 func flowsCmd(args []string, stdout, stderr io.Writer) error {
 	return flows(context.Background(), args, stdout, stderr)

@@ -1,7 +1,6 @@
 package query
 
 import (
-	"cmp"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -9,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -247,250 +245,52 @@ func (h handlers) top(w http.ResponseWriter, r *http.Request) {
 	out.End()
 }
 
-// Traffic is the body of GET /api/v1/traffic: the bytes and packets of the
-// matching records over time, by interface and direction, their protocol
-// mix and their totals. A record counts in the bucket of its last_seen.
-type Traffic struct {
-	Since       time.Time       `json:"since"`
-	Until       time.Time       `json:"until"`
-	StepSeconds float64         `json:"step_seconds"`
-	Series      []TrafficSeries `json:"series"`
-	Protocols   []ProtocolShare `json:"protocols"`
-	Totals      Totals          `json:"totals"`
-}
-
-// TrafficSeries is one interface and direction: Points are [bucket start
-// (Unix seconds), bytes, packets], oldest first, empty buckets left out.
-type TrafficSeries struct {
-	Iface     string      `json:"iface"`
-	Direction string      `json:"direction"`
-	Points    [][3]uint64 `json:"points"`
-}
-
-// ProtocolShare is one IP protocol's part of the traffic.
-type ProtocolShare struct {
-	Proto uint8  `json:"proto"`
-	Name  string `json:"name"`
-	Totals
-}
-
-// Totals are sums over records.
-type Totals struct {
-	Bytes   uint64 `json:"bytes"`
-	Packets uint64 `json:"packets"`
-	Flows   uint64 `json:"flows"`
-}
-
-func (t *Totals) add(r *flow.Record) {
-	t.Bytes += r.Bytes
-	t.Packets += r.Packets
-	t.Flows++
-}
-
-// maxBuckets bounds a series: a step too small for the window is widened.
-const maxBuckets = 2000
-
-// traffic answers GET /api/v1/traffic: the filters of `loupe flows`, and
-// step, the width of a bucket (default: the window in 120 buckets).
+// traffic answers GET /api/v1/traffic: the flags of `loupe traffic`.
 func (h handlers) traffic(w http.ResponseWriter, r *http.Request) {
 	fs := newFlagSet("traffic")
-	q, _ := bindFlows(fs)
-	v := r.URL.Query()
-	if err := setFlags(fs, v, "step"); err != nil {
-		badRequest(w, err)
-		return
-	}
-	if given(fs, "sort") || given(fs, "limit") {
-		badRequest(w, errors.New("traffic sums every matching record: it takes no sort or limit"))
-		return
-	}
-	now := time.Now()
-	rd, sq, ok := h.open(w, q, now)
-	if !ok {
-		return
-	}
-	since, until := sq.Since, cmp.Or(sq.Until, now)
-	var step time.Duration
-	if s := v.Get("step"); s != "" {
-		d, err := time.ParseDuration(s)
-		if err != nil || d < time.Second {
-			badRequest(w, fmt.Errorf("step %q: want a duration of 1s or more", s))
-			return
-		}
-		step = d
-	}
-	type key struct {
-		iface string
-		dir   flow.Direction
-	}
-	type point struct{ bytes, packets uint64 }
-	series := map[key]map[int64]*point{}
-	protos := map[uint8]*Totals{}
-	var tot Totals
-	var oldest time.Time
-	err := rd.Scan(r.Context(), sq, func(rec *flow.Record) error {
-		tot.add(rec)
-		p := protos[rec.Proto]
-		if p == nil {
-			p = &Totals{}
-			protos[rec.Proto] = p
-		}
-		p.add(rec)
-		k := key{rec.Iface, rec.Direction}
-		m := series[k]
-		if m == nil {
-			m = map[int64]*point{}
-			series[k] = m
-		}
-		// Seconds now, buckets once the step is known (it may follow
-		// from the oldest record, with no since).
-		sec := rec.LastSeen.Unix()
-		pt := m[sec]
-		if pt == nil {
-			pt = &point{}
-			m[sec] = pt
-		}
-		pt.bytes += rec.Bytes
-		pt.packets += rec.Packets
-		if oldest.IsZero() || rec.FirstSeen.Before(oldest) {
-			oldest = rec.FirstSeen
-		}
-		return nil
-	})
-	if err != nil {
-		api.WriteError(w, http.StatusInternalServerError, err.Error())
-		return
-	}
-	if since.IsZero() {
-		since = cmp.Or(oldest, until)
-	}
-	window := until.Sub(since)
-	if step == 0 {
-		step = max(time.Second, (window / 120).Round(time.Second))
-	}
-	if window/step > maxBuckets {
-		step = (window/maxBuckets + time.Second).Truncate(time.Second)
-	}
-	out := Traffic{Since: since.UTC(), Until: until.UTC(), StepSeconds: step.Seconds(), Totals: tot,
-		Series: []TrafficSeries{}, Protocols: []ProtocolShare{}}
-	stepSec := int64(step / time.Second)
-	for k, m := range series {
-		buckets := map[int64]*point{}
-		for sec, pt := range m {
-			b := sec - (sec-since.Unix())%stepSec
-			if sec < since.Unix() {
-				b = since.Unix()
-			}
-			agg := buckets[b]
-			if agg == nil {
-				agg = &point{}
-				buckets[b] = agg
-			}
-			agg.bytes += pt.bytes
-			agg.packets += pt.packets
-		}
-		ts := TrafficSeries{Iface: k.iface, Direction: k.dir.String()}
-		for b, pt := range buckets {
-			ts.Points = append(ts.Points, [3]uint64{uint64(b), pt.bytes, pt.packets})
-		}
-		slices.SortFunc(ts.Points, func(a, b [3]uint64) int { return cmp.Compare(a[0], b[0]) })
-		out.Series = append(out.Series, ts)
-	}
-	slices.SortFunc(out.Series, func(a, b TrafficSeries) int {
-		return cmp.Or(strings.Compare(a.Iface, b.Iface), strings.Compare(a.Direction, b.Direction))
-	})
-	for p, t := range protos {
-		out.Protocols = append(out.Protocols, ProtocolShare{Proto: p, Name: flow.ProtoName(p), Totals: *t})
-	}
-	slices.SortFunc(out.Protocols, func(a, b ProtocolShare) int {
-		return cmp.Or(cmp.Compare(b.Bytes, a.Bytes), cmp.Compare(a.Proto, b.Proto))
-	})
-	api.WriteJSON(w, http.StatusOK, out)
-}
-
-// Topology is the body of GET /api/v1/topology: the endpoints of the
-// heaviest conversations (the pairs `loupe top --by pair` ranks first) and
-// the conversations between them.
-type Topology struct {
-	Nodes []TopologyNode `json:"nodes"`
-	Edges []TopologyEdge `json:"edges"`
-	// Truncated is set when more pairs matched than n: the lightest were
-	// left out.
-	Truncated bool `json:"truncated"`
-}
-
-// TopologyNode is an endpoint: its address and the bytes of its edges.
-type TopologyNode struct {
-	Addr  string `json:"addr"`
-	Bytes uint64 `json:"bytes"`
-}
-
-// TopologyEdge is a conversation from Src to Dst.
-type TopologyEdge struct {
-	Src string `json:"src_addr"`
-	Dst string `json:"dst_addr"`
-	Totals
-}
-
-// maxTopologyEdges bounds n: past a few thousand edges no layout is
-// readable, and the page groups endpoints instead.
-const maxTopologyEdges = 5000
-
-// topology answers GET /api/v1/topology: the filters of `loupe top` and n,
-// how many pairs (default 300).
-func (h handlers) topology(w http.ResponseWriter, r *http.Request) {
-	fs := newFlagSet("topology")
-	t := bindTop(fs)
-	*t.n = 300
+	t := bindTraffic(fs)
 	if err := setFlags(fs, r.URL.Query()); err != nil {
 		badRequest(w, err)
 		return
 	}
-	if given(fs, "by") || given(fs, "sort") {
-		badRequest(w, errors.New("topology ranks pairs by bytes: it takes no by or sort"))
+	step, err := t.parseStep()
+	if err != nil {
+		badRequest(w, err)
 		return
 	}
-	if *t.n < 1 || *t.n > maxTopologyEdges {
-		badRequest(w, fmt.Errorf("n %d: want 1..%d", *t.n, maxTopologyEdges))
+	now := time.Now()
+	rd, sq, ok := h.open(w, t.q, now)
+	if !ok {
+		return
+	}
+	out, err := trafficOf(r.Context(), rd, sq, now, step)
+	if err != nil {
+		api.WriteError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	api.WriteJSON(w, http.StatusOK, out)
+}
+
+// topology answers GET /api/v1/topology: the flags of `loupe topology`.
+func (h handlers) topology(w http.ResponseWriter, r *http.Request) {
+	fs := newFlagSet("topology")
+	t := bindTopology(fs)
+	if err := setFlags(fs, r.URL.Query()); err != nil {
+		badRequest(w, err)
+		return
+	}
+	if err := t.check(); err != nil {
+		badRequest(w, err)
 		return
 	}
 	rd, sq, ok := h.open(w, t.q, time.Now())
 	if !ok {
 		return
 	}
-	// One more than asked: whether there were more is worth saying.
-	rows, err := rd.TopBy(r.Context(), sq, store.ByPair, store.SortBytes, *t.n+1)
+	out, err := topologyOf(r.Context(), rd, sq, *t.n)
 	if err != nil {
 		api.WriteError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
-	out := Topology{Nodes: []TopologyNode{}, Edges: []TopologyEdge{}}
-	if len(rows) > *t.n {
-		rows, out.Truncated = rows[:*t.n], true
-	}
-	nodes := map[string]*TopologyNode{}
-	node := func(a netip.Addr, b uint64) string {
-		s := ""
-		if a.IsValid() {
-			s = a.String()
-		}
-		n := nodes[s]
-		if n == nil {
-			n = &TopologyNode{Addr: s}
-			nodes[s] = n
-		}
-		n.Bytes += b
-		return s
-	}
-	for _, e := range rows {
-		out.Edges = append(out.Edges, TopologyEdge{Src: node(e.Src, e.Bytes), Dst: node(e.Dst, e.Bytes),
-			Totals: Totals{Bytes: e.Bytes, Packets: e.Packets, Flows: e.Flows}})
-	}
-	for _, n := range nodes {
-		out.Nodes = append(out.Nodes, *n)
-	}
-	slices.SortFunc(out.Nodes, func(a, b TopologyNode) int {
-		return cmp.Or(cmp.Compare(b.Bytes, a.Bytes), strings.Compare(a.Addr, b.Addr))
-	})
 	api.WriteJSON(w, http.StatusOK, out)
 }

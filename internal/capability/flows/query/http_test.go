@@ -57,6 +57,7 @@ func testStore(t *testing.T, n int) (string, http.Handler) {
 		r.LastSeen = now.Add(-time.Duration(rng.IntN(600)) * time.Second)
 		r.FirstSeen = r.LastSeen.Add(-time.Duration(rng.IntN(5000)) * time.Millisecond)
 		r.Sampling = 1
+		measure(r, i)
 	}
 	if err := s.Write(context.Background(), recs); err != nil {
 		t.Fatal(err)
@@ -69,6 +70,32 @@ func testStore(t *testing.T, n int) (string, http.Handler) {
 		t.Fatal(err)
 	}
 	return dir, h
+}
+
+// measure gives some records kernel signals, DNS or an estimate, from
+// their index alone (the random draws stay as they were): RTTs, counts
+// that are measured zeros, drops, DNS exchanges, decoded and estimated
+// counters.
+func measure(r *flow.Record, i int) {
+	if i%7 == 1 {
+		r.SetRTT(uint64(i%5)*100_000, uint64(i%13)*250_000, uint64(i%9)*200_000)
+	}
+	if i%11 == 2 {
+		r.SetRetransmits(uint64(i % 3))
+	}
+	if i%13 == 3 {
+		r.SetDrops(uint64(1+i%4), uint64(1+i%4)*80, flow.DropReasons{"NETFILTER_DROP": uint64(1 + i%4)})
+	}
+	if i%17 == 4 {
+		r.SetDNS(&flow.DNSExchange{ID: uint16(i), QName: []string{"a.test", "b.test"}[i%2], HasRcode: true,
+			HasLatency: i%3 != 0, LatencyNs: uint64(i%29) * 10_000})
+	}
+	switch i % 19 {
+	case 5:
+		r.Accuracy = flow.Decoded
+	case 6:
+		r.Accuracy, r.MaxErrorPackets, r.MaxErrorBytes, r.ErrorConfidence = flow.Estimated, 3, 300, 0.95
+	}
 }
 
 func get(t *testing.T, h http.Handler, path string, hdr ...string) (*http.Response, string) {
@@ -104,6 +131,21 @@ func TestAPIEqualsCLI(t *testing.T) {
 		{[]string{"dst", "2001:db8::/64", "port", "443"}},
 		{[]string{"iface", "veth*", "direction", "egress", "sort", "bytes", "limit", "17"}},
 		{[]string{"sort", "src", "limit", "40"}},
+		// Every column the UI's table shows sorts in the store, and the
+		// filters on what was measured hold over every record.
+		{[]string{"sort", "iface", "limit", "60"}},
+		{[]string{"sort", "direction", "since", "4m"}},
+		{[]string{"sort", "rtt", "limit", "90"}},
+		{[]string{"sort", "retransmits", "proto", "tcp"}},
+		{[]string{"sort", "drops", "limit", "30"}},
+		{[]string{"sort", "dns_latency", "limit", "30"}},
+		{[]string{"sort", "accuracy", "limit", "200"}},
+		{[]string{"has", "rtt", "min-rtt", "1ms", "sort", "rtt"}},
+		{[]string{"has", "drops,dns", "sort", "bytes"}},
+		{[]string{"has", "retransmits"}},
+		{[]string{"has", "dns", "sort", "dns_latency"}},
+		{[]string{"accuracy", "estimated", "sort", "packets"}},
+		{[]string{"accuracy", "decoded", "iface", "eth0"}},
 	} {
 		v := url.Values{}
 		args := []string{"--store", dir, "--json"}
@@ -140,6 +182,42 @@ func TestAPIEqualsCLI(t *testing.T) {
 			if resp.StatusCode != http.StatusOK || got != want || want == "" {
 				t.Errorf("top by %s since %s: %d\napi:\n%s\ncli:\n%s", by, since, resp.StatusCode, got, want)
 			}
+		}
+	}
+}
+
+// TestViewsEqualCLI: GET /api/v1/traffic and /api/v1/topology answer
+// what `loupe traffic --json` and `loupe topology --json` print for the
+// same flags, byte for byte.
+func TestViewsEqualCLI(t *testing.T) {
+	dir, h := testStore(t, 2000)
+	now := time.Now()
+	since, until := now.Add(-20*time.Minute).UTC().Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano)
+	for _, c := range []struct {
+		path string
+		run  func([]string, io.Writer, io.Writer) error
+		args []string
+	}{
+		{TrafficPath, trafficCmd, nil},
+		{TrafficPath, trafficCmd, []string{"step", "30s", "proto", "udp"}},
+		{TrafficPath, trafficCmd, []string{"has", "rtt", "iface", "eth0"}},
+		{TopologyPath, topologyCmd, nil},
+		{TopologyPath, topologyCmd, []string{"n", "4", "src", "10.0.0.0/16"}},
+		{TopologyPath, topologyCmd, []string{"accuracy", "estimated"}},
+	} {
+		v := url.Values{"since": {since}, "until": {until}}
+		args := []string{"--store", dir, "--json", "--since", since, "--until", until}
+		for i := 0; i < len(c.args); i += 2 {
+			v.Add(c.args[i], c.args[i+1])
+			args = append(args, "--"+c.args[i], c.args[i+1])
+		}
+		want := runCLI(t, c.run, args...)
+		resp, got := get(t, h, c.path+"?"+v.Encode())
+		if resp.StatusCode != http.StatusOK || got != want {
+			t.Errorf("%s %v: %d, API and CLI differ:\napi %s\ncli %s", c.path, c.args, resp.StatusCode, got, want)
+		}
+		if !strings.Contains(want, `"bytes"`) || strings.Contains(want, `"totals": {\n    "bytes": 0`) {
+			t.Errorf("%s %v: nothing matched: the case tests little:\n%s", c.path, c.args, want)
 		}
 	}
 }
@@ -237,13 +315,23 @@ func TestTopologyEdgesArePairs(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &topo); err != nil {
 		t.Fatal(err)
 	}
-	var got strings.Builder
+	var got, rows strings.Builder
 	for _, e := range topo.Edges {
-		fmt.Fprintf(&got, `{"src_addr":"%s","dst_addr":"%s","bytes":%d,"packets":%d,"flows":%d,"accuracy":"exact"}`+"\n",
-			e.Src, e.Dst, e.Bytes, e.Packets, e.Flows)
+		fmt.Fprintf(&got, "%s %s %d %d %d\n", e.Src, e.Dst, e.Bytes, e.Packets, e.Flows)
 	}
-	if got.String() != want || !topo.Truncated {
-		t.Errorf("edges:\n%s\nwant:\n%s (truncated %v)", got.String(), want, topo.Truncated)
+	for _, l := range strings.Split(strings.TrimSpace(want), "\n") {
+		var r struct {
+			Src                   string `json:"src_addr"`
+			Dst                   string `json:"dst_addr"`
+			Bytes, Packets, Flows uint64
+		}
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&rows, "%s %s %d %d %d\n", r.Src, r.Dst, r.Bytes, r.Packets, r.Flows)
+	}
+	if got.String() != rows.String() || len(topo.Edges) != 5 || !topo.Truncated {
+		t.Errorf("edges:\n%s\nwant:\n%s (truncated %v)", got.String(), rows.String(), topo.Truncated)
 	}
 }
 
@@ -260,7 +348,9 @@ func TestBadParameters(t *testing.T) {
 		TopPath + "?by=host":           "by: ",
 		TopPath + "?n=0":               "n 0: want at least 1",
 		TrafficPath + "?step=1ms":      "step",
-		TopologyPath + "?by=src":       "no by or sort",
+		TopologyPath + "?by=src":       `unknown parameter "by"`,
+		TopologyPath + "?n=6000":       "n 6000: want 1..5000",
+		TrafficPath + "?sort=bytes":    `unknown parameter "sort"`,
 	} {
 		resp, body := get(t, h, path)
 		var e api.Error

@@ -30,6 +30,9 @@ type queryFlags struct {
 	direction    string
 	namespace    string
 	workload     string
+	minRTT       time.Duration
+	has          signalList
+	accuracy     string
 }
 
 func (q *queryFlags) bind(fs *flag.FlagSet) {
@@ -45,6 +48,10 @@ func (q *queryFlags) bind(fs *flag.FlagSet) {
 	fs.StringVar(&q.direction, "direction", "", "only flows that crossed this hook: ingress or egress")
 	fs.StringVar(&q.namespace, "namespace", "", "only flows with an end in this Kubernetes `NAMESPACE` (src_namespace or dst_namespace)")
 	fs.StringVar(&q.workload, "workload", "", "only flows with an end in this Kubernetes workload: `NAME` or NAMESPACE/NAME (src_workload or dst_workload)")
+	fs.DurationVar(&q.minRTT, "min-rtt", 0, "only flows whose largest smoothed RTT (rtt_max_ns) is at least `D` (500us, 20ms)")
+	fs.Var(&q.has, "has", "only flows that measured this `SIGNAL`: "+strings.Join(store.SignalNames(), ", ")+
+		" (retransmits and drops: at least one); repeatable or comma-separated, all must hold")
+	fs.StringVar(&q.accuracy, "accuracy", "", "only flows whose counters are this exact: exact, decoded or estimated")
 }
 
 func (q *queryFlags) query(now time.Time) (store.Query, error) {
@@ -85,6 +92,17 @@ func (q *queryFlags) query(now time.Time) (store.Query, error) {
 		}
 	}
 	sq.Namespace, sq.Workload = q.namespace, q.workload
+	if q.minRTT < 0 {
+		return sq, fmt.Errorf("--min-rtt %v: want 0 or more", q.minRTT)
+	}
+	sq.MinRTT, sq.Has = q.minRTT, q.has
+	if q.accuracy != "" {
+		a, err := flow.ParseAccuracy(q.accuracy)
+		if err != nil {
+			return sq, fmt.Errorf("--accuracy: %w", err)
+		}
+		sq.Accuracy = []flow.Accuracy{a}
+	}
 	return sq, nil
 }
 
@@ -208,6 +226,32 @@ func (g *globList) Set(s string) error {
 		return fmt.Errorf("bad glob: %w", err)
 	}
 	*g = append(*g, s)
+	return nil
+}
+
+// signalList is the repeatable --has: signals by name, one per flag or
+// several separated by commas.
+type signalList []store.Signal
+
+func (l *signalList) String() string {
+	if l == nil {
+		return ""
+	}
+	names := make([]string, len(*l))
+	for i, s := range *l {
+		names[i] = s.String()
+	}
+	return strings.Join(names, ",")
+}
+
+func (l *signalList) Set(v string) error {
+	for _, name := range strings.Split(v, ",") {
+		s, err := store.ParseSignal(strings.TrimSpace(name))
+		if err != nil {
+			return err
+		}
+		*l = append(*l, s)
+	}
 	return nil
 }
 

@@ -18,7 +18,7 @@ import (
 
 const topSynopsis = "[--by src|dst|pair|port|src-port|dst-port|namespace|workload|service] [--sort bytes|rtt|drops|retransmits|dns_latency] [-n N] " +
 	"[--since D|TIME] [--until D|TIME] [--src CIDR] [--dst CIDR] [--port N] [--proto P] [--iface GLOB] " +
-	"[--direction ingress|egress] [--namespace NS] [--workload [NS/]NAME] [--raw] [--json] [--store PATH]"
+	"[--direction ingress|egress] [--namespace NS] [--workload [NS/]NAME] [--min-rtt D] [--has SIGNAL] [--accuracy A] [--raw] [--json] [--store PATH]"
 
 // topRequest is a parsed `loupe top`: the filters, the grouping, the
 // ranking and how many rows.
