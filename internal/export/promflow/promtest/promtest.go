@@ -26,8 +26,12 @@ import (
 // Config says what to scrape and how to reach the server.
 type Config struct {
 	// Targets are host:port addresses whose /metrics is scraped every
-	// second, under job "loupe".
+	// ScrapeInterval, under job "loupe".
 	Targets []string
+	// ScrapeInterval is also the scrape's timeout: 0 is one second. A
+	// target of tens of thousands of series on a loaded machine needs
+	// more, or every scrape times out and the target reads as down.
+	ScrapeInterval time.Duration
 	// Listen is the server's web address. Empty picks a free loopback
 	// port (only meaningful when the server runs in the test's namespace).
 	Listen string
@@ -80,7 +84,11 @@ func Start(t testing.TB, c Config) *Server {
 	}
 	dir := t.TempDir()
 	var cfg strings.Builder
-	fmt.Fprintf(&cfg, "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n")
+	every := c.ScrapeInterval
+	if every <= 0 {
+		every = time.Second
+	}
+	fmt.Fprintf(&cfg, "global:\n  scrape_interval: %[1]s\n  scrape_timeout: %[1]s\n  evaluation_interval: 1s\n", model(every))
 	fmt.Fprintf(&cfg, "scrape_configs:\n  - job_name: loupe\n    static_configs:\n      - targets: [")
 	for i, tg := range c.Targets {
 		if i > 0 {
@@ -243,4 +251,13 @@ func (s *Server) WaitScraped(t0 time.Time, timeout time.Duration) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	s.t.Fatalf("targets %v not scraped after %v within %v: %s", s.targets, t0.Format(time.RFC3339Nano), timeout, last)
+}
+
+// model writes d as Prometheus's configuration reads a duration (whole
+// milliseconds and up: "1500ms", "5s").
+func model(d time.Duration) string {
+	if d%time.Second == 0 {
+		return fmt.Sprintf("%ds", d/time.Second)
+	}
+	return fmt.Sprintf("%dms", d/time.Millisecond)
 }
