@@ -23,18 +23,25 @@ import (
 // Ifindex is the index of interface ifname in ns.
 func (ns *NS) Ifindex(t testing.TB, ifname string) int {
 	t.Helper()
-	var idx int
-	if err := ns.Do(func() error {
-		ifc, err := net.InterfaceByName(ifname)
-		if err != nil {
-			return err
-		}
-		idx = ifc.Index
-		return nil
+	return ns.iface(t, ifname).Index
+}
+
+// MAC is the hardware address of interface ifname in ns.
+func (ns *NS) MAC(t testing.TB, ifname string) string {
+	t.Helper()
+	return ns.iface(t, ifname).HardwareAddr.String()
+}
+
+func (ns *NS) iface(t testing.TB, ifname string) *net.Interface {
+	t.Helper()
+	var ifc *net.Interface
+	if err := ns.Do(func() (err error) {
+		ifc, err = net.InterfaceByName(ifname)
+		return err
 	}); err != nil {
 		t.Fatalf("interface %s in %s: %v", ifname, ns.Name, err)
 	}
-	return idx
+	return ifc
 }
 
 // TCProgram loads a TC program made of insns and attaches it with TCX at

@@ -41,6 +41,7 @@ func TestRulesKeepTotalsExact(t *testing.T) {
 		"--cache-active-timeout", "200ms"}})
 	a.waitLog(5*time.Second, "msg=attached", "iface="+p.vethA+" ")
 	p.up(t)
+	p.quiet(t)
 
 	rules := func(args ...string) string {
 		t.Helper()

@@ -60,6 +60,26 @@ func (p *pair) up(t *testing.T) {
 
 // down stops all traffic on the pair, so that the interface counters stop
 // moving before they are compared with the agent's records.
+// quiet makes each end's neighbour entry for the other permanent, so that
+// no ARP request or neighbour solicitation crosses the link on its own
+// while a test counts. One sent as the link goes down is the one that
+// matters: the hook sees it leave, and the interface, closing, never
+// sends it, so the flows hold one frame more than the interface's
+// counters.
+func (p *pair) quiet(t *testing.T) {
+	t.Helper()
+	macA, macB := p.a.MAC(t, p.vethA), p.b.MAC(t, p.vethB)
+	for _, n := range []struct {
+		ns       *testutil.NS
+		dev, mac string
+		peer     []netip.Addr
+	}{{p.a, p.vethA, macB, []netip.Addr{p.b4, p.b6}}, {p.b, p.vethB, macA, []netip.Addr{p.a4, p.a6}}} {
+		for _, ip := range n.peer {
+			n.ns.IP(t, "neigh", "replace", ip.String(), "lladdr", n.mac, "dev", n.dev, "nud", "permanent")
+		}
+	}
+}
+
 func (p *pair) down(t *testing.T) {
 	t.Helper()
 	p.a.IP(t, "link", "set", p.vethA, "down")
