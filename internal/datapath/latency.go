@@ -216,6 +216,7 @@ var latencyCounterNames = [loupeLatencyCounterLATENCY_COUNTER_MAX]string{
 	loupeLatencyCounterLATENCY_SCAN_EVICTED:      "scan_evicted",
 	loupeLatencyCounterLATENCY_SCAN_OUT_OF_ORDER: "scan_out_of_order",
 	loupeLatencyCounterLATENCY_SCAN_LOAD_ERROR:   "scan_load_error",
+	loupeLatencyCounterLATENCY_SCAN_ABANDONED:    "scan_abandoned",
 	loupeLatencyCounterLATENCY_MALFORMED:         "malformed",
 	loupeLatencyCounterLATENCY_NOT_HTTP:          "not_http",
 	loupeLatencyCounterLATENCY_SCAN_TABLE_FULL:   "scan_table_full",
