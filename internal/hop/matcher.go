@@ -389,13 +389,20 @@ func (m *Matcher) record(g *group) *Request {
 		ClockSync: m.opts.ClockSync,
 		Path:      make([]Point, 0, len(g.stamps)),
 	}
-	r.ClockOffsetNs = m.opts.WallNow().UnixNano() - int64(m.opts.MonoNow())
+	wall := m.opts.WallNow()
+	r.ClockOffsetNs = wall.UnixNano() - int64(m.opts.MonoNow())
+	timed, _ := m.opts.Resolver.(TimedResolver)
 	for i := range g.stamps {
 		s := &g.stamps[i]
 		if s.Kind == KindRequest {
 			r.Kind = KindNameRequest
 		}
-		ifc := m.opts.Resolver.Iface(s.Key.IfIndex)
+		var ifc Iface
+		if timed != nil {
+			ifc = timed.IfaceAt(s.Key.IfIndex, wall)
+		} else {
+			ifc = m.opts.Resolver.Iface(s.Key.IfIndex)
+		}
 		r.Path = append(r.Path, Point{
 			Iface: ifc.Name, IfIndex: s.Key.IfIndex, Kind: ifc.Kind, Pod: ifc.Pod, Hook: s.Key.Direction.String(),
 			TimeNs: s.TimeNs, Tunneled: s.Tunneled, Seq: s.Seq, Len: s.Len,
