@@ -13,8 +13,8 @@ package store
 //	16      records, each: u32 length L, u32 CRC32C of the payload, L bytes
 //	        of payload: the record as one JSON object (hop.Request)
 //
-// Integers are little endian. The writer appends each record with one
-// write(2) to the newest file and starts a new file past FileSize or at
+// Integers are little endian. The writer appends each batch of records
+// with one write(2) to the newest file and starts a new file past FileSize or at
 // every open, so a file is only ever appended to by one writer and an
 // older file never changes. A reader stops at the first record that is
 // cut short (the writer is writing it, or crashed during it) or fails its
