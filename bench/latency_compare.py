@@ -210,10 +210,17 @@ def http(path, cpu_path):
 
     for (r, w) in sorted(runs):
         row(r, w, runs[(r, w)], cpu.get((r, w), float("nan")))
+    pooled = {}
     for w in (0, 1):
         xs = [x for (r, ww), v in runs.items() if ww == w for x in v]
         if xs:
+            pooled[w] = xs
             row("all", w, xs, sum(v for (r, ww), v in cpu.items() if ww == w))
+    if len(pooled) == 2:
+        off, on = pooled[0], pooled[1]
+        print()
+        print(f"With `--latency` against without, pooled: {len(on) / len(off):.2f}× the requests, "
+              f"p50 {pct(on, 0.5) - pct(off, 0.5):+d} µs, p99 {pct(on, 0.99) - pct(off, 0.99):+d} µs.")
 
 
 def keep(results_md, heading):
