@@ -28,7 +28,11 @@
 #
 # Knobs: BENCH_LATENCY_REQUESTS (2000), BENCH_LATENCY_PER_POSITION (200),
 # BENCH_LATENCY_ROUNDS (3), BENCH_LATENCY_SECONDS (10), BENCH_LATENCY_PARTS
-# ("detection hops bpf http"). Sourced by bench/run.sh.
+# ("detection hops bpf http"; a part left out keeps its tables from the
+# section's earlier run, marked so), BENCH_LATENCY_PROFILE (a file: perf
+# record -g of node A's agent during the http part's first run with
+# --latency, its report written there; off by default, as perf slows the
+# agent it samples). Sourced by bench/run.sh.
 
 # latency_topology: pod A, node A, node B, pod B; sets LAT_NS_*.
 latency_topology() {
@@ -169,6 +173,8 @@ bench_latency() {
 		"_agent_: $per real requests per position from pod A to nginx in pod B on the two-node topology below (veth, VXLAN over a veth underlay, the kernel's GSO and GRO on), one agent with \`--latency\` per node; a request counts as found on a node when that node's \`loupe latency\` record of it carries its trace id." ""
 	python3 "$BENCH_DIR/latency_compare.py" detection "$WORK/detect-progrun.log" "$WORK/detect-counters.tsv" \
 		a="$WORK/detect-a.json" b="$WORK/detect-b.json" -- $(for pos in $positions; do echo "$pos=$WORK/detect-$pos.tsv"; done) >>"$SECTION"
+	else
+		python3 "$BENCH_DIR/latency_compare.py" keep "$BENCH_DIR/RESULTS.md" "Detection rate" >>"$SECTION"
 	fi
 
 	# Figure 9: agreement with tcpdump on every hook of both nodes, both
@@ -199,6 +205,8 @@ bench_latency() {
 			"vp$node=$WORK/$node-vp$node.pcap" "vxlan0=$WORK/$node-vxlan0.pcap" "ul$node=$WORK/$node-ul$node.pcap" >>"$SECTION"
 		say ""
 	done
+	else
+		python3 "$BENCH_DIR/latency_compare.py" keep "$BENCH_DIR/RESULTS.md" "Per-hop latency against" >>"$SECTION"
 	fi
 
 	# The cost in the kernel: BenchmarkLatency, alternating its
@@ -211,6 +219,8 @@ bench_latency() {
 	say "### BPF ns per packet, detection off and on" "" \
 		"BPF_PROG_TEST_RUN of the egress entry program (\`BenchmarkLatency\`, 200 000 runs per packet, $rounds rounds; in each round every configuration in turn): the flows-only build, the build with every capability and latency off, latency on (requests only) and latency on with every TCP segment sampled. Medians of the rounds, ns per packet, with the rounds' values." ""
 	python3 "$BENCH_DIR/latency_compare.py" bpf "$WORK/bpf.txt" >>"$SECTION"
+	else
+		python3 "$BENCH_DIR/latency_compare.py" keep "$BENCH_DIR/RESULTS.md" "BPF ns per packet" >>"$SECTION"
 	fi
 
 	# The cost on HTTP requests: h2load with and without --latency,
@@ -222,9 +232,16 @@ bench_latency() {
 		for with in 0 1; do
 			latency_agents "$with"
 			rm -f "$WORK/h2load.log"
-			local cpu0
+			local cpu0 perf=
 			cpu0=$(latency_agents_cpu)
+			if [[ -n ${BENCH_LATENCY_PROFILE:-} ]] && ((r == 1 && with)); then
+				start_bg perf INT "$WORK/perf.log" perf record -g -o "$WORK/agent-a.perf" -p "$LAT_AGENT_a"
+			fi
 			ip netns exec "$LAT_PA" h2load --h1 -D "$secs" -c 8 -t 1 --log-file="$WORK/h2load.log" http://10.81.2.2/foo >/dev/null
+			if [[ -n $perf ]]; then
+				stop_bg "$perf" 10
+				perf report -i "$WORK/agent-a.perf" --stdio --no-children --percent-limit 0.5 --sort symbol >"$BENCH_LATENCY_PROFILE" 2>/dev/null
+			fi
 			printf '%s\t%s\t%s\n' "$r" "$with" "$(echo "$(latency_agents_cpu) - $cpu0" | bc)" >>"$WORK/cpu.tsv"
 			latency_stop_agents
 			# h2load's log: start time, status, request time in µs.
@@ -234,6 +251,8 @@ bench_latency() {
 	say "" "### HTTP request latency with and without \`--latency\`" "" \
 		"h2load --h1 from pod A to nginx in pod B, 8 connections, ${secs} s per run, one agent per node with \`--latency\` or without; the two alternate, $rounds rounds. The machine has 2 CPUs shared by h2load, nginx, both agents and other work: compare within this run only." ""
 	python3 "$BENCH_DIR/latency_compare.py" http "$tsv" "$WORK/cpu.tsv" >>"$SECTION"
+	else
+		python3 "$BENCH_DIR/latency_compare.py" keep "$BENCH_DIR/RESULTS.md" "HTTP request latency" >>"$SECTION"
 	fi
 	say "" '```' "bench/run.sh latency   # BENCH_LATENCY_PARTS=\"${parts:1:-1}\" BENCH_LATENCY_REQUESTS=$requests BENCH_LATENCY_PER_POSITION=$per BENCH_LATENCY_ROUNDS=$rounds BENCH_LATENCY_SECONDS=$secs" '```'
 	section_end

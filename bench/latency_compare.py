@@ -4,6 +4,7 @@
     python3 bench/latency_compare.py hops LOUPE_JSON REQUESTS NAME=PCAP...
     python3 bench/latency_compare.py bpf BENCH_OUTPUT
     python3 bench/latency_compare.py http H2LOAD_TSV CPU_TSV
+    python3 bench/latency_compare.py keep RESULTS_MD HEADING
 
 detection: the share of requests whose traceparent was found, by its
 position: from TestLatencyDetectionRate's log (prog.Run), and from each
@@ -25,6 +26,10 @@ median ns per packet per configuration and packet.
 http: lines "round with microseconds" (h2load's request times): requests,
 p50 and p99 per round and configuration, and pooled; CPU_TSV has the
 agents' CPU seconds of each run ("round with seconds").
+
+keep: the subsection of the latency section of RESULTS_MD whose heading
+starts with "### HEADING", as it is, under a note that this run left it
+out: a run of some parts (BENCH_LATENCY_PARTS) keeps the others' tables.
 """
 
 import json
@@ -196,17 +201,47 @@ def http(path, cpu_path):
     for line in open(path):
         r, w, us = line.split("\t")
         runs.setdefault((int(r), int(w)), []).append(int(us))
-    print("| round | agents | requests | p50 (µs) | p99 (µs) | agents' CPU (s) |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| round | agents | requests | p50 (µs) | p99 (µs) | agents' CPU (s) | agents' CPU per request (µs) |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     name = {0: "without --latency", 1: "--latency"}
+
+    def row(r, w, xs, c):
+        print(f"| {r} | {name[w]} | {len(xs)} | {pct(xs, 0.5)} | {pct(xs, 0.99)} | {c:.2f} | {1e6 * c / len(xs):.2f} |")
+
     for (r, w) in sorted(runs):
-        xs = runs[(r, w)]
-        print(f"| {r} | {name[w]} | {len(xs)} | {pct(xs, 0.5)} | {pct(xs, 0.99)} | {cpu.get((r, w), float('nan')):.2f} |")
+        row(r, w, runs[(r, w)], cpu.get((r, w), float("nan")))
+    pooled = {}
     for w in (0, 1):
         xs = [x for (r, ww), v in runs.items() if ww == w for x in v]
         if xs:
-            c = sum(v for (r, ww), v in cpu.items() if ww == w)
-            print(f"| all | {name[w]} | {len(xs)} | {pct(xs, 0.5)} | {pct(xs, 0.99)} | {c:.2f} |")
+            pooled[w] = xs
+            row("all", w, xs, sum(v for (r, ww), v in cpu.items() if ww == w))
+    if len(pooled) == 2:
+        off, on = pooled[0], pooled[1]
+        print()
+        print(f"With `--latency` against without, pooled: {len(on) / len(off):.2f}× the requests, "
+              f"p50 {pct(on, 0.5) - pct(off, 0.5):+d} µs, p99 {pct(on, 0.99) - pct(off, 0.99):+d} µs.")
+
+
+def keep(results_md, heading):
+    text = open(results_md).read()
+    m = re.search(r"<!-- bench:latency:begin -->\n(.*?)<!-- bench:latency:end -->", text, re.S)
+    lines = m.group(1).splitlines() if m else []
+    out, inside = [], False
+    for line in lines:
+        if line.startswith("### "):
+            inside = line.startswith("### " + heading)
+        elif line.startswith("```") or line.startswith("_Carried from"):
+            inside = False
+        if inside:
+            out.append(line)
+    if not out:
+        return
+    print(out[0])
+    print()
+    print("_Carried from an earlier run of this section: BENCH_LATENCY_PARTS left this part out of the run below._")
+    print("\n".join(out[1:]).rstrip("\n"))
+    print()
 
 
 def main():
@@ -219,6 +254,8 @@ def main():
         bpf(args[0])
     elif cmd == "http":
         http(args[0], args[1])
+    elif cmd == "keep":
+        keep(args[0], args[1])
     else:
         sys.exit(f"latency_compare.py: unknown command {cmd!r}")
 

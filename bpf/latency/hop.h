@@ -43,7 +43,9 @@
  * and the hook holds a tag of the connection and the sequence number its
  * scan awaits, and only a segment whose connection holds the slot looks
  * the table up. A scan the LRU forgot, or whose slot another
- * connection's scan took, is counted (LATENCY_SCAN_EVICTED).
+ * connection's scan took, is counted (LATENCY_SCAN_EVICTED); a scan still
+ * waiting when its connection's next request starts is given up and
+ * counted (LATENCY_SCAN_ABANDONED).
  */
 #ifndef LOUPE_LATENCY_HOP_H
 #define LOUPE_LATENCY_HOP_H
@@ -68,6 +70,7 @@ enum latency_counter {
 	LATENCY_SCAN_EVICTED,       /* not fully scanned: the scan's state was forgotten (LRU, slot taken) */
 	LATENCY_SCAN_OUT_OF_ORDER,  /* not fully scanned: a segment came after a gap */
 	LATENCY_SCAN_LOAD_ERROR,    /* not fully scanned: the payload could not be read */
+	LATENCY_SCAN_ABANDONED,     /* not fully scanned: the connection's next request came first (latency_scan_abandon) */
 	LATENCY_MALFORMED,          /* trace headers with a bad or oversized value: no context from them */
 	LATENCY_NOT_HTTP,           /* a scan met bytes no header block holds: ended */
 	LATENCY_SCAN_TABLE_FULL,    /* a scan's state could not be stored: not continued */
@@ -335,6 +338,33 @@ static __always_inline void latency_scan_end(const struct flow_key *key, __u64 *
 		*slot = 0;
 }
 
+/* latency_scan_abandon gives up the scan of an earlier request that the
+ * connection of key still awaits at this hook, now that a request starts
+ * at seq (s holds the connection's slot and tag): the segment it awaits
+ * will not come here any more. So it goes when a request's first segment
+ * is sent again after the rest already passed the hook: the scan started
+ * again awaits bytes that are gone, and without a bound it would wait in
+ * the table, uncounted, for as long as the LRU kept it. The new request's
+ * scan replaces it. The same first segment sent again while its own scan
+ * awaits the next one starts that scan again, and is not counted. */
+static __always_inline void latency_scan_abandon(const struct flow_key *key, const struct trace_scratch *s, __u32 seq)
+{
+	__u32 idx = s->slot;
+	__u64 *slot = bpf_map_lookup_elem(&latency_slots, &idx);
+	struct trace_scan *st;
+
+	if (!slot || !*slot || (__u32)(*slot >> 32) != s->tag)
+		return;
+	st = bpf_map_lookup_elem(&latency_scans, key);
+	if (!st) {
+		latency_count(LATENCY_SCAN_EVICTED);
+		*slot = 0;
+		return;
+	}
+	if (st->start_seq != seq)
+		latency_count(LATENCY_SCAN_ABANDONED);
+}
+
 /* latency_scan scans the segment's part of the request in the scratch's
  * scan (latency_track prepared it) and ends or keeps the scan: the context
  * found is reported, a scan that goes on is stored and takes its slot.
@@ -448,6 +478,7 @@ __noinline int latency_track(struct __sk_buff *skb, const struct pkt *p, const s
 		latency_count(LATENCY_REQUESTS);
 		latency_emit(key, LATENCY_REC_STAMP, LATENCY_KIND_REQUEST, seq, len, s->tunneled, NULL);
 		latency_options(skb, p, key, s);
+		latency_scan_abandon(key, s, seq);
 		__builtin_memset(&s->scan, 0, sizeof(s->scan));
 		s->scan.start_seq = seq;
 		s->scan.flags = TRACE_F_SKIP_LINE; /* the request line */

@@ -133,9 +133,15 @@ var errLatencyTimeout = os.ErrDeadlineExceeded
 // and the records it could not decode. It returns ErrLatencyClosed once
 // Close was called.
 func (l *LatencyReader) Read(sink hop.Sink, wait time.Duration) (stamps, contexts, bad int, err error) {
-	deadline := time.Now().Add(wait)
-	for {
-		l.r.SetDeadline(deadline)
+	l.r.SetDeadline(time.Now().Add(wait))
+	for n := 0; ; n++ {
+		if n == 1 {
+			// Once something came, take what else is there without
+			// waiting: a deadline past already, set once (the reader
+			// looks at it only when the ring is empty), not a clock
+			// read per record.
+			l.r.SetDeadline(time.Unix(1, 0))
+		}
 		if err := l.r.ReadInto(&l.rec); err != nil {
 			switch {
 			case errors.Is(err, errLatencyTimeout):
@@ -156,8 +162,6 @@ func (l *LatencyReader) Read(sink hop.Sink, wait time.Duration) (stamps, context
 			sink.Context(ctx)
 			contexts++
 		}
-		// Once something came, take what else is there without waiting.
-		deadline = time.Now()
 	}
 }
 
@@ -216,6 +220,7 @@ var latencyCounterNames = [loupeLatencyCounterLATENCY_COUNTER_MAX]string{
 	loupeLatencyCounterLATENCY_SCAN_EVICTED:      "scan_evicted",
 	loupeLatencyCounterLATENCY_SCAN_OUT_OF_ORDER: "scan_out_of_order",
 	loupeLatencyCounterLATENCY_SCAN_LOAD_ERROR:   "scan_load_error",
+	loupeLatencyCounterLATENCY_SCAN_ABANDONED:    "scan_abandoned",
 	loupeLatencyCounterLATENCY_MALFORMED:         "malformed",
 	loupeLatencyCounterLATENCY_NOT_HTTP:          "not_http",
 	loupeLatencyCounterLATENCY_SCAN_TABLE_FULL:   "scan_table_full",

@@ -81,6 +81,16 @@ func (g *latencyRig) counters() map[string]uint64 {
 	return m
 }
 
+// scans is the number of scans in the table.
+func (g *latencyRig) scans() int {
+	g.t.Helper()
+	n, err := g.dp.LatencyScans()
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	return n
+}
+
 // checkCounters compares the non-zero counters with want, exactly.
 func (g *latencyRig) checkCounters(want map[string]uint64) {
 	g.t.Helper()
@@ -363,6 +373,42 @@ func TestLatencyLimitAndOrder(t *testing.T) {
 		t.Errorf("contexts %+v, want the third request's", s.contexts)
 	}
 	g.checkCounters(map[string]uint64{"requests": 3, "scan_limit": 1, "scan_out_of_order": 1, "found_traceparent": 1})
+}
+
+// TestLatencyFirstSegmentResent: a request's first segment sent again
+// after the rest passed the hook starts a scan that awaits bytes gone by;
+// the connection's next request gives it up and counts it, and is scanned
+// itself. The first segment sent again while its own scan still awaits the
+// next one is the same request: not counted, found once.
+func TestLatencyFirstSegmentResent(t *testing.T) {
+	g := newLatencyRig(t, LatencySizes{ScanLimit: 16 << 10, Scans: 64, RingSize: 1 << 16})
+	req := tracedRequest(800, "traceparent: "+testTP)
+	n := uint32(len(req))
+	c := newHTTPConn("10.1.2.3", 40020)
+	runProg(t, g.dp, flow.Egress, c.seg(t, 1, req[:500]))
+	runProg(t, g.dp, flow.Egress, c.seg(t, 1+500, req[500:]))
+	runProg(t, g.dp, flow.Egress, c.seg(t, 1, req[:500])) // sent again: its scan awaits 501
+	if got := g.scans(); got != 1 {
+		t.Fatalf("%d scans in the table after the resent first segment, want 1", got)
+	}
+	runProg(t, g.dp, flow.Egress, c.seg(t, 1+n, req)) // the next request, whole
+	if got := g.scans(); got != 0 {
+		t.Errorf("%d scans in the table after the next request, want 0", got)
+	}
+	// Sent again before its rest: the same scan, started again.
+	c = newHTTPConn("10.1.2.3", 40021)
+	runProg(t, g.dp, flow.Egress, c.seg(t, 1, req[:500]))
+	runProg(t, g.dp, flow.Egress, c.seg(t, 1, req[:500]))
+	runProg(t, g.dp, flow.Egress, c.seg(t, 1+500, req[500:]))
+	s := g.read()
+	var ports []uint16
+	for _, x := range s.contexts {
+		ports = append(ports, x.Key.SrcPort)
+	}
+	if fmt.Sprint(ports) != "[40020 40020 40021]" || s.contexts[1].Seq != 1+n {
+		t.Errorf("contexts %+v, want 40020's two requests and 40021's", s.contexts)
+	}
+	g.checkCounters(map[string]uint64{"requests": 5, "found_traceparent": 3, "scan_abandoned": 1})
 }
 
 // TestLatencyFlood starts more scans than the table holds; each is then

@@ -403,14 +403,15 @@ const (
 	loupeLatencyCounterLATENCY_SCAN_EVICTED      loupeLatencyCounter = 8
 	loupeLatencyCounterLATENCY_SCAN_OUT_OF_ORDER loupeLatencyCounter = 9
 	loupeLatencyCounterLATENCY_SCAN_LOAD_ERROR   loupeLatencyCounter = 10
-	loupeLatencyCounterLATENCY_MALFORMED         loupeLatencyCounter = 11
-	loupeLatencyCounterLATENCY_NOT_HTTP          loupeLatencyCounter = 12
-	loupeLatencyCounterLATENCY_SCAN_TABLE_FULL   loupeLatencyCounter = 13
-	loupeLatencyCounterLATENCY_SAMPLED           loupeLatencyCounter = 14
-	loupeLatencyCounterLATENCY_RING_FULL_REQUEST loupeLatencyCounter = 15
-	loupeLatencyCounterLATENCY_RING_FULL_SAMPLED loupeLatencyCounter = 16
-	loupeLatencyCounterLATENCY_RING_FULL_CONTEXT loupeLatencyCounter = 17
-	loupeLatencyCounterLATENCY_COUNTER_MAX       loupeLatencyCounter = 18
+	loupeLatencyCounterLATENCY_SCAN_ABANDONED    loupeLatencyCounter = 11
+	loupeLatencyCounterLATENCY_MALFORMED         loupeLatencyCounter = 12
+	loupeLatencyCounterLATENCY_NOT_HTTP          loupeLatencyCounter = 13
+	loupeLatencyCounterLATENCY_SCAN_TABLE_FULL   loupeLatencyCounter = 14
+	loupeLatencyCounterLATENCY_SAMPLED           loupeLatencyCounter = 15
+	loupeLatencyCounterLATENCY_RING_FULL_REQUEST loupeLatencyCounter = 16
+	loupeLatencyCounterLATENCY_RING_FULL_SAMPLED loupeLatencyCounter = 17
+	loupeLatencyCounterLATENCY_RING_FULL_CONTEXT loupeLatencyCounter = 18
+	loupeLatencyCounterLATENCY_COUNTER_MAX       loupeLatencyCounter = 19
 )
 
 type loupeLatencyEvent struct {

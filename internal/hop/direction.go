@@ -1,6 +1,10 @@
 package hop
 
-import "loupe/internal/flow"
+import (
+	"time"
+
+	"loupe/internal/flow"
+)
 
 // Iface is what the matcher needs to know of an interface.
 type Iface struct {
@@ -17,6 +21,16 @@ type Iface struct {
 // (NetlinkResolver); tests give a map.
 type Resolver interface {
 	Iface(ifindex uint32) Iface
+}
+
+// TimedResolver is a Resolver that can be handed the time instead of
+// reading the clock, for a cache: the matcher names every hook of a
+// record with one reading, which it takes for the record anyway (the
+// clock is read through the vDSO, yet each reading took a few percent of
+// the agent's CPU under load).
+type TimedResolver interface {
+	Resolver
+	IfaceAt(ifindex uint32, now time.Time) Iface
 }
 
 // ResolverFunc adapts a function to Resolver.

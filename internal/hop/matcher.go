@@ -85,6 +85,9 @@ type group struct {
 	t      tuple
 	lo, hi uint32
 	stamps []Stamp
+	// inline holds the first stamps: a segment is seen at a few hooks,
+	// and the slice grown from nil took an allocation per hook.
+	inline [3]Stamp
 	ctx    *Context
 	born   uint64
 	elem   *list.Element
@@ -124,7 +127,7 @@ func NewMatcher(o Options) *Matcher {
 		o.Window = DefaultWindow
 	}
 	if o.MonoNow == nil {
-		o.MonoNow = MonotonicNow
+		o.MonoNow = newMonoClock().now
 	}
 	if o.WallNow == nil {
 		o.WallNow = time.Now
@@ -138,12 +141,35 @@ func NewMatcher(o Options) *Matcher {
 	return &Matcher{opts: o, groups: map[tuple]*segments{}, waiting: map[tuple][]*waiting{}}
 }
 
-// MonotonicNow is CLOCK_MONOTONIC in ns, the clock of bpf_ktime_get_ns.
+// MonotonicNow is CLOCK_MONOTONIC in ns, the clock of bpf_ktime_get_ns,
+// read by a system call: for a reading now and then (the matcher reads
+// its own monoClock).
 func MonotonicNow() uint64 {
 	var ts unix.Timespec
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 	return uint64(ts.Nano())
 }
+
+// monoClock reads CLOCK_MONOTONIC through Go's own monotonic clock, which
+// is CLOCK_MONOTONIC read from the vDSO, offset by the runtime's start:
+// one system call learns the offset, and every later reading is a
+// time.Since. The matcher reads the clock for every stamp, context and
+// record; unix.ClockGettime is a system call each time, and took a fifth
+// of the pipeline's CPU.
+type monoClock struct {
+	base uint64    // CLOCK_MONOTONIC at t0
+	t0   time.Time // with Go's monotonic reading
+}
+
+func newMonoClock() monoClock {
+	t0 := time.Now()
+	m := MonotonicNow()
+	t1 := time.Now()
+	// The system call read the clock somewhere between t0 and t1.
+	return monoClock{base: m - uint64(t1.Sub(t0))/2, t0: t0}
+}
+
+func (c monoClock) now() uint64 { return c.base + uint64(time.Since(c.t0)) }
 
 // seqRange is a stamp's bytes; a stamp without payload (a bare SYN or FIN)
 // holds its one sequence number.
@@ -205,6 +231,7 @@ func (m *Matcher) Stamp(s Stamp) {
 			m.groups[t] = segs
 		}
 		g = &group{t: t, lo: lo, hi: hi, born: now}
+		g.stamps = g.inline[:0]
 		g.elem = m.fifo.PushBack(g)
 		segs.insert(g)
 	}
@@ -362,13 +389,20 @@ func (m *Matcher) record(g *group) *Request {
 		ClockSync: m.opts.ClockSync,
 		Path:      make([]Point, 0, len(g.stamps)),
 	}
-	r.ClockOffsetNs = m.opts.WallNow().UnixNano() - int64(m.opts.MonoNow())
+	wall := m.opts.WallNow()
+	r.ClockOffsetNs = wall.UnixNano() - int64(m.opts.MonoNow())
+	timed, _ := m.opts.Resolver.(TimedResolver)
 	for i := range g.stamps {
 		s := &g.stamps[i]
 		if s.Kind == KindRequest {
 			r.Kind = KindNameRequest
 		}
-		ifc := m.opts.Resolver.Iface(s.Key.IfIndex)
+		var ifc Iface
+		if timed != nil {
+			ifc = timed.IfaceAt(s.Key.IfIndex, wall)
+		} else {
+			ifc = m.opts.Resolver.Iface(s.Key.IfIndex)
+		}
 		r.Path = append(r.Path, Point{
 			Iface: ifc.Name, IfIndex: s.Key.IfIndex, Kind: ifc.Kind, Pod: ifc.Pod, Hook: s.Key.Direction.String(),
 			TimeNs: s.TimeNs, Tunneled: s.Tunneled, Seq: s.Seq, Len: s.Len,

@@ -38,7 +38,12 @@ func (n *NetlinkResolver) Iface(ifindex uint32) Iface {
 	if n.Now != nil {
 		now = n.Now
 	}
-	t := now()
+	return n.IfaceAt(ifindex, now())
+}
+
+// IfaceAt implements TimedResolver: Iface at t, the caller's reading of
+// the clock (Now is not read).
+func (n *NetlinkResolver) IfaceAt(ifindex uint32, t time.Time) Iface {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if c, ok := n.cache[ifindex]; ok && t.Sub(c.at) < resolverTTL {

@@ -13,8 +13,8 @@ package store
 //	16      records, each: u32 length L, u32 CRC32C of the payload, L bytes
 //	        of payload: the record as one JSON object (hop.Request)
 //
-// Integers are little endian. The writer appends each record with one
-// write(2) to the newest file and starts a new file past FileSize or at
+// Integers are little endian. The writer appends each batch of records
+// with one write(2) to the newest file and starts a new file past FileSize or at
 // every open, so a file is only ever appended to by one writer and an
 // older file never changes. A reader stops at the first record that is
 // cut short (the writer is writing it, or crashed during it) or fails its
@@ -115,8 +115,11 @@ type HopLog struct {
 	nextID   uint64
 	lastMain time.Time
 	stats    HopStats
-	buf      []byte
-	closed   bool
+	// buf holds the records of an Append being encoded, bufRecords of
+	// them.
+	buf        []byte
+	bufRecords int
+	closed     bool
 }
 
 type hopFile struct {
@@ -202,9 +205,11 @@ func listHopFiles(d *storeDir) ([]uint64, error) {
 	return ids, nil
 }
 
-// Append writes records at the end of the log. A record that cannot be
-// written is counted (WriteErrors) and the error returned; the next
-// Append starts a new file.
+// Append writes records at the end of the log, all in one write(2) per
+// file they go to: a write for each record cost more than encoding it,
+// and a record is only ever appended whole or cut at the end of the file.
+// A record that cannot be written is counted (WriteErrors) and the error
+// returned; the next Append starts a new file.
 func (h *HopLog) Append(rs ...*hop.Request) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -212,11 +217,27 @@ func (h *HopLog) Append(rs ...*hop.Request) error {
 		return ErrClosed
 	}
 	var errs []error
+	h.buf, h.bufRecords = h.buf[:0], 0
 	for _, r := range rs {
-		if err := h.append(r); err != nil {
+		if h.cur == nil || h.curSize+int64(len(h.buf)) >= h.opts.FileSize {
+			// The file is full with what is buffered: write that,
+			// then start the next.
+			if err := h.write(); err != nil {
+				errs = append(errs, err)
+			}
+			if err := h.rotate(); err != nil {
+				h.stats.WriteErrors++
+				errs = append(errs, err)
+				continue
+			}
+		}
+		if err := h.encode(r); err != nil {
 			h.stats.WriteErrors++
 			errs = append(errs, err)
 		}
+	}
+	if err := h.write(); err != nil {
+		errs = append(errs, err)
 	}
 	if now := h.opts.Now(); now.Sub(h.lastMain) >= hopMaintainEvery {
 		h.maintain()
@@ -224,31 +245,57 @@ func (h *HopLog) Append(rs ...*hop.Request) error {
 	return errors.Join(errs...)
 }
 
-func (h *HopLog) append(r *hop.Request) error {
-	payload, err := json.Marshal(r)
-	if err != nil {
-		return fmt.Errorf("latency log: encode: %w", err)
+// encode appends r to the buffer as one record: length, checksum, JSON.
+func (h *HopLog) encode(r *hop.Request) error {
+	at := len(h.buf)
+	h.buf = append(h.buf, make([]byte, 8)...)
+	h.buf = r.AppendJSON(h.buf)
+	payload := h.buf[at+8:]
+	if len(payload) > maxHopRecord {
+		h.buf = h.buf[:at]
+		return fmt.Errorf("latency log: a record of %d bytes", len(payload))
 	}
-	if h.cur == nil || h.curSize >= h.opts.FileSize {
-		if err := h.rotate(); err != nil {
-			return err
-		}
+	binary.LittleEndian.PutUint32(h.buf[at:], uint32(len(payload)))
+	binary.LittleEndian.PutUint32(h.buf[at+4:], crc32c(payload))
+	h.bufRecords++
+	return nil
+}
+
+// write writes the buffered records to the current file. The records a
+// failed write did not take whole are counted lost.
+func (h *HopLog) write() error {
+	if len(h.buf) == 0 {
+		return nil
 	}
-	h.buf = binary.LittleEndian.AppendUint32(h.buf[:0], uint32(len(payload)))
-	h.buf = binary.LittleEndian.AppendUint32(h.buf, crc32c(payload))
-	h.buf = append(h.buf, payload...)
 	n, err := h.cur.Write(h.buf)
 	h.curSize += int64(n)
+	written := h.bufRecords
 	if err != nil {
+		written = wholeRecords(h.buf[:n])
+		h.stats.WriteErrors += uint64(h.bufRecords - written)
 		// A record cut short ends the file for readers: start another.
 		h.finishFile()
-		return fmt.Errorf("latency log: write %s: %w", hopName(h.curID), err)
+		err = fmt.Errorf("latency log: write %s: %w", hopName(h.curID), err)
 	}
 	f := h.files[h.curID]
-	f.size, f.records, f.mtime = h.curSize, f.records+1, h.opts.Now()
+	f.size, f.records, f.mtime = h.curSize, f.records+uint64(written), h.opts.Now()
 	h.files[h.curID] = f
-	h.stats.Records++
-	return nil
+	h.stats.Records += uint64(written)
+	h.buf, h.bufRecords = h.buf[:0], 0
+	return err
+}
+
+// wholeRecords counts the records b holds whole.
+func wholeRecords(b []byte) int {
+	n := 0
+	for len(b) >= 8 {
+		l := uint64(binary.LittleEndian.Uint32(b)) + 8
+		if uint64(len(b)) < l {
+			break
+		}
+		b, n = b[l:], n+1
+	}
+	return n
 }
 
 // rotate closes the current file and creates the next.

@@ -74,6 +74,32 @@ func TestHopLogRoundTrip(t *testing.T) {
 	}
 }
 
+// One Append of many records writes them as one batch per file, and
+// starts new files as records one by one do.
+func TestHopLogBatch(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "store")
+	now := time.Unix(1700000000, 0)
+	h, err := store.OpenHopLog(dir, store.HopOptions{FileSize: 600, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	var want []*hop.Request
+	for i := range 10 {
+		want = append(want, hopRecord(i, now.Add(time.Duration(i)*time.Second)))
+	}
+	if err := h.Append(want...); err != nil {
+		t.Fatal(err)
+	}
+	got, rep := readAllHops(t, dir, time.Time{})
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("read back %d records, differing from the %d written", len(got), len(want))
+	}
+	if st := h.Stats(); rep.Files < 2 || st.Files != rep.Files || st.Records != 10 || st.WriteErrors != 0 {
+		t.Errorf("report %+v, stats %+v: want several files (600-byte files), 10 records", rep, st)
+	}
+}
+
 // A record cut short (the writer in the middle of it, or a crash) ends
 // the file's records; a damaged one is reported.
 func TestHopLogTornAndCorrupt(t *testing.T) {

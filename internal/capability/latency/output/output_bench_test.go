@@ -1,0 +1,76 @@
+package output
+
+import (
+	"net/netip"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"loupe/internal/flow"
+	"loupe/internal/hop"
+)
+
+// BenchmarkPipeline: what the agent does with the ring's decoded records
+// under the latency benchmark's h2load run, from the stamps in to the
+// records in the store's latency log: per request, three hooks of one
+// node each stamp its first segment and report its trace context; the
+// matcher joins them, the hop histograms observe the record, and the
+// latency log writes it. 8 keep-alive connections, the agent's resolver
+// (its interface table first, netlink for the link kinds, cached).
+func BenchmarkPipeline(b *testing.B) {
+	dir := filepath.Join(b.TempDir(), "store")
+	cfg := hop.DefaultConfig()
+	cfg.NodeName = "node-a"
+	// A shorter window than the default, so that the matcher's table
+	// (16384 entries) holds a window at a million stamps a second, and
+	// the output's queue the records of the final Flush.
+	cfg.MatchWindow = 10 * time.Millisecond
+	names := map[uint32]string{1: "vpa", 2: "vxlan0", 3: "ula"}
+	p, err := Open(Options{Config: cfg, StoreDir: dir, IfaceName: func(i uint32) string { return names[i] }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	const conns = 8
+	var keys [conns][3]flow.Key
+	for c := range keys {
+		for h := range 3 {
+			keys[c][h] = flow.Key{IfIndex: uint32(h + 1), Direction: flow.Egress, EtherType: flow.EtherTypeIPv4, Proto: 6,
+				SrcPort: uint16(40000 + c), DstPort: 80,
+				SrcAddr: netip.MustParseAddr("10.81.1.2").As16(), DstAddr: netip.MustParseAddr("10.81.2.2").As16()}
+		}
+		keys[c][0].Direction = flow.Ingress
+	}
+	// The stamps' clock: CLOCK_MONOTONIC without a system call per
+	// request, which would be the benchmark's cost, not the pipeline's.
+	mono0, t0 := hop.MonotonicNow(), time.Now()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		c := i % conns
+		seq := uint32(i/conns) * 100
+		now := mono0 + uint64(time.Since(t0))
+		for h := range 3 {
+			p.Stamp(hop.Stamp{TimeNs: now + uint64(h)*5000, Key: keys[c][h], Seq: seq, Len: 100, Kind: hop.KindRequest})
+			p.Context(hop.Context{TimeNs: now + uint64(h)*5000, Key: keys[c][h], Seq: seq,
+				TraceID: [16]byte{1, 2, 3, byte(i)}, SpanID: [8]byte{4, 5, byte(i)}, Source: hop.SourceTraceparent})
+		}
+		if i%256 == 255 {
+			p.flush() // the output's Run does this every flushEvery
+		}
+	}
+	p.Matcher.Flush()
+	p.flush()
+	b.StopTimer()
+	// A pause of the window between a request's stamps (a collection)
+	// splits a few; every record made is stored.
+	st, hs := p.Matcher.Stats(), p.hops.Stats()
+	if st.Requests < uint64(b.N)*99/100 || hs.Records != st.Requests {
+		b.Fatalf("%d requests, %d records, %d stored; lost %v; matcher %+v", b.N, st.Requests, hs.Records,
+			testutil.ToFloat64(p.lost.WithLabelValues("queue_full")), st)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/record")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(6*b.N), "ns/ring-record")
+}
