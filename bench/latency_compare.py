@@ -229,9 +229,11 @@ def keep(results_md, heading):
     lines = m.group(1).splitlines() if m else []
     out, inside = [], False
     for line in lines:
+        if line.startswith("_Carried from"):
+            continue  # a part carried before is carried again, whole
         if line.startswith("### "):
             inside = line.startswith("### " + heading)
-        elif line.startswith("```") or line.startswith("_Carried from"):
+        elif line.startswith("```"):
             inside = False
         if inside:
             out.append(line)
@@ -240,7 +242,8 @@ def keep(results_md, heading):
     print(out[0])
     print()
     print("_Carried from an earlier run of this section: BENCH_LATENCY_PARTS left this part out of the run below._")
-    print("\n".join(out[1:]).rstrip("\n"))
+    print()
+    print("\n".join(out[1:]).strip("\n"))
     print()
 
 
