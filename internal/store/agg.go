@@ -327,6 +327,15 @@ func canon(k addrKey) addrKey {
 	return canonical(k)
 }
 
+// keysNow returns the keys interned so far, by id. The interner of a
+// Reader is shared by its queries: a query takes the slice under the lock,
+// and the keys in it never change.
+func (in *interner) keysNow() []addrKey {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.keys
+}
+
 func (in *interner) size() int {
 	in.mu.Lock()
 	defer in.mu.Unlock()

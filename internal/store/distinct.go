@@ -77,17 +77,18 @@ type flowShared struct {
 // match indexes the candidates for the per-record lookups.
 func (sh *flowShared) match(cands []topCand) {
 	st := sh.st
+	keys := st.in.keysNow()
 	switch st.by {
 	case BySrc, ByDst:
 		// Candidates are distinct addresses: the ids interned here are
 		// the candidates' indices.
 		for _, c := range cands {
-			sh.addrs.intern(st.in.keys[c.g])
+			sh.addrs.intern(keys[c.g])
 		}
 	case ByPair:
 		sh.pairs.init(len(cands))
 		for i, c := range cands {
-			src, dst := sh.addrs.intern(st.in.keys[c.g>>32]), sh.addrs.intern(st.in.keys[uint32(c.g)])
+			src, dst := sh.addrs.intern(keys[c.g>>32]), sh.addrs.intern(keys[uint32(c.g)])
 			sh.pairs.put(uint64(src)<<32|uint64(dst), uint32(i))
 		}
 	default:

@@ -95,6 +95,7 @@ func (r *Reader) pairPass(ctx context.Context, st *topState, sm *sums, n int) (e
 	var heavy interner
 	var gid []uint32
 	var role []uint8 // 1: as source, 2: as destination
+	keys := st.in.keysNow()
 	for id := range sm.direct {
 		var r uint8
 		if a := &sm.direct[id]; a.flows > 0 && a.bytes >= floor {
@@ -104,7 +105,7 @@ func (r *Reader) pairPass(ctx context.Context, st *topState, sm *sums, n int) (e
 			r |= 2
 		}
 		if r != 0 {
-			heavy.intern(st.in.keys[id])
+			heavy.intern(keys[id])
 			gid, role = append(gid, uint32(id)), append(role, r)
 		}
 	}

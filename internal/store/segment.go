@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"loupe/internal/flow"
@@ -81,6 +82,9 @@ type segment struct {
 	cols     [numCols][]byte // aliases of blk[:numCols]
 	blk      [numBlocks][]byte
 	blkCRC   [numBlocks]uint32
+	// vmu guards verified: queries of one Reader share a cached segment
+	// (segcache.go).
+	vmu      sync.Mutex
 	verified [numBlocks]bool
 	addrs    []byte // 16 bytes per entry
 	fams     []byte // one per address entry
@@ -255,6 +259,8 @@ func (s *segment) verifyAll() error {
 
 // verify checks the CRCs of the given blocks (once each).
 func (s *segment) verify(blocks ...int) error {
+	s.vmu.Lock()
+	defer s.vmu.Unlock()
 	for _, b := range blocks {
 		if s.verified[b] {
 			continue

@@ -131,17 +131,13 @@ type topState struct {
 	table *partTable // the first pass's groups for ByPair and the port groupings
 	svc   *services  // ByPort
 	names *nameGroups
-
-	// verified holds, per segment, the blocks the first pass verified; a
-	// later pass that maps the segment again takes them as verified.
-	mu       sync.Mutex
-	first    bool
-	verified map[uint64][numBlocks]bool
+	segs  *querySegs // the segments every pass reads, mapped once
+	first bool
 }
 
-func newTopState(cq *compiled, by GroupBy, sort Sort) *topState {
-	st := &topState{cq: cq, by: by, sort: sort, vlan: -1, in: &interner{}, table: &partTable{}, svc: &services{},
-		first: true, verified: make(map[uint64][numBlocks]bool), names: &nameGroups{}}
+func newTopState(cq *compiled, by GroupBy, sort Sort, in *interner, segs *querySegs) *topState {
+	st := &topState{cq: cq, by: by, sort: sort, vlan: -1, in: in, table: &partTable{}, svc: &services{},
+		first: true, names: &nameGroups{}, segs: segs}
 	st.need = []int{cBytes, cPackets, cSrcAddr, cDstAddr, bAddrDict, bAddrFam, cSrcMAC, cDstMAC, bMACDict,
 		cIfIndex, cEthType, cSrcPort, cDstPort, cProto, cDirection}
 	// What errSums reads: nothing to check in a segment of exact records,
@@ -203,11 +199,16 @@ func (r *Reader) top(ctx context.Context, q Query, by GroupBy, sort Sort, n int,
 		return nil, err
 	}
 	defer sn.close()
-	st := newTopState(&cq, by, sort)
 	// Biggest first, as parallel orders them, so the last to finish is
 	// small.
 	files := slices.Clone(sn.files)
 	slices.SortFunc(files, func(a, b snapFile) int { return cmp.Compare(b.e.size, a.e.size) })
+	segs, err := r.acquireAll(sn, files, rep)
+	if err != nil {
+		return nil, err
+	}
+	defer segs.release()
+	st := newTopState(&cq, by, sort, r.cache.interner(), segs)
 	sums, err := r.sumPass(ctx, st, files, rep, pruneN)
 	if err != nil {
 		return nil, err
@@ -272,9 +273,8 @@ func (r *Reader) top(ctx context.Context, q Query, by GroupBy, sort Sort, n int,
 // pass runs fn on each of files, in parallel. The query's first pass
 // checks every segment (check: the blocks any pass reads, and the
 // dictionary indices) and reports to rep what it read and skipped; later
-// passes read only segments an earlier one kept, mapped again from the
-// same open file, and take what the first pass checked as checked:
-// segment files are immutable. They report nothing. fn says whether the
+// passes read only segments an earlier one kept, the same mappings,
+// checked. They report nothing. fn says whether the
 // next pass needs the segment; pass returns those.
 func (r *Reader) pass(ctx context.Context, st *topState, files []snapFile, rep *Report,
 	fn func(w int, s *segment, f *segFilter, ok bool) (keep bool, err error)) ([]snapFile, error) {
@@ -284,7 +284,7 @@ func (r *Reader) pass(ctx context.Context, st *topState, files []snapFile, rep *
 	}
 	var mu sync.Mutex
 	kept := make(map[uint64]bool, len(files))
-	err := r.parallelIn(ctx, files, rep, func(w int, s *segment) error {
+	err := r.parallelSegs(ctx, st.segs, files, rep, func(w int, s *segment) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -293,19 +293,11 @@ func (r *Reader) pass(ctx context.Context, st *topState, files []snapFile, rep *
 		var err error
 		if first {
 			f, ok, err = st.check(s)
-			if err != nil {
-				return err
-			}
-			st.mu.Lock()
-			st.verified[s.id] = s.verified
-			st.mu.Unlock()
 		} else {
-			st.mu.Lock()
-			s.verified = st.verified[s.id]
-			st.mu.Unlock()
-			if f, ok, err = st.cq.forSegment(s); err != nil {
-				return err
-			}
+			f, ok, err = st.cq.forSegment(s)
+		}
+		if err != nil {
+			return err
 		}
 		keep, err := fn(w, s, f, ok)
 		if keep && err == nil {
@@ -620,15 +612,15 @@ func hasPorts(ethType uint16, proto uint8) bool {
 
 // entryOf builds the TopEntry of one group key.
 func (st *topState) entryOf(k uint64, a *agg) TopEntry {
-	in := st.in
+	keys := st.in.keysNow()
 	e := TopEntry{Packets: a.packets, Bytes: a.bytes, Flows: a.flows}
 	switch by := st.by; {
 	case by == BySrc:
-		e.Src = addrOf(in.keys[k])
+		e.Src = addrOf(keys[k])
 	case by == ByDst:
-		e.Dst = addrOf(in.keys[k])
+		e.Dst = addrOf(keys[k])
 	case by == ByPair:
-		e.Src, e.Dst = addrOf(in.keys[k>>32]), addrOf(in.keys[uint32(k)])
+		e.Src, e.Dst = addrOf(keys[k>>32]), addrOf(keys[uint32(k)])
 	case by.byPort():
 		e.Proto, e.Port = uint8(k>>16), uint16(k)
 	case by.isNames():
