@@ -312,6 +312,17 @@ func (in *interner) remap(s *segment, dst []uint32) []uint32 {
 	return dst
 }
 
+// remapOf is remap, computed once per segment and interner: a Reader's
+// queries share both (segcache.go). The slice is read-only.
+func (in *interner) remapOf(s *segment) []uint32 {
+	s.idsMu.Lock()
+	defer s.idsMu.Unlock()
+	if s.idsIn != in {
+		s.ids, s.idsIn = in.remap(s, nil), in
+	}
+	return s.ids
+}
+
 // canon is canonical without building a netip.Addr for the entries that
 // are their own canonical form, which is nearly all of them: every IPv6
 // entry, and every IPv4 entry in the IPv4-mapped form flow.Key stores.

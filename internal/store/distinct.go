@@ -72,6 +72,10 @@ type flowShared struct {
 	addrs  interner
 	pairs  u64Map
 	groups u64Map
+	// addrOf is, per global address id (topState.in), its id in addrs, or
+	// noID: what a segment's entries find, from the ids the first pass
+	// gave them, without hashing an address.
+	addrOf []uint32
 }
 
 // match indexes the candidates for the per-record lookups.
@@ -83,12 +87,12 @@ func (sh *flowShared) match(cands []topCand) {
 		// Candidates are distinct addresses: the ids interned here are
 		// the candidates' indices.
 		for _, c := range cands {
-			sh.addrs.intern(keys[c.g])
+			sh.note(keys, uint32(c.g))
 		}
 	case ByPair:
 		sh.pairs.init(len(cands))
 		for i, c := range cands {
-			src, dst := sh.addrs.intern(keys[c.g>>32]), sh.addrs.intern(keys[uint32(c.g)])
+			src, dst := sh.note(keys, uint32(c.g>>32)), sh.note(keys, uint32(c.g))
 			sh.pairs.put(uint64(src)<<32|uint64(dst), uint32(i))
 		}
 	default:
@@ -97,6 +101,21 @@ func (sh *flowShared) match(cands []topCand) {
 			sh.groups.put(c.g, uint32(i))
 		}
 	}
+}
+
+// note interns the address of global id g into addrs, and returns its id
+// there.
+func (sh *flowShared) note(keys []addrKey, g uint32) uint32 {
+	if len(sh.addrOf) < len(keys) {
+		n := len(sh.addrOf)
+		sh.addrOf = slices.Grow(sh.addrOf, len(keys)-n)[:len(keys)]
+		for i := n; i < len(keys); i++ {
+			sh.addrOf[i] = noID
+		}
+	}
+	id := sh.addrs.intern(keys[g])
+	sh.addrOf[g] = id
+	return id
 }
 
 // candOf returns the candidate of a key in the set: the same as the
@@ -157,11 +176,12 @@ func (w *flowWorker) segment(s *segment, f *segFilter) {
 	c := &s.cols
 	src, dst := c[cSrcAddr], c[cDstAddr]
 	if by <= ByPair {
+		// The first pass gave every entry of the segment its global id.
 		w.cand = slices.Grow(w.cand[:0], s.nAddr)[:s.nAddr]
-		for e := range w.cand {
+		for e, g := range sh.st.in.remapOf(s) {
 			w.cand[e] = noID
-			if id, ok := sh.addrs.find(canon(s.addrKey(uint32(e)))); ok {
-				w.cand[e] = id
+			if int(g) < len(sh.addrOf) {
+				w.cand[e] = sh.addrOf[g]
 			}
 		}
 	}

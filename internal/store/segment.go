@@ -86,12 +86,17 @@ type segment struct {
 	// (segcache.go).
 	vmu      sync.Mutex
 	verified [numBlocks]bool
-	addrs    []byte // 16 bytes per entry
-	fams     []byte // one per address entry
-	macs     []byte // 6 bytes per entry
-	names    []byte // kindNames block, decoded by nameDict
-	nAddr    int
-	nMAC     int
+	// ids are the global ids of the address entries in the interner
+	// idsIn, which Top computes once per segment (interner.remapOf).
+	idsMu sync.Mutex
+	idsIn *interner
+	ids   []uint32
+	addrs []byte // 16 bytes per entry
+	fams  []byte // one per address entry
+	macs  []byte // 6 bytes per entry
+	names []byte // kindNames block, decoded by nameDict
+	nAddr int
+	nMAC  int
 }
 
 // mapSegment maps an open segment file and verifies its header, and the

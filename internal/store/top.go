@@ -355,9 +355,9 @@ func (st *topState) check(s *segment) (f *segFilter, ok bool, err error) {
 // counts flows).
 type sumWorker struct {
 	st      *topState
-	direct  []agg   // BySrc, ByDst, ByPair (as source): indexed by global address id
-	buf     partBuf // the port groupings: folded into st.table
-	remap   []uint32
+	direct  []agg    // BySrc, ByDst, ByPair (as source): indexed by global address id
+	buf     partBuf  // the port groupings: folded into st.table
+	remap   []uint32 // the segment's global address ids: read-only
 	conns   connCache
 	names   nameCache // the name groupings
 	syn     synWorker // ByPort, in the query's first pass
@@ -458,7 +458,7 @@ func (w *sumWorker) segment(s *segment, f *segFilter) bool {
 	var matched uint64
 	switch by := st.by; by {
 	case BySrc, ByDst:
-		w.remap = st.in.remap(s, w.remap)
+		w.remap = st.in.remapOf(s)
 		w.grow()
 		col := c[cSrcAddr]
 		if by == ByDst {
@@ -479,7 +479,7 @@ func (w *sumWorker) segment(s *segment, f *segFilter) bool {
 		w.est.segment(s, f, group)
 		w.sig.segment(s, f, group)
 	case ByPair:
-		w.remap = st.in.remap(s, w.remap)
+		w.remap = st.in.remapOf(s)
 		w.grow()
 		src, dst, remap := c[cSrcAddr], c[cDstAddr], w.remap
 		for i := range s.n {
