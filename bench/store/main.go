@@ -390,7 +390,7 @@ func runQueriesOnly(dir string, runs int, only string) {
 	ref := st.Newest.Truncate(time.Second).Add(time.Second)
 	q := store.NewQuery()
 	q.Since, q.Until = ref.Add(-time.Hour), ref
-	for by := store.BySrc; by <= store.ByDstPort; by++ {
+	for by := store.BySrc; by <= store.ByService; by++ {
 		if only != "" && by.String() != only {
 			continue
 		}
