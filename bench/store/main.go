@@ -43,6 +43,7 @@ func main() {
 	dir := flag.String("dir", "", "store directory (default: a new temp dir, removed afterwards)")
 	out := flag.String("out", "bench/store/RESULTS.md", "where to write the markdown report")
 	csvPath := flag.String("csv", "", "also write the records as CSV here (for sqlite_compare.sh)")
+	duckScript := flag.String("duckdb", "", "time DuckDB on the same records with this script (duckdb_compare.py), in this run, and check its answers")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the query phase here")
 	refUnix := flag.Int64("ref", 0, "end of the generated hour, unix seconds (default: now); fixes the data for a given seed")
 	queryOnly := flag.Bool("query-only", false, "reuse the store in -dir and only run the queries (for profiling; not for RESULTS.md)")
@@ -81,6 +82,14 @@ func main() {
 	g := newGenerator(*seed, ref, batches)
 
 	var csvw *bufio.Writer
+	if *duckScript != "" && *csvPath == "" {
+		d, err := os.MkdirTemp("", "loupe-store-bench-csv-")
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer os.RemoveAll(d)
+		*csvPath = filepath.Join(d, "flows.csv")
+	}
 	if *csvPath != "" {
 		f, err := os.Create(*csvPath)
 		if err != nil {
@@ -142,7 +151,10 @@ func main() {
 		name       string
 		cold, warm time.Duration
 		rep        store.Report
-		top        []store.TopEntry
+		by         store.GroupBy
+		top        bool // a Top, of grouping by
+		lastHour   bool // over the last hour, as DuckDB's queries
+		rows       []store.TopEntry
 		peak       int64 // peak RSS of the cold run, bytes
 	}
 	var results []result
@@ -169,11 +181,16 @@ func main() {
 		{"top 10 destinations, last hour", hour, store.ByDst, nil},
 		{"top 10 pairs, last hour", hour, store.ByPair, nil},
 		{"top 10 ports (service ports), last hour", hour, store.ByPort, nil},
+		{"top 10 source ports, last hour", hour, store.BySrcPort, nil},
+		{"top 10 destination ports, last hour", hour, store.ByDstPort, nil},
+		{"top 10 namespace pairs, last hour (no names in these records: one group of them all)", hour, store.ByNamespace, nil},
+		{"top 10 workload pairs, last hour (as namespaces)", hour, store.ByWorkload, nil},
+		{"top 10 service pairs, last hour (as namespaces)", hour, store.ByService, nil},
 		{"top 10 sources, last 5 min", last5, store.BySrc, nil},
 		{"50 newest records, last hour (loupe flows)", hour, 0, &newest},
 		{"50 biggest records, last hour (loupe flows --sort bytes)", hour, 0, &biggest},
 	} {
-		res := result{name: c.name}
+		res := result{name: c.name, by: c.by, top: c.order == nil, lastHour: c.q.Since.Equal(hour.Since)}
 		q := c.q
 		q.Report = &res.rep
 		// Each query's peak, of its cold run, from the memory it starts
@@ -199,7 +216,7 @@ func main() {
 				log.Fatal(err)
 			}
 			if i == 0 {
-				res.cold, res.top, res.peak = d, top, peakRSS()
+				res.cold, res.rows, res.peak = d, top, peakRSS()
 				queryPeak = max(queryPeak, res.peak)
 			} else {
 				times = append(times, d)
@@ -212,6 +229,17 @@ func main() {
 		results = append(results, res)
 	}
 	queryPeak = max(queryPeak, peakRSS())
+	var duck *duckResults
+	if *duckScript != "" {
+		if csvw != nil {
+			if err := csvw.Flush(); err != nil {
+				log.Fatal(err)
+			}
+		}
+		if duck, err = runDuckDB(*duckScript, *csvPath, hour, *runs); err != nil {
+			log.Fatal(err)
+		}
+	}
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "# internal/store benchmark\n\n")
@@ -235,8 +263,17 @@ func main() {
 	fmt.Fprintf(&b, "| peak RSS while writing | %s |\n", mb(writePeak))
 	fmt.Fprintf(&b, "| peak RSS while querying (VmHWM reset after the writes; each query's cold row has its own, from a reset before it, once the memory earlier queries freed went back to the OS) | %s |\n", mb(queryPeak))
 	fmt.Fprintf(&b, "\nTop 10 sources, last hour (to cross-check other engines; flows are distinct flow keys):\n\n| src | bytes | packets | flows |\n| --- | --- | --- | --- |\n")
-	for _, e := range results[0].top {
+	for _, e := range results[0].rows {
 		fmt.Fprintf(&b, "| %s | %d | %d | %d |\n", e.Src, e.Bytes, e.Packets, e.Flows)
+	}
+	if duck != nil {
+		var loupe []duckComparable
+		for _, res := range results {
+			if res.top && res.lastHour {
+				loupe = append(loupe, duckComparable{res.by, res.warm, res.rows})
+			}
+		}
+		duck.report(&b, loupe, *runs)
 	}
 	fmt.Print(b.String())
 	if *out != "" {
