@@ -86,6 +86,7 @@ type segment struct {
 	// (segcache.go).
 	vmu      sync.Mutex
 	verified [numBlocks]bool
+	indexOK  [numCols]int // per column, the limit+1 checkIndex found every index below
 	// ids are the global ids of the address entries in the interner
 	// idsIn, which Top computes once per segment (interner.remapOf).
 	idsMu sync.Mutex
@@ -517,6 +518,13 @@ func sparseU16(col []byte, i int) uint16 {
 // checkIndex verifies once that every index in dictionary column c is below
 // limit, so that query loops can use the column without per-record checks.
 func (s *segment) checkIndex(c, limit int) error {
+	// A segment is immutable: its largest index in a column is too, and
+	// a Reader's queries share a cached segment (segcache.go).
+	s.vmu.Lock()
+	defer s.vmu.Unlock()
+	if s.indexOK[c] == limit+1 {
+		return nil
+	}
 	b := s.cols[c]
 	var hi uint32
 	for i := 0; i+4 <= len(b); i += 4 {
@@ -525,5 +533,6 @@ func (s *segment) checkIndex(c, limit int) error {
 	if s.n > 0 && uint64(hi) >= uint64(limit) {
 		return corruptf(s.path, "column %d: index %d out of dictionary of %d", c+1, hi, limit)
 	}
+	s.indexOK[c] = limit + 1
 	return nil
 }
