@@ -323,6 +323,34 @@ func (in *interner) remapOf(s *segment) []uint32 {
 	return s.ids
 }
 
+// rawOf is remapOf for the addresses as stored (not canonical), which
+// the flow keys hold (distinct.go).
+func (in *interner) rawOf(s *segment) []uint32 {
+	s.idsMu.Lock()
+	defer s.idsMu.Unlock()
+	if s.rawIn != in {
+		s.rawIDs, s.rawIn = in.intern16(s), in
+	}
+	return s.rawIDs
+}
+
+// intern16 interns every address entry of s as stored.
+func (in *interner) intern16(s *segment) []uint32 {
+	dst := make([]uint32, s.nAddr)
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	var b internBatch
+	for base := 0; base < len(dst); base += b.n {
+		b.n = 0
+		for j := base; j < len(dst) && !b.full(); j++ {
+			b.add(s.addrKey(uint32(j)))
+		}
+		in.flush(&b)
+		copy(dst[base:], b.ids[:b.n])
+	}
+	return dst
+}
+
 // canon is canonical without building a netip.Addr for the entries that
 // are their own canonical form, which is nearly all of them: every IPv6
 // entry, and every IPv4 entry in the IPv4-mapped form flow.Key stores.

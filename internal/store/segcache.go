@@ -24,6 +24,7 @@ type segCache struct {
 	mu   sync.Mutex
 	segs map[uint64]*cachedSeg
 	in   *interner // the canonical addresses' global ids (interner.remapOf)
+	raw  *interner // the addresses as stored, the flow keys' (interner.rawOf)
 	// addrs is the address entries of the cached segments, a bound of the
 	// live addresses: an interner far bigger holds mostly addresses of
 	// deleted segments, and is replaced.
@@ -52,16 +53,21 @@ func identOf(sf snapFile) (fileIdent, bool) {
 	return fileIdent{uint64(st.Dev), st.Ino, st.Size, st.Mtim, st.Ctim}, true
 }
 
-// interner returns the interner queries starting now share, replaced by
-// an empty one when it holds over twice the addresses the cached
-// segments have (and more than 64 Ki).
-func (c *segCache) interner() *interner {
+// interners returns the interners queries starting now share, of
+// canonical addresses and of addresses as stored, each replaced by an
+// empty one when it holds over twice the addresses the cached segments
+// have (and more than 64 Ki).
+func (c *segCache) interners() (canon, raw *interner) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.in == nil || c.in.size() > 2*max(c.addrs, 1<<16) {
+	limit := 2 * max(c.addrs, 1<<16)
+	if c.in == nil || c.in.size() > limit {
 		c.in = &interner{}
 	}
-	return c.in
+	if c.raw == nil || c.raw.size() > limit {
+		c.raw = &interner{}
+	}
+	return c.in, c.raw
 }
 
 // acquire returns the mapped segment of sf, from the cache or mapped now

@@ -89,15 +89,17 @@ type segment struct {
 	indexOK  [numCols]int // per column, the limit+1 checkIndex found every index below
 	// ids are the global ids of the address entries in the interner
 	// idsIn, which Top computes once per segment (interner.remapOf).
-	idsMu sync.Mutex
-	idsIn *interner
-	ids   []uint32
-	addrs []byte // 16 bytes per entry
-	fams  []byte // one per address entry
-	macs  []byte // 6 bytes per entry
-	names []byte // kindNames block, decoded by nameDict
-	nAddr int
-	nMAC  int
+	idsMu  sync.Mutex
+	idsIn  *interner
+	ids    []uint32
+	rawIn  *interner // as idsIn, for the addresses as stored
+	rawIDs []uint32
+	addrs  []byte // 16 bytes per entry
+	fams   []byte // one per address entry
+	macs   []byte // 6 bytes per entry
+	names  []byte // kindNames block, decoded by nameDict
+	nAddr  int
+	nMAC   int
 }
 
 // mapSegment maps an open segment file and verifies its header, and the

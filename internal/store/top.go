@@ -128,6 +128,7 @@ type topState struct {
 	need  []int      // the blocks check verifies
 	vlan  int        // the VLAN column, or -1 if this format has none
 	in    *interner  // canonical addresses: the groups of BySrc, ByDst, ByPair
+	raw   *interner  // addresses as stored: the flow keys' (distinct.go)
 	table *partTable // the first pass's groups for ByPair and the port groupings
 	svc   *services  // ByPort
 	names *nameGroups
@@ -208,7 +209,9 @@ func (r *Reader) top(ctx context.Context, q Query, by GroupBy, sort Sort, n int,
 		return nil, err
 	}
 	defer segs.release()
-	st := newTopState(&cq, by, sort, r.cache.interner(), segs)
+	in, raw := r.cache.interners()
+	st := newTopState(&cq, by, sort, in, segs)
+	st.raw = raw
 	sums, err := r.sumPass(ctx, st, files, rep, pruneN)
 	if err != nil {
 		return nil, err
