@@ -22,7 +22,7 @@ import (
 type Reader struct {
 	dir   string
 	log   *slog.Logger
-	cache segCache // Top's segments, from one query to the next (segcache.go)
+	cache *segCache // Top's segments, from one query to the next (segcache.go)
 }
 
 // OpenReader returns a reader of dir, which must be a Loupe store: one an
@@ -46,7 +46,18 @@ func OpenReader(dir string) (*Reader, error) {
 	case kindOther:
 		return nil, fmt.Errorf("store: %s is %w: %s", dir, ErrNotStore, why)
 	}
-	return &Reader{dir: dir, log: slog.New(slog.DiscardHandler).With("component", "store")}, nil
+	r := &Reader{dir: dir, log: slog.New(slog.DiscardHandler).With("component", "store"), cache: &segCache{}}
+	// A Reader dropped without Close unmaps its segments when it is
+	// collected.
+	runtime.AddCleanup(r, (*segCache).close, r.cache)
+	return r, nil
+}
+
+// Close unmaps the segments the Reader keeps for its next query. Queries
+// may still run afterwards: they map what they read again.
+func (r *Reader) Close() error {
+	r.cache.close()
+	return nil
 }
 
 // SetLogger sets where the reader logs (warnings about corrupt segments and

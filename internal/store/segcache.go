@@ -125,6 +125,16 @@ func (c *segCache) retain(live map[uint64]bool) {
 	}
 }
 
+// close drops every segment: unmapped now, or by the last query reading
+// it.
+func (c *segCache) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id, cs := range c.segs {
+		c.dropLocked(id, cs)
+	}
+}
+
 func (c *segCache) dropLocked(id uint64, cs *cachedSeg) {
 	delete(c.segs, id)
 	c.addrs -= cs.s.nAddr
@@ -145,7 +155,7 @@ type querySegs struct {
 // or whose header is damaged are reported to rep and left out.
 func (r *Reader) acquireAll(sn *snapshot, files []snapFile, rep *Report) (*querySegs, error) {
 	r.cache.retain(sn.live)
-	qs := &querySegs{c: &r.cache, segs: make(map[uint64]*cachedSeg, len(files))}
+	qs := &querySegs{c: r.cache, segs: make(map[uint64]*cachedSeg, len(files))}
 	var mu sync.Mutex
 	for _, sf := range files {
 		cs, err := r.cache.acquire(sf)

@@ -118,3 +118,22 @@ func TestTopCacheSeesSegmentRewrittenInPlace(t *testing.T) {
 		}
 	}
 }
+
+// TestReaderClose: Close lets go of the segments a Reader keeps, and the
+// Reader still answers afterwards, from segments it maps again.
+func TestReaderClose(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir, store.Options{NoBackground: true})
+	recs := gen(rand.New(rand.NewPCG(41, 42)), 2000, t0)
+	writeAll(t, s, recs, 500)
+	s.Close()
+	r := openReader(t, dir)
+	for range 2 {
+		for _, by := range allGroupings {
+			sameTop(t, by.String(), top(t, r, store.NewQuery(), by, 5), bruteTop(recs, store.NewQuery(), by, 5))
+		}
+		if err := r.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
