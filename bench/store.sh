@@ -4,8 +4,15 @@
 
 bench_store() {
 	local cmd=(go run ./bench/store) rc=0
-	echo "bench: ${cmd[*]} (a few minutes)" >&2
-	timeout 25m "${cmd[@]}" >"$WORK/store.log" 2>&1 || rc=$?
+	# DuckDB on the same records, in the same run (scripts/deps.sh bench
+	# installs it); without it the section says so.
+	if python3 -c 'import duckdb' 2>/dev/null; then
+		cmd+=(-duckdb bench/store/duckdb_compare.py)
+	else
+		echo "bench: DuckDB is not installed (scripts/deps.sh bench): the store benchmark runs without it" >&2
+	fi
+	echo "bench: ${cmd[*]} (several minutes)" >&2
+	timeout 45m "${cmd[@]}" >"$WORK/store.log" 2>&1 || rc=$?
 	section_begin store "6. Store query benchmark"
 	if ((rc != 0)); then
 		say "\`${cmd[*]}\` **failed** (exit status $rc) in this run; its last output:" "" '```' "$(tail -20 "$WORK/store.log")" '```'

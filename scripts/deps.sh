@@ -12,7 +12,8 @@
 #   deps.sh generate   + clang-19, llvm-19, bpftool, protoc, node and npm: regenerate BPF
 #                      objects and the protobuf schema's Go code, and build the web UI
 #   deps.sh bench      + iperf3, tcpreplay, tcpdump, pmacct, perf, python3,
-#                      nginx, h2load (nghttp2-client),
+#                      nginx, h2load (nghttp2-client), DuckDB from PyPI
+#                      (the store benchmark's comparison),
 #                      a JDK and the Kafka jars, kube-apiserver and etcd
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +24,7 @@ case "$purpose" in
 run) ;;
 test) packages+=(iproute2 iputils-ping libcap2-bin procps systemd nftables tshark tcpdump nginx-light dnsmasq-base nfdump pmacct prometheus openjdk-17-jre-headless maven chromium nodejs) ;;
 generate) packages+=(clang-19 llvm-19 bpftool protobuf-compiler nodejs) ;;
-bench) packages+=(iproute2 iputils-ping iperf3 tcpreplay tcpdump pmacct linux-perf python3 procps nginx-light nghttp2-client openjdk-17-jre-headless maven) ;;
+bench) packages+=(iproute2 iputils-ping iperf3 tcpreplay tcpdump pmacct linux-perf python3 python3-pip procps nginx-light nghttp2-client openjdk-17-jre-headless maven) ;;
 *)
 	echo "usage: $0 run|test|generate|bench" >&2
 	exit 2
@@ -86,5 +87,18 @@ test | generate)
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm >/dev/null
 	fi
 	(cd web && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error)
+	;;
+esac
+
+# DuckDB, which the store benchmark runs on the same records (pinned: its
+# times are in bench/store/RESULTS.md). Debian's Python is externally
+# managed; the package is one self-contained wheel.
+duckdb_version=1.4.2
+case "$purpose" in
+bench)
+	if ! python3 -c "import duckdb, sys; sys.exit(duckdb.__version__ != '$duckdb_version')" 2>/dev/null; then
+		echo "deps: installing duckdb $duckdb_version from PyPI" >&2
+		python3 -m pip install -q --break-system-packages "duckdb==$duckdb_version"
+	fi
 	;;
 esac

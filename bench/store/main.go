@@ -43,6 +43,7 @@ func main() {
 	dir := flag.String("dir", "", "store directory (default: a new temp dir, removed afterwards)")
 	out := flag.String("out", "bench/store/RESULTS.md", "where to write the markdown report")
 	csvPath := flag.String("csv", "", "also write the records as CSV here (for sqlite_compare.sh)")
+	duckScript := flag.String("duckdb", "", "time DuckDB on the same records with this script (duckdb_compare.py), in this run, and check its answers")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the query phase here")
 	refUnix := flag.Int64("ref", 0, "end of the generated hour, unix seconds (default: now); fixes the data for a given seed")
 	queryOnly := flag.Bool("query-only", false, "reuse the store in -dir and only run the queries (for profiling; not for RESULTS.md)")
@@ -81,6 +82,14 @@ func main() {
 	g := newGenerator(*seed, ref, batches)
 
 	var csvw *bufio.Writer
+	if *duckScript != "" && *csvPath == "" {
+		d, err := os.MkdirTemp("", "loupe-store-bench-csv-")
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer os.RemoveAll(d)
+		*csvPath = filepath.Join(d, "flows.csv")
+	}
 	if *csvPath != "" {
 		f, err := os.Create(*csvPath)
 		if err != nil {
@@ -142,7 +151,10 @@ func main() {
 		name       string
 		cold, warm time.Duration
 		rep        store.Report
-		top        []store.TopEntry
+		by         store.GroupBy
+		top        bool // a Top, of grouping by
+		lastHour   bool // over the last hour, as DuckDB's queries
+		rows       []store.TopEntry
 		peak       int64 // peak RSS of the cold run, bytes
 	}
 	var results []result
@@ -169,11 +181,16 @@ func main() {
 		{"top 10 destinations, last hour", hour, store.ByDst, nil},
 		{"top 10 pairs, last hour", hour, store.ByPair, nil},
 		{"top 10 ports (service ports), last hour", hour, store.ByPort, nil},
+		{"top 10 source ports, last hour", hour, store.BySrcPort, nil},
+		{"top 10 destination ports, last hour", hour, store.ByDstPort, nil},
+		{"top 10 namespace pairs, last hour (no names in these records: one group of them all)", hour, store.ByNamespace, nil},
+		{"top 10 workload pairs, last hour (as namespaces)", hour, store.ByWorkload, nil},
+		{"top 10 service pairs, last hour (as namespaces)", hour, store.ByService, nil},
 		{"top 10 sources, last 5 min", last5, store.BySrc, nil},
 		{"50 newest records, last hour (loupe flows)", hour, 0, &newest},
 		{"50 biggest records, last hour (loupe flows --sort bytes)", hour, 0, &biggest},
 	} {
-		res := result{name: c.name}
+		res := result{name: c.name, by: c.by, top: c.order == nil, lastHour: c.q.Since.Equal(hour.Since)}
 		q := c.q
 		q.Report = &res.rep
 		// Each query's peak, of its cold run, from the memory it starts
@@ -182,6 +199,13 @@ func main() {
 		// runs' peaks are the process's: the Go heap keeps what earlier
 		// runs grew it to.)
 		queryPeak = max(queryPeak, peakRSS())
+		// The Reader keeps Top's segments mapped from one query to the
+		// next, and the page cache cannot drop mapped pages: it lets
+		// go of them first, so that the cold run reads from disk and
+		// maps, checks and looks up everything again.
+		if err := r.Close(); err != nil {
+			log.Fatal(err)
+		}
 		debug.FreeOSMemory()
 		resetPeakRSS()
 		dropCache(storeDir)
@@ -199,7 +223,7 @@ func main() {
 				log.Fatal(err)
 			}
 			if i == 0 {
-				res.cold, res.top, res.peak = d, top, peakRSS()
+				res.cold, res.rows, res.peak = d, top, peakRSS()
 				queryPeak = max(queryPeak, res.peak)
 			} else {
 				times = append(times, d)
@@ -212,6 +236,17 @@ func main() {
 		results = append(results, res)
 	}
 	queryPeak = max(queryPeak, peakRSS())
+	var duck *duckResults
+	if *duckScript != "" {
+		if csvw != nil {
+			if err := csvw.Flush(); err != nil {
+				log.Fatal(err)
+			}
+		}
+		if duck, err = runDuckDB(*duckScript, *csvPath, hour, *runs); err != nil {
+			log.Fatal(err)
+		}
+	}
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "# internal/store benchmark\n\n")
@@ -231,12 +266,21 @@ func main() {
 		fmt.Fprintf(&b, "| %s: warm, median of %d | %s (%d of %d segments read, %d records matched) |\n",
 			res.name, *runs, ms(res.warm), res.rep.Read, res.rep.Segments, res.rep.Matched)
 	}
-	fmt.Fprintf(&b, "| peak RSS of the benchmark process (VmHWM, includes mapped segment pages) | %s |\n", mb(max(writePeak, queryPeak)))
+	fmt.Fprintf(&b, "| peak RSS of the benchmark process (VmHWM, includes mapped segment pages, which the Reader keeps mapped between queries) | %s |\n", mb(max(writePeak, queryPeak)))
 	fmt.Fprintf(&b, "| peak RSS while writing | %s |\n", mb(writePeak))
 	fmt.Fprintf(&b, "| peak RSS while querying (VmHWM reset after the writes; each query's cold row has its own, from a reset before it, once the memory earlier queries freed went back to the OS) | %s |\n", mb(queryPeak))
 	fmt.Fprintf(&b, "\nTop 10 sources, last hour (to cross-check other engines; flows are distinct flow keys):\n\n| src | bytes | packets | flows |\n| --- | --- | --- | --- |\n")
-	for _, e := range results[0].top {
+	for _, e := range results[0].rows {
 		fmt.Fprintf(&b, "| %s | %d | %d | %d |\n", e.Src, e.Bytes, e.Packets, e.Flows)
+	}
+	if duck != nil {
+		var loupe []duckComparable
+		for _, res := range results {
+			if res.top && res.lastHour {
+				loupe = append(loupe, duckComparable{res.by, res.warm, res.rows})
+			}
+		}
+		duck.report(&b, loupe, *runs)
 	}
 	fmt.Print(b.String())
 	if *out != "" {
@@ -353,6 +397,17 @@ func resetPeakRSS() {
 	}
 }
 
+// cpuTime is the process's CPU time so far, user and system: on a
+// machine shared with other work it says what a query cost where its
+// wall time says mostly how busy the others were.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 func mb(n int64) string {
 	if n < 0 {
 		return "unknown"
@@ -379,19 +434,21 @@ func runQueriesOnly(dir string, runs int, only string) {
 	ref := st.Newest.Truncate(time.Second).Add(time.Second)
 	q := store.NewQuery()
 	q.Since, q.Until = ref.Add(-time.Hour), ref
-	for by := store.BySrc; by <= store.ByPort; by++ {
+	for by := store.BySrc; by <= store.ByService; by++ {
 		if only != "" && by.String() != only {
 			continue
 		}
-		var times []time.Duration
+		var times, cpus []time.Duration
 		for range runs {
-			t := time.Now()
+			t, c := time.Now(), cpuTime()
 			if _, err := r.Top(context.Background(), q, by, 10); err != nil {
 				log.Fatal(err)
 			}
-			times = append(times, time.Since(t))
+			times, cpus = append(times, time.Since(t)), append(cpus, cpuTime()-c)
 		}
 		slices.Sort(times)
-		log.Printf("%v: median %v, min %v", by, times[len(times)/2].Round(time.Millisecond), times[0].Round(time.Millisecond))
+		slices.Sort(cpus)
+		log.Printf("%v: median %v, min %v; CPU time (user and system, all threads) median %v",
+			by, times[len(times)/2].Round(time.Millisecond), times[0].Round(time.Millisecond), cpus[len(cpus)/2].Round(time.Millisecond))
 	}
 }

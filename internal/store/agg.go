@@ -312,6 +312,45 @@ func (in *interner) remap(s *segment, dst []uint32) []uint32 {
 	return dst
 }
 
+// remapOf is remap, computed once per segment and interner: a Reader's
+// queries share both (segcache.go). The slice is read-only.
+func (in *interner) remapOf(s *segment) []uint32 {
+	s.idsMu.Lock()
+	defer s.idsMu.Unlock()
+	if s.idsIn != in {
+		s.ids, s.idsIn = in.remap(s, nil), in
+	}
+	return s.ids
+}
+
+// rawOf is remapOf for the addresses as stored (not canonical), which
+// the flow keys hold (distinct.go).
+func (in *interner) rawOf(s *segment) []uint32 {
+	s.idsMu.Lock()
+	defer s.idsMu.Unlock()
+	if s.rawIn != in {
+		s.rawIDs, s.rawIn = in.intern16(s), in
+	}
+	return s.rawIDs
+}
+
+// intern16 interns every address entry of s as stored.
+func (in *interner) intern16(s *segment) []uint32 {
+	dst := make([]uint32, s.nAddr)
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	var b internBatch
+	for base := 0; base < len(dst); base += b.n {
+		b.n = 0
+		for j := base; j < len(dst) && !b.full(); j++ {
+			b.add(s.addrKey(uint32(j)))
+		}
+		in.flush(&b)
+		copy(dst[base:], b.ids[:b.n])
+	}
+	return dst
+}
+
 // canon is canonical without building a netip.Addr for the entries that
 // are their own canonical form, which is nearly all of them: every IPv6
 // entry, and every IPv4 entry in the IPv4-mapped form flow.Key stores.
@@ -325,6 +364,15 @@ func canon(k addrKey) addrKey {
 		}
 	}
 	return canonical(k)
+}
+
+// keysNow returns the keys interned so far, by id. The interner of a
+// Reader is shared by its queries: a query takes the slice under the lock,
+// and the keys in it never change.
+func (in *interner) keysNow() []addrKey {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.keys
 }
 
 func (in *interner) size() int {

@@ -58,11 +58,11 @@ func (r *Reader) flowPass(ctx context.Context, st *topState, files []snapFile, c
 type flowShared struct {
 	st      *topState
 	records uint64 // the candidates' records
-	// mu guards raw and rawCand, which workers add to as they go and
+	// mu guards rawKeys and rawCand, which workers add to as they go and
 	// folds of the set read (with ctxs.mu for the contexts).
 	mu      sync.RWMutex
-	raw     interner // addresses as stored: the flow keys' ids
-	rawCand []uint32 // per raw id: what addrs finds for its canonical form, or noID
+	rawKeys []addrKey // st.raw's keys: the addresses of the flow keys' ids
+	rawCand []uint32  // per raw id: what addrs finds for its canonical form, or noID
 	ctxs    ctxInterner
 	keys    keySet
 
@@ -72,22 +72,27 @@ type flowShared struct {
 	addrs  interner
 	pairs  u64Map
 	groups u64Map
+	// addrOf is, per global address id (topState.in), its id in addrs, or
+	// noID: what a segment's entries find, from the ids the first pass
+	// gave them, without hashing an address.
+	addrOf []uint32
 }
 
 // match indexes the candidates for the per-record lookups.
 func (sh *flowShared) match(cands []topCand) {
 	st := sh.st
+	keys := st.in.keysNow()
 	switch st.by {
 	case BySrc, ByDst:
 		// Candidates are distinct addresses: the ids interned here are
 		// the candidates' indices.
 		for _, c := range cands {
-			sh.addrs.intern(st.in.keys[c.g])
+			sh.note(keys, uint32(c.g))
 		}
 	case ByPair:
 		sh.pairs.init(len(cands))
 		for i, c := range cands {
-			src, dst := sh.addrs.intern(st.in.keys[c.g>>32]), sh.addrs.intern(st.in.keys[uint32(c.g)])
+			src, dst := sh.note(keys, uint32(c.g>>32)), sh.note(keys, uint32(c.g))
 			sh.pairs.put(uint64(src)<<32|uint64(dst), uint32(i))
 		}
 	default:
@@ -96,6 +101,21 @@ func (sh *flowShared) match(cands []topCand) {
 			sh.groups.put(c.g, uint32(i))
 		}
 	}
+}
+
+// note interns the address of global id g into addrs, and returns its id
+// there.
+func (sh *flowShared) note(keys []addrKey, g uint32) uint32 {
+	if len(sh.addrOf) < len(keys) {
+		n := len(sh.addrOf)
+		sh.addrOf = slices.Grow(sh.addrOf, len(keys)-n)[:len(keys)]
+		for i := n; i < len(keys); i++ {
+			sh.addrOf[i] = noID
+		}
+	}
+	id := sh.addrs.intern(keys[g])
+	sh.addrOf[g] = id
+	return id
 }
 
 // candOf returns the candidate of a key in the set: the same as the
@@ -121,7 +141,7 @@ func (sh *flowShared) candOf(k flowKey) uint32 {
 	case BySrcPort:
 		port = sp
 	case ByPort:
-		port = sh.st.svc.keyPort(x.ethType, x.proto, &sh.raw.keys[src], &sh.raw.keys[dst], sp, dp)
+		port = sh.st.svc.keyPort(x.ethType, x.proto, &sh.rawKeys[src], &sh.rawKeys[dst], sp, dp)
 	}
 	return sh.groups.find(uint64(x.proto)<<16 | uint64(port))
 }
@@ -136,7 +156,7 @@ const (
 type flowWorker struct {
 	sh    *flowShared
 	cand  []uint32 // per address entry: what sh.addrs finds for its canonical form, or noID
-	raw   []uint32 // per address entry: its id in sh.raw
+	raw   []uint32 // per address entry: its id in st.raw
 	rows  []uint32 // the segment's candidate records
 	conns connCache
 	names nameCache // the name groupings
@@ -156,11 +176,12 @@ func (w *flowWorker) segment(s *segment, f *segFilter) {
 	c := &s.cols
 	src, dst := c[cSrcAddr], c[cDstAddr]
 	if by <= ByPair {
+		// The first pass gave every entry of the segment its global id.
 		w.cand = slices.Grow(w.cand[:0], s.nAddr)[:s.nAddr]
-		for e := range w.cand {
+		for e, g := range sh.st.in.remapOf(s) {
 			w.cand[e] = noID
-			if id, ok := sh.addrs.find(canon(s.addrKey(uint32(e)))); ok {
-				w.cand[e] = id
+			if int(g) < len(sh.addrOf) {
+				w.cand[e] = sh.addrOf[g]
 			}
 		}
 	}
@@ -234,34 +255,26 @@ func (w *flowWorker) segment(s *segment, f *segFilter) {
 	sh.keys.added(&w.keys, w.flows, len(w.rows))
 }
 
-// intern gives the wanted address entries of s their ids, in batches,
-// and each new id its candidate address.
+// intern gives the wanted address entries of s their ids, which the
+// Reader's queries share (interner.rawOf), and each its candidate.
 func (w *flowWorker) intern(s *segment) {
 	sh := w.sh
+	ids := sh.st.raw.rawOf(s)
+	keys := sh.st.raw.keysNow()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	var b internBatch
-	var at [len(b.keys)]int
-	for e := 0; e < len(w.raw); {
-		b.n = 0
-		for ; e < len(w.raw) && !b.full(); e++ {
-			if w.raw[e] == wanted {
-				at[b.n] = e
-				b.add(s.addrKey(uint32(e)))
-			}
+	sh.rawKeys = keys
+	for e, x := range w.raw {
+		if x != wanted {
+			continue
 		}
-		sh.raw.flush(&b)
-		for j := range b.n {
-			id := b.ids[j]
-			w.raw[at[j]] = id
-			// A dictionary's entries are distinct: new ids come in order.
-			if int(id) == len(sh.rawCand) {
-				c := noID
-				if w.cand != nil {
-					c = w.cand[at[j]]
-				}
-				sh.rawCand = append(sh.rawCand, c)
-			}
+		id := ids[e]
+		w.raw[e] = id
+		for int(id) >= len(sh.rawCand) {
+			sh.rawCand = append(sh.rawCand, noID)
+		}
+		if w.cand != nil {
+			sh.rawCand[id] = w.cand[e]
 		}
 	}
 }

@@ -91,7 +91,11 @@
 //
 // Every segment carries CRC32C checksums: of the header, of each block, and
 // of the whole file. Scan and compaction verify the whole file; Top
-// verifies the header and the blocks it reads. A segment that fails, or
+// verifies the header and the blocks it reads, once per Reader: a Reader
+// keeps Top's segments mapped, with what it verified of them and their
+// addresses' query-wide ids, while the manifest lists them and the file
+// is the same inode, unchanged (segcache.go), so that a warm Top neither
+// maps nor checksums anything again. A segment that fails, or
 // that cannot be read at all (permission denied, a directory or a symlink
 // in its place), is skipped and listed in the query's Report, never a panic
 // and never an error for the whole query.

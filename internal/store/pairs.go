@@ -91,21 +91,14 @@ func (b *bigRecords) pairFloor(n int) uint64 {
 func (r *Reader) pairPass(ctx context.Context, st *topState, sm *sums, n int) (errSums, sigSums, error) {
 	floor := sm.big.pairFloor(n)
 	// The addresses whose totals reach the floor, as source or
-	// destination: the ids interned here index gid and role.
-	var heavy interner
-	var gid []uint32
-	var role []uint8 // 1: as source, 2: as destination
+	// destination, by global id: 1 as source, 2 as destination.
+	role := make([]uint8, len(sm.direct))
 	for id := range sm.direct {
-		var r uint8
 		if a := &sm.direct[id]; a.flows > 0 && a.bytes >= floor {
-			r |= 1
+			role[id] |= 1
 		}
 		if a := &sm.dstDirect[id]; a.flows > 0 && a.bytes >= floor {
-			r |= 2
-		}
-		if r != 0 {
-			heavy.intern(st.in.keys[id])
-			gid, role = append(gid, uint32(id)), append(role, r)
+			role[id] |= 2
 		}
 	}
 	ws := make([]*pairWorker, maxWorkers())
@@ -119,14 +112,15 @@ func (r *Reader) pairPass(ctx context.Context, st *topState, sm *sums, n int) (e
 		w := ws[wi]
 		w.src = slices.Grow(w.src[:0], s.nAddr)[:s.nAddr]
 		w.dst = slices.Grow(w.dst[:0], s.nAddr)[:s.nAddr]
-		for e := range s.nAddr {
+		// The first pass gave every entry of the segment its global id.
+		for e, g := range st.in.remapOf(s) {
 			w.src[e], w.dst[e] = noID, noID
-			if h, ok := heavy.find(canon(s.addrKey(uint32(e)))); ok {
-				if role[h]&1 != 0 {
-					w.src[e] = gid[h]
+			if int(g) < len(role) {
+				if role[g]&1 != 0 {
+					w.src[e] = g
 				}
-				if role[h]&2 != 0 {
-					w.dst[e] = gid[h]
+				if role[g]&2 != 0 {
+					w.dst[e] = g
 				}
 			}
 		}

@@ -20,8 +20,9 @@ import (
 // segments one manifest lists, held open so that the writer deleting them
 // does not matter). A Reader is safe for concurrent use.
 type Reader struct {
-	dir string
-	log *slog.Logger
+	dir   string
+	log   *slog.Logger
+	cache *segCache // Top's segments, from one query to the next (segcache.go)
 }
 
 // OpenReader returns a reader of dir, which must be a Loupe store: one an
@@ -45,7 +46,18 @@ func OpenReader(dir string) (*Reader, error) {
 	case kindOther:
 		return nil, fmt.Errorf("store: %s is %w: %s", dir, ErrNotStore, why)
 	}
-	return &Reader{dir: dir, log: slog.New(slog.DiscardHandler).With("component", "store")}, nil
+	r := &Reader{dir: dir, log: slog.New(slog.DiscardHandler).With("component", "store"), cache: &segCache{}}
+	// A Reader dropped without Close unmaps its segments when it is
+	// collected.
+	runtime.AddCleanup(r, (*segCache).close, r.cache)
+	return r, nil
+}
+
+// Close unmaps the segments the Reader keeps for its next query. Queries
+// may still run afterwards: they map what they read again.
+func (r *Reader) Close() error {
+	r.cache.close()
+	return nil
 }
 
 // SetLogger sets where the reader logs (warnings about corrupt segments and
@@ -94,6 +106,7 @@ type snapFile struct {
 // snapshot is a set of open segment files forming one consistent state.
 type snapshot struct {
 	files []snapFile
+	live  map[uint64]bool // every segment the manifest lists, in the window or not
 }
 
 func (sn *snapshot) close() {
@@ -151,7 +164,10 @@ func (r *Reader) snapshot(ctx context.Context, since, until int64, rep *Report) 
 		if err != nil {
 			return nil, fmt.Errorf("store: %w", err)
 		}
-		sn := &snapshot{}
+		sn := &snapshot{live: make(map[uint64]bool, len(entries))}
+		for _, e := range entries {
+			sn.live[e.id] = true
+		}
 		var missing []string
 		var unreadable []SegmentError
 		pruned := 0

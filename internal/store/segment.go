@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"loupe/internal/flow"
@@ -81,13 +82,24 @@ type segment struct {
 	cols     [numCols][]byte // aliases of blk[:numCols]
 	blk      [numBlocks][]byte
 	blkCRC   [numBlocks]uint32
+	// vmu guards verified: queries of one Reader share a cached segment
+	// (segcache.go).
+	vmu      sync.Mutex
 	verified [numBlocks]bool
-	addrs    []byte // 16 bytes per entry
-	fams     []byte // one per address entry
-	macs     []byte // 6 bytes per entry
-	names    []byte // kindNames block, decoded by nameDict
-	nAddr    int
-	nMAC     int
+	indexOK  [numCols]int // per column, the limit+1 checkIndex found every index below
+	// ids are the global ids of the address entries in the interner
+	// idsIn, which Top computes once per segment (interner.remapOf).
+	idsMu  sync.Mutex
+	idsIn  *interner
+	ids    []uint32
+	rawIn  *interner // as idsIn, for the addresses as stored
+	rawIDs []uint32
+	addrs  []byte // 16 bytes per entry
+	fams   []byte // one per address entry
+	macs   []byte // 6 bytes per entry
+	names  []byte // kindNames block, decoded by nameDict
+	nAddr  int
+	nMAC   int
 }
 
 // mapSegment maps an open segment file and verifies its header, and the
@@ -255,6 +267,8 @@ func (s *segment) verifyAll() error {
 
 // verify checks the CRCs of the given blocks (once each).
 func (s *segment) verify(blocks ...int) error {
+	s.vmu.Lock()
+	defer s.vmu.Unlock()
 	for _, b := range blocks {
 		if s.verified[b] {
 			continue
@@ -506,6 +520,13 @@ func sparseU16(col []byte, i int) uint16 {
 // checkIndex verifies once that every index in dictionary column c is below
 // limit, so that query loops can use the column without per-record checks.
 func (s *segment) checkIndex(c, limit int) error {
+	// A segment is immutable: its largest index in a column is too, and
+	// a Reader's queries share a cached segment (segcache.go).
+	s.vmu.Lock()
+	defer s.vmu.Unlock()
+	if s.indexOK[c] == limit+1 {
+		return nil
+	}
 	b := s.cols[c]
 	var hi uint32
 	for i := 0; i+4 <= len(b); i += 4 {
@@ -514,5 +535,6 @@ func (s *segment) checkIndex(c, limit int) error {
 	if s.n > 0 && uint64(hi) >= uint64(limit) {
 		return corruptf(s.path, "column %d: index %d out of dictionary of %d", c+1, hi, limit)
 	}
+	s.indexOK[c] = limit + 1
 	return nil
 }

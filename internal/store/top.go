@@ -128,20 +128,17 @@ type topState struct {
 	need  []int      // the blocks check verifies
 	vlan  int        // the VLAN column, or -1 if this format has none
 	in    *interner  // canonical addresses: the groups of BySrc, ByDst, ByPair
+	raw   *interner  // addresses as stored: the flow keys' (distinct.go)
 	table *partTable // the first pass's groups for ByPair and the port groupings
 	svc   *services  // ByPort
 	names *nameGroups
-
-	// verified holds, per segment, the blocks the first pass verified; a
-	// later pass that maps the segment again takes them as verified.
-	mu       sync.Mutex
-	first    bool
-	verified map[uint64][numBlocks]bool
+	segs  *querySegs // the segments every pass reads, mapped once
+	first bool
 }
 
-func newTopState(cq *compiled, by GroupBy, sort Sort) *topState {
-	st := &topState{cq: cq, by: by, sort: sort, vlan: -1, in: &interner{}, table: &partTable{}, svc: &services{},
-		first: true, verified: make(map[uint64][numBlocks]bool), names: &nameGroups{}}
+func newTopState(cq *compiled, by GroupBy, sort Sort, in *interner, segs *querySegs) *topState {
+	st := &topState{cq: cq, by: by, sort: sort, vlan: -1, in: in, table: &partTable{}, svc: &services{},
+		first: true, names: &nameGroups{}, segs: segs}
 	st.need = []int{cBytes, cPackets, cSrcAddr, cDstAddr, bAddrDict, bAddrFam, cSrcMAC, cDstMAC, bMACDict,
 		cIfIndex, cEthType, cSrcPort, cDstPort, cProto, cDirection}
 	// What errSums reads: nothing to check in a segment of exact records,
@@ -203,11 +200,18 @@ func (r *Reader) top(ctx context.Context, q Query, by GroupBy, sort Sort, n int,
 		return nil, err
 	}
 	defer sn.close()
-	st := newTopState(&cq, by, sort)
 	// Biggest first, as parallel orders them, so the last to finish is
 	// small.
 	files := slices.Clone(sn.files)
 	slices.SortFunc(files, func(a, b snapFile) int { return cmp.Compare(b.e.size, a.e.size) })
+	segs, err := r.acquireAll(sn, files, rep)
+	if err != nil {
+		return nil, err
+	}
+	defer segs.release()
+	in, raw := r.cache.interners()
+	st := newTopState(&cq, by, sort, in, segs)
+	st.raw = raw
 	sums, err := r.sumPass(ctx, st, files, rep, pruneN)
 	if err != nil {
 		return nil, err
@@ -272,9 +276,8 @@ func (r *Reader) top(ctx context.Context, q Query, by GroupBy, sort Sort, n int,
 // pass runs fn on each of files, in parallel. The query's first pass
 // checks every segment (check: the blocks any pass reads, and the
 // dictionary indices) and reports to rep what it read and skipped; later
-// passes read only segments an earlier one kept, mapped again from the
-// same open file, and take what the first pass checked as checked:
-// segment files are immutable. They report nothing. fn says whether the
+// passes read only segments an earlier one kept, the same mappings,
+// checked. They report nothing. fn says whether the
 // next pass needs the segment; pass returns those.
 func (r *Reader) pass(ctx context.Context, st *topState, files []snapFile, rep *Report,
 	fn func(w int, s *segment, f *segFilter, ok bool) (keep bool, err error)) ([]snapFile, error) {
@@ -284,7 +287,7 @@ func (r *Reader) pass(ctx context.Context, st *topState, files []snapFile, rep *
 	}
 	var mu sync.Mutex
 	kept := make(map[uint64]bool, len(files))
-	err := r.parallelIn(ctx, files, rep, func(w int, s *segment) error {
+	err := r.parallelSegs(ctx, st.segs, files, rep, func(w int, s *segment) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -293,19 +296,11 @@ func (r *Reader) pass(ctx context.Context, st *topState, files []snapFile, rep *
 		var err error
 		if first {
 			f, ok, err = st.check(s)
-			if err != nil {
-				return err
-			}
-			st.mu.Lock()
-			st.verified[s.id] = s.verified
-			st.mu.Unlock()
 		} else {
-			st.mu.Lock()
-			s.verified = st.verified[s.id]
-			st.mu.Unlock()
-			if f, ok, err = st.cq.forSegment(s); err != nil {
-				return err
-			}
+			f, ok, err = st.cq.forSegment(s)
+		}
+		if err != nil {
+			return err
 		}
 		keep, err := fn(w, s, f, ok)
 		if keep && err == nil {
@@ -363,9 +358,9 @@ func (st *topState) check(s *segment) (f *segFilter, ok bool, err error) {
 // counts flows).
 type sumWorker struct {
 	st      *topState
-	direct  []agg   // BySrc, ByDst, ByPair (as source): indexed by global address id
-	buf     partBuf // the port groupings: folded into st.table
-	remap   []uint32
+	direct  []agg    // BySrc, ByDst, ByPair (as source): indexed by global address id
+	buf     partBuf  // the port groupings: folded into st.table
+	remap   []uint32 // the segment's global address ids: read-only
 	conns   connCache
 	names   nameCache // the name groupings
 	syn     synWorker // ByPort, in the query's first pass
@@ -466,7 +461,7 @@ func (w *sumWorker) segment(s *segment, f *segFilter) bool {
 	var matched uint64
 	switch by := st.by; by {
 	case BySrc, ByDst:
-		w.remap = st.in.remap(s, w.remap)
+		w.remap = st.in.remapOf(s)
 		w.grow()
 		col := c[cSrcAddr]
 		if by == ByDst {
@@ -487,7 +482,7 @@ func (w *sumWorker) segment(s *segment, f *segFilter) bool {
 		w.est.segment(s, f, group)
 		w.sig.segment(s, f, group)
 	case ByPair:
-		w.remap = st.in.remap(s, w.remap)
+		w.remap = st.in.remapOf(s)
 		w.grow()
 		src, dst, remap := c[cSrcAddr], c[cDstAddr], w.remap
 		for i := range s.n {
@@ -620,15 +615,15 @@ func hasPorts(ethType uint16, proto uint8) bool {
 
 // entryOf builds the TopEntry of one group key.
 func (st *topState) entryOf(k uint64, a *agg) TopEntry {
-	in := st.in
+	keys := st.in.keysNow()
 	e := TopEntry{Packets: a.packets, Bytes: a.bytes, Flows: a.flows}
 	switch by := st.by; {
 	case by == BySrc:
-		e.Src = addrOf(in.keys[k])
+		e.Src = addrOf(keys[k])
 	case by == ByDst:
-		e.Dst = addrOf(in.keys[k])
+		e.Dst = addrOf(keys[k])
 	case by == ByPair:
-		e.Src, e.Dst = addrOf(in.keys[k>>32]), addrOf(in.keys[uint32(k)])
+		e.Src, e.Dst = addrOf(keys[k>>32]), addrOf(keys[uint32(k)])
 	case by.byPort():
 		e.Proto, e.Port = uint8(k>>16), uint16(k)
 	case by.isNames():
