@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"loupe/internal/api"
@@ -40,7 +41,7 @@ const (
 // the same answer for the same filters. They read addresses and counters,
 // not what the packets carried: access Read.
 func Routes(dir string) []api.Route {
-	h := handlers{dir: dir}
+	h := handlers{dir: dir, reader: &sharedReader{}}
 	return []api.Route{
 		{Method: http.MethodGet, Path: FlowsPath, Access: api.Read, Handler: http.HandlerFunc(h.flows)},
 		{Method: http.MethodGet, Path: TopPath, Access: api.Read, Handler: http.HandlerFunc(h.top)},
@@ -49,7 +50,33 @@ func Routes(dir string) []api.Route {
 	}
 }
 
-type handlers struct{ dir string }
+type handlers struct {
+	dir    string
+	reader *sharedReader
+}
+
+// sharedReader is the one store.Reader every request of the routes reads
+// through: it keeps the segments a top-N maps and checks from one query to
+// the next (a new Reader per request would map and check every segment
+// again, the most of a warm query's time), and follows the store as it
+// grows. It is opened at the first request, once the agent's store exists.
+type sharedReader struct {
+	mu sync.Mutex
+	rd *store.Reader
+}
+
+func (s *sharedReader) get(q *queryFlags, now time.Time) (*store.Reader, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.rd == nil {
+		rd, _, _, err := q.open(now)
+		if err != nil {
+			return nil, err
+		}
+		s.rd = rd
+	}
+	return s.rd, nil
+}
 
 // cliOnly are the flags of the commands that the API does not take: the
 // store is the agent's, the output is JSON, and a follow is not a query.
@@ -105,7 +132,7 @@ func (h handlers) open(w http.ResponseWriter, q *queryFlags, now time.Time) (*st
 		badRequest(w, err)
 		return nil, sq, false
 	}
-	rd, _, _, err := q.open(now)
+	rd, err := h.reader.get(q, now)
 	if err != nil {
 		api.WriteError(w, http.StatusInternalServerError, err.Error())
 		return nil, sq, false
