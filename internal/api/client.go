@@ -15,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"loupe/internal/cli"
 )
 
 // Client talks to a running agent. Its methods take a context: cancel it
@@ -232,4 +234,33 @@ func ControlFlag(fs *flag.FlagSet) *string {
 		def = v
 	}
 	return fs.String("control", def, "`path` of the agent's control socket (control.socket; "+SocketEnv+")")
+}
+
+// ReadCmd is the body of a CLI verb that shows what one read route of the
+// running agent answers (`loupe status`, `metrics`, `captures`): with
+// --json it prints the answer as the agent wrote it, else it decodes it
+// into a T and hands it to show, the verb's human form.
+func ReadCmd[T any](name, path string, timeout time.Duration, args []string, stdout, stderr io.Writer,
+	show func(io.Writer, *T) error) error {
+	fs := cli.NewFlagSet(name, "[--json] [--control PATH]", stdout, stderr)
+	asJSON := fs.Bool("json", false, "print the agent's answer (GET "+path+") as it is")
+	socket := ControlFlag(fs)
+	if err := cli.Parse(fs, args, stdout); err != nil {
+		return err
+	}
+	c, err := NewClient(*socket)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if *asJSON {
+		return c.PrintJSON(ctx, path, stdout)
+	}
+	var v T
+	if err := c.Get(ctx, path, &v); err != nil {
+		return err
+	}
+	return show(stdout, &v)
 }

@@ -1,7 +1,6 @@
 package agentcmd
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"maps"
@@ -10,34 +9,13 @@ import (
 	"strings"
 
 	"loupe/internal/api"
-	"loupe/internal/cli"
 )
 
 // metricsCmd is `loupe metrics`: the agent's own metrics as the UI's
 // health panel reads them (GET /api/v1/metrics), for a host whose metrics
 // listener is off or out of reach.
 func metricsCmd(args []string, stdout, stderr io.Writer) error {
-	fs := cli.NewFlagSet("metrics", "[--json] [--control PATH]", stdout, stderr)
-	asJSON := fs.Bool("json", false, "print the agent's answer (GET /api/v1/metrics) as it is")
-	socket := api.ControlFlag(fs)
-	if err := cli.Parse(fs, args, stdout); err != nil {
-		return err
-	}
-	c, err := api.NewClient(*socket)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
-	defer cancel()
-	if *asJSON {
-		return c.PrintJSON(ctx, api.MetricsPath, stdout)
-	}
-	var m api.Metrics
-	if err := c.Get(ctx, api.MetricsPath, &m); err != nil {
-		return err
-	}
-	return printMetrics(stdout, &m)
+	return api.ReadCmd("metrics", api.MetricsPath, requestTimeout, args, stdout, stderr, printMetrics)
 }
 
 // printMetrics prints one line per sample, as Prometheus's text format

@@ -7,7 +7,6 @@
 package agentcmd
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"maps"
@@ -33,27 +32,8 @@ func Commands() []cli.Command {
 const requestTimeout = 10 * time.Second
 
 func statusCmd(args []string, stdout, stderr io.Writer) error {
-	fs := cli.NewFlagSet("status", "[--json] [--control PATH]", stdout, stderr)
-	asJSON := fs.Bool("json", false, "print the agent's status document (GET /api/v1/status) as it is")
-	socket := api.ControlFlag(fs)
-	if err := cli.Parse(fs, args, stdout); err != nil {
-		return err
-	}
-	c, err := api.NewClient(*socket)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
-	defer cancel()
-	if *asJSON {
-		return c.PrintJSON(ctx, api.StatusPath, stdout)
-	}
-	st, err := c.Status(ctx)
-	if err != nil {
-		return err
-	}
-	return printStatus(stdout, st)
+	return api.ReadCmd("status", api.StatusPath, requestTimeout, args, stdout, stderr,
+		func(w io.Writer, st *api.Status) error { return printStatus(w, *st) })
 }
 
 // maxNames is how many interface names the human output shows; a node

@@ -108,26 +108,12 @@ func triggersCmd(args []string, stdout, stderr io.Writer) error {
 // /api/v1/captures), the triggered connections newest first and the
 // capture files.
 func capturesCmd(args []string, stdout, stderr io.Writer) error {
-	fs := cli.NewFlagSet("captures", "[--json] [--control PATH]", stdout, stderr)
-	asJSON := fs.Bool("json", false, "print the agent's answer (GET /api/v1/captures) as it is")
-	socket := api.ControlFlag(fs)
-	if err := cli.Parse(fs, args, stdout); err != nil {
-		return err
-	}
-	c, err := api.NewClient(*socket)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	if *asJSON {
-		return c.PrintJSON(ctx, CapturesPath, stdout)
-	}
-	var list CaptureList
-	if err := c.Get(ctx, CapturesPath, &list); err != nil {
-		return err
-	}
+	return api.ReadCmd("captures", CapturesPath, 15*time.Second, args, stdout, stderr, printCaptures)
+}
+
+// printCaptures writes the triggered connections, newest first, then the
+// capture files.
+func printCaptures(stdout io.Writer, list *CaptureList) error {
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "TIME\tTRACE\tTRIGGER\tSTATUS\tSOURCE\tDESTINATION\tIFACE\tREQUEST\n")
 	for _, t := range list.Traces {
