@@ -143,7 +143,7 @@ bench_latency() {
 	local per=${BENCH_LATENCY_PER_POSITION:-200} positions="100 400 800 1200 2048 4096 6144 7900"
 	local parts=" ${BENCH_LATENCY_PARTS:-detection hops bpf http} "
 	local r with ifc node pos pids=() tsv=$WORK/http.tsv
-	section_begin latency "Per-hop latency: detection, agreement with tcpdump, and the cost"
+	section_begin latency "14. Per-hop latency: detection, agreement with tcpdump, and the cost"
 	(cd "$ROOT" && go test -c -o "$WORK/datapath.test" ./internal/datapath)
 	latency_topology
 	latency_nginx
