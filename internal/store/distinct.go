@@ -263,7 +263,12 @@ func (w *flowWorker) intern(s *segment) {
 	keys := sh.st.raw.keysNow()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	sh.rawKeys = keys
+	// Workers take their snapshots in any order, and the interner only
+	// grows: keep the longest, or a worker that took its snapshot before
+	// another's ids were interned would hide them.
+	if len(keys) > len(sh.rawKeys) {
+		sh.rawKeys = keys
+	}
 	for e, x := range w.raw {
 		if x != wanted {
 			continue
