@@ -97,7 +97,8 @@ static __always_inline int hook(struct __sk_buff *skb, __u8 direction, const __u
 {
 	const int flows = (build & CAP_FLOWS) && cfg_cap_flows;
 	const int capture = (build & CAP_CAPTURE) && cfg_cap_capture;
-	struct flow_key key;
+	/* 8-byte aligned: the slot tables hash and compare it by words. */
+	struct flow_key key __attribute__((aligned(8)));
 	struct pkt p;
 
 	/* DNS, the handshake and latency need flows (datapath.Load refuses them

@@ -8,6 +8,9 @@
  * goes into the half's sketch instead of the ring buffer (sketch/sketch.h):
  * memory stays fixed whatever the number of flows.
  *
+ * The tables: per CPU (the default on small machines), each CPU's own
+ * slots in an array (slots.h); or one shared hash, updated atomically.
+ *
  * Why two tables: userspace flips flow_state.active, then waits for an RCU
  * grace period (it updates an array-of-maps, which makes the kernel wait, see
  * maybe_wait_bpf_programs), so no program can still hold an element of the
@@ -37,30 +40,8 @@
 #include "tunnel.h"
 #include "../rules/rules.h"
 #include "../sketch/sketch.h"
-
-/* Counters of one flow over one eviction interval: 56 bytes.
- * In the per-CPU table each CPU owns a copy; in the shared table the counters
- * and tcp_flags are updated with atomic instructions. tcp_flags is 32 bits
- * wide because BPF atomics work on 32 and 64-bit words only.
- *
- * packets and bytes count the buffers that crossed the hook. A GSO/GRO
- * super-packet is one buffer but several segments on the wire, each with its
- * own copy of the headers: the flow's segments are packets + extra_segments,
- * its wire bytes bytes + extra_wire_bytes. Only what GSO adds is kept, so that
- * a packet that is not GSO (every packet of most flows) costs the shared table
- * no more atomic instructions than before these counters existed. */
-struct flow_stats {
-	__u64 packets;
-	__u64 bytes;            /* L2 length at the hook (skb->len), plus a VLAN tag the kernel stripped on ingress */
-	__u64 extra_segments;   /* gso_segs - 1 of every GSO buffer */
-	__u64 extra_wire_bytes; /* the headers those segments repeat */
-	__u64 first_seen;       /* bpf_ktime_get_ns() */
-	__u64 last_seen;
-	__u32 tcp_flags; /* union of the TCP flags byte, AE/NS in bit 8 */
-	__u16 sampling;  /* 1 = every packet */
-	__u8 dscp;       /* of the last packet */
-	__u8 pad;
-};
+#include "slots.h"
+#include "stats.h"
 
 /* The table switch and what userspace keeps about the two tables: 48 bytes,
  * in a one-entry array that is pinned with the tables, so that the next agent
@@ -111,10 +92,12 @@ volatile const __u8 cfg_shared_table = 0;
  * to userspace and loses packets when the reader falls behind (counted). */
 volatile const __u8 cfg_offpath = 0;
 
-/* The two flow tables. Their type (per-CPU or shared hash) and max_entries
- * (the flow budget) are set from Go before load. */
+/* The two shared flow tables (map_type shared): one hash, its counters
+ * updated with atomic instructions. max_entries (the flow budget) is set
+ * from Go before load; with per-CPU tables the flows are in the slot
+ * arrays of slots.h instead, and these hold one entry, never written. */
 struct flow_table {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1);
 	__type(key, struct flow_key);     /* Key: the flow */
 	__type(value, struct flow_stats); /* Value: its counters this interval */
@@ -307,21 +290,79 @@ static __noinline void spill(__u32 half, struct sketch_slot *hdr, const struct f
 	counter_add(COUNTER_SPILLED_BYTES, len);
 }
 
-/* account_in counts p into table, the flow table of half (0: flows_a, 1:
- * flows_b; a constant at each call site), or, in sketch mode, into the
- * half's sketch when the table is full. */
-static __always_inline void account_in(void *table, __u32 half, const struct flow_key *key,
+/* slot_hit counts p, whose flow key is key, into its flow's slot in this
+ * CPU's region of half (slots.h), if the flow has one, and returns 0.
+ * Otherwise it returns where the flow goes: its tag in the high 32 bits,
+ * and in the low ones the index of the free slot that ended its probe
+ * sequence, SLOT_NONE if none did.
+ *
+ * A global function: the verifier checks its probe loop once, on its own,
+ * where inlined at every place a packet is accounted (two tables, and the
+ * rules' flows, samples and aggregates) the loop's exits multiplied the
+ * states of all that follows past the verifier's million instructions. The
+ * price is a call and a return per packet. Its arguments are plain memory:
+ * key comes apart from p, as for flows_observe_ruled. */
+__noinline __u64 slot_hit(__u32 half, const struct flow_key *key, const struct pkt *p, __u32 sampling)
+{
+	__u64 h;
+	__u32 base, home, tag;
+
+	if (!key || !p)
+		return SLOT_NONE;
+	h = slot_hash(key);
+	base = bpf_get_smp_processor_id() * cfg_slots;
+	/* The hash's high half picks the home slot, its low half is the tag:
+	 * two flows that share a home rarely share a tag too, so a probe
+	 * past another flow's slot compares 4 bytes, not the key. */
+	home = (__u32)(((h >> 32) * (__u64)cfg_slots) >> 32);
+	tag = (__u32)h | 1;
+	for (__u32 i = 0; i < SLOT_PROBES; i++) {
+		__u32 at = home + i, idx;
+		struct flow_slot *s;
+
+		if (at >= cfg_slots)
+			at -= cfg_slots;
+		idx = base + at;
+		if (half & 1)
+			s = bpf_map_lookup_elem(&flow_slots_b, &idx);
+		else
+			s = bpf_map_lookup_elem(&flow_slots_a, &idx);
+		if (!s)
+			break;
+		if (s->tag == tag && slot_key_eq(&s->key, key)) {
+			stats_add(&s->stats, p, sampling);
+			return 0;
+		}
+		if (s->tag == 0)
+			return (__u64)tag << 32 | idx;
+	}
+	return (__u64)tag << 32 | SLOT_NONE;
+}
+
+/* account_in counts p into the flow table of half (0: flows_a and
+ * flow_slots_a, 1: flows_b and flow_slots_b; constants at each call site):
+ * this CPU's slots (slots.h) with per-CPU tables, the hash table with a
+ * shared one; in sketch mode into the half's sketch when the table is
+ * full. */
+static __always_inline void account_in(void *table, void *slots, __u32 half, const struct flow_key *key,
 				       const struct pkt *p, __u16 sampling)
 {
 	struct sketch_slot *hdr = 0;
 	struct flow_stats *st;
+	__u64 place = 0;
 	__u64 now;
 	long err;
 
-	st = bpf_map_lookup_elem(table, key);
-	if (st) {
-		stats_add(st, p, sampling);
-		return;
+	if (cfg_slots) {
+		place = slot_hit(half, key, p, sampling);
+		if (place == 0)
+			return;
+	} else {
+		st = bpf_map_lookup_elem(table, key);
+		if (st) {
+			stats_add(st, p, sampling);
+			return;
+		}
 	}
 
 	/* Sketch mode: once this CPU saw the half's table full, a new flow
@@ -354,21 +395,30 @@ static __always_inline void account_in(void *table, __u32 half, const struct flo
 	now = bpf_ktime_get_ns();
 	struct flow_stats fresh = fresh_stats(p, sampling, now);
 
-	/* NOEXIST: in the shared table BPF_ANY would overwrite the counters
-	 * of a CPU that inserted the same flow an instant ago. */
-	err = bpf_map_update_elem(table, key, &fresh, BPF_NOEXIST);
-	if (err == 0)
-		return;
-	if (err == -EEXIST) {
-		st = bpf_map_lookup_elem(table, key);
-		if (st) {
-			stats_add(st, p, sampling);
+	if (cfg_slots) {
+		/* This CPU's region: nobody else inserts there. */
+		err = slot_insert(slots, half, (__u32)place, place >> 32, key, &fresh);
+		if (err == 0)
 			return;
+	} else {
+		/* NOEXIST: in the shared table BPF_ANY would overwrite the
+		 * counters of a CPU that inserted the same flow an instant
+		 * ago. */
+		err = bpf_map_update_elem(table, key, &fresh, BPF_NOEXIST);
+		if (err == 0)
+			return;
+		if (err == -EEXIST) {
+			st = bpf_map_lookup_elem(table, key);
+			if (st) {
+				stats_add(st, p, sampling);
+				return;
+			}
 		}
 	}
 	/* A full table spills; a busy one (bucket lock) still diverts. Only
-	 * E2BIG, the preallocated table out of free elements, sets the flag:
-	 * ENOMEM is a failed allocation, which the next insert may not meet. */
+	 * E2BIG, the preallocated table out of free elements (or this CPU's
+	 * slots at their budget), sets the flag: ENOMEM is a failed
+	 * allocation, which the next insert may not meet. */
 	if (cfg_sketch && hdr && (err == -E2BIG || err == -ENOMEM)) {
 		if (err == -E2BIG)
 			hdr->full = 1;
@@ -400,9 +450,9 @@ static __always_inline void account(const struct pkt *p, const struct flow_key *
 	 * rewrites the whole value at a swap; only the low bit of active
 	 * changes, so even a torn read picks one table or the other. */
 	if (ts && (*(volatile __u32 *)&ts->active & 1))
-		account_in(&flows_b, 1, key, p, sampling);
+		account_in(&flows_b, &flow_slots_b, 1, key, p, sampling);
 	else
-		account_in(&flows_a, 0, key, p, sampling);
+		account_in(&flows_a, &flow_slots_a, 0, key, p, sampling);
 }
 
 /* flows_interval is the table of a pair the programs write in this

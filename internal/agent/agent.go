@@ -123,8 +123,12 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, sd *Shutdown,
 			return err
 		}
 	}
+	budget, err := flowBudget(cfg, tables)
+	if err != nil {
+		return err
+	}
 	dp, err := loadDatapath(datapath.Options{
-		FlowBudget:  flowBudget(cfg),
+		FlowBudget:  budget,
 		Memory:      cfg.Memory,
 		Reserved:    reserved,
 		Tables:      tables,
@@ -354,17 +358,14 @@ func linkPinDir(dp *datapath.Datapath, pinDir string) string {
 	return filepath.Join(pinDir, datapath.LinksDir)
 }
 
-// defaultFlowBudget is the flow budget without a memory budget: two
-// per-CPU tables of 65536 flows take about 32 MiB on two CPUs.
-const defaultFlowBudget = 65536
-
 // flowBudget is the configured flow budget: 0 asks the datapath to size it
-// from the memory budget, or is the default without one.
-func flowBudget(cfg config.Config) int {
-	if cfg.FlowBudget == 0 && cfg.Memory == 0 {
-		return defaultFlowBudget
+// from the memory budget, or is its default without one. A given budget is
+// per CPU with per-CPU tables.
+func flowBudget(cfg config.Config, tables datapath.TableKind) (int, error) {
+	if cfg.FlowBudget != 0 || cfg.Memory != 0 {
+		return cfg.FlowBudget, nil
 	}
-	return cfg.FlowBudget
+	return datapath.DefaultFlowBudget(tables)
 }
 
 func tableKind(s string) (datapath.TableKind, error) {

@@ -149,6 +149,7 @@ func (d *structDec) keyOf(b []byte, k *flow.Key) {
 	k.VlanID = uint16(d.uint(b, "vlan_id"))
 	k.Proto = uint8(d.uint(b, "proto"))
 	k.Direction = flow.Direction(d.uint(b, "direction"))
+	k.AggPrefix = uint8(d.uint(b, "agg_prefix"))
 }
 
 // statsOf decodes a struct flow_stats of any layout. Segments and wire

@@ -6,6 +6,7 @@ import (
 	"reflect"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"loupe/internal/sketch"
 )
@@ -161,6 +162,11 @@ func mapBytes(m *ebpf.MapSpec, ncpu int) uint64 {
 	buckets := (uint64(1) << bits.Len64(max(n, 1)-1)) * 16
 	switch m.Type {
 	case ebpf.Array, ebpf.ProgramArray, ebpf.ArrayOfMaps:
+		if m.Flags&unix.BPF_F_MMAPABLE != 0 {
+			// The values start on a page of their own, and take
+			// whole pages, so that they can be mapped.
+			return pageAlign(htabHeader) + pageAlign(n*val)
+		}
 		return htabHeader + n*val
 	case ebpf.PerCPUArray:
 		return htabHeader + n*(8+val*cpus)
@@ -180,21 +186,25 @@ func mapBytes(m *ebpf.MapSpec, ncpu int) uint64 {
 	return htabHeader + n*(48+key+val) + buckets
 }
 
-// tableShape is what one flow table of the datapath is made of: the table,
-// and the tunnel table beside it that holds at most one entry a flow.
+func pageAlign(n uint64) uint64 { return (n + 4095) &^ 4095 }
+
+// tableShape is what one flow table of the datapath is made of: the hash
+// table (shared tables), the slot array (per-CPU tables; slots.go), and the
+// tunnel table beside them that holds at most one entry a flow.
 type tableShape struct {
-	table, tunnels *ebpf.MapSpec
+	table, slots, tunnels *ebpf.MapSpec
 }
 
-// tableBytes estimates one flow table of n flows, the tunnel table beside
-// it counted full (every flow tunnelled).
+// tableBytes estimates one flow table of n flows per table (shared) or
+// per CPU (per-CPU), the tunnel table beside it counted full (every flow
+// tunnelled). The kind's other table is there too, at its smallest.
 func tableBytes(shape tableShape, kind TableKind, n, ncpu int) uint64 {
-	t := *shape.table
-	t.Type, t.MaxEntries = ebpf.PerCPUHash, uint32(n)
-	if kind != PerCPU {
-		t.Type = ebpf.Hash
+	t, sl := *shape.table, *shape.slots
+	t.Type, t.MaxEntries, sl.MaxEntries = ebpf.Hash, uint32(n), 1
+	if kind == PerCPU {
+		t.MaxEntries, sl.MaxEntries = 1, uint32(slotsFor(n)*ncpu)
 	}
-	total := mapBytes(&t, ncpu)
+	total := mapBytes(&t, ncpu) + mapBytes(&sl, ncpu)
 	if shape.tunnels != nil {
 		tun := *shape.tunnels
 		tun.MaxEntries = uint32(n)
@@ -223,7 +233,7 @@ func planFor(spec *ebpf.CollectionSpec, opts Options, ncpu int) (MemoryPlan, err
 	var other uint64
 	for name, m := range spec.Maps {
 		switch name {
-		case loupeMapFlowsA, loupeMapFlowsB, loupeMapTunnelsA, loupeMapTunnelsB, loupeMapFlowEvents,
+		case loupeMapFlowsA, loupeMapFlowsB, loupeMapFlowSlotsA, loupeMapFlowSlotsB, loupeMapTunnelsA, loupeMapTunnelsB, loupeMapFlowEvents,
 			loupeMapSketchCells, loupeMapSketchFilter, loupeMapSketchCm:
 			continue
 		}
@@ -248,7 +258,7 @@ func planFor(spec *ebpf.CollectionSpec, opts Options, ncpu int) (MemoryPlan, err
 		}
 		other += sketchMapBytes(spec, p, ncpu)
 	}
-	shape := tableShape{table: spec.Maps[loupeMapFlowsA], tunnels: spec.Maps[loupeMapTunnelsA]}
+	shape := tableShape{table: spec.Maps[loupeMapFlowsA], slots: spec.Maps[loupeMapFlowSlotsA], tunnels: spec.Maps[loupeMapTunnelsA]}
 	p, err := planMemory(opts.Memory, other, ring, opts.FlowBudget, shape, opts.Tables, ncpu, cost)
 	p.Reserved = opts.Reserved
 	return p, err

@@ -72,7 +72,7 @@ func TestMemoryPlanMatchesKernel(t *testing.T) {
 					t.Fatal(err)
 				}
 				got, _ := info.Memlock()
-				spec := &ebpf.MapSpec{Type: m.Type(), KeySize: m.KeySize(), ValueSize: m.ValueSize(), MaxEntries: m.MaxEntries()}
+				spec := &ebpf.MapSpec{Type: m.Type(), KeySize: m.KeySize(), ValueSize: m.ValueSize(), MaxEntries: m.MaxEntries(), Flags: m.Flags()}
 				est := mapBytes(spec, dp.CPUs())
 				if diff := int64(est) - int64(got); diff < -4096 && -diff > int64(got)/100 || diff > 4096 && diff > int64(got)/100 {
 					bad = append(bad, info.Name+": "+spec.Type.String()+" kernel "+itoa(got)+" estimate "+itoa(est))

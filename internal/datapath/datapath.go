@@ -18,9 +18,10 @@ import (
 type TableKind int
 
 const (
-	// PerCPU gives every CPU its own copy of each flow's counters: no
-	// cache line bouncing, at the price of one copy per CPU of memory and
-	// a merge in userspace. The netobserv paper's design.
+	// PerCPU gives every CPU its own table (slot arrays, slots.go): no
+	// cache line bouncing, no lock, at the price of a copy of a flow on
+	// every CPU that sees it and a merge in userspace. The netobserv
+	// paper's design, in a table of Loupe's own.
 	PerCPU TableKind = iota
 	// Shared keeps one copy, updated with atomic instructions (netobserv
 	// 1.8 moved its main map to this, citing memory).
@@ -43,13 +44,14 @@ func (k TableKind) String() string {
 }
 
 // perCPUMaxCPUs is the largest number of possible CPUs for which AutoTables
-// picks per-CPU tables. A per-CPU table holds one 56-byte value per possible
-// CPU for each flow: measured here (hookbench mem, 2 CPUs) 253 bytes a flow
-// against 189 for a shared table, so up to 4 CPUs (365 bytes) it stays
-// within about twice the shared table's memory, while being faster (15 ns
-// less per packet on one CPU, 83 ns less when two CPUs update one flow,
-// bench/RESULTS.md). On bigger machines its memory grows with every CPU and
-// the shared table is the better trade.
+// picks per-CPU tables. Per-CPU tables (slots.go) give each CPU its own
+// slots: no atomic instruction and no cache line shared between CPUs, and
+// a lookup without a helper call, but a flow takes a 128-byte slot (twice,
+// at the budget's load) on every CPU that sees it, and each CPU holds only
+// its part of the budget. The default budget splits 65 536 flows among the
+// CPUs, so that both kinds take 32 MiB; past 4 CPUs each CPU's part gets
+// small, a flow spread over CPUs (RPS, a multi-threaded sender) fills
+// several, and the shared table is the better trade.
 const perCPUMaxCPUs = 4
 
 // AutoTables picks the table kind for this machine (map_type: auto).
@@ -64,12 +66,36 @@ func AutoTables() (TableKind, error) {
 	return Shared, nil
 }
 
+// defaultFlowBudget is the flow budget without a memory budget: a shared
+// table's, and what the CPUs' per-CPU tables hold together (each CPU
+// defaultFlowBudget / CPUs flows, at least minDefaultPerCPU). Two tables
+// of 65536 flows take 32 MiB either way: per-CPU, 512 bytes a flow and CPU
+// for both halves (slotsFor); shared, about 250 bytes a flow.
+const (
+	defaultFlowBudget = 65536
+	minDefaultPerCPU  = 4096
+)
+
+// DefaultFlowBudget is the flow budget of a table of kind without a memory
+// budget: per CPU for per-CPU tables.
+func DefaultFlowBudget(kind TableKind) (int, error) {
+	if kind != PerCPU {
+		return defaultFlowBudget, nil
+	}
+	n, err := ebpf.PossibleCPU()
+	if err != nil {
+		return 0, fmt.Errorf("count possible CPUs: %w", err)
+	}
+	return max(defaultFlowBudget/n, minDefaultPerCPU), nil
+}
+
 // Options size the datapath.
 type Options struct {
 	// FlowBudget is the number of distinct flows a table holds per
-	// eviction interval. Packets of further flows go through the ring
-	// buffer and trigger an early eviction. 0 with a Memory budget: sized
-	// from it.
+	// eviction interval: a shared table, or each CPU's part of a per-CPU
+	// table. Packets of further flows go through the ring buffer (or the
+	// sketch) and trigger an early eviction. 0 with a Memory budget:
+	// sized from it.
 	FlowBudget int
 	// Memory, when not 0, bounds the kernel memory of every map: the flow
 	// tables (unless FlowBudget is given, which wins) and the sketch are
@@ -134,8 +160,12 @@ type Datapath struct {
 	log    *slog.Logger
 	objs   loupeObjects
 	tables [2]*ebpf.Map // flows_a, flows_b: indexed by table_state.active
-	ncpu   int
-	sketch *sketch.Params // nil: sketch mode off
+	// slots are the per-CPU tables' halves (flow_slots_a, flow_slots_b),
+	// nil unless Tables is PerCPU (slots.go).
+	slots   [2]*slotHalf
+	slotBuf *slotBuf
+	ncpu    int
+	sketch  *sketch.Params // nil: sketch mode off
 
 	// state mirrors the flow_state map, of which the Datapath is the only
 	// writer. cleared says which tables are known to be empty: a table is
@@ -164,7 +194,8 @@ type Datapath struct {
 	rulesGen uint32
 	rulesLen [2]int
 
-	// Reused across evictions so that draining does not allocate.
+	// Reused across evictions so that draining a shared table does not
+	// allocate.
 	keys  []loupeFlowKey
 	vals  []loupeFlowStats
 	stats []flow.Stats
@@ -244,18 +275,8 @@ func Load(opts Options) (*Datapath, error) {
 			opts.SketchBytes = plan.SketchPerCPU
 		}
 	}
-	for _, name := range []string{loupeMapFlowsA, loupeMapFlowsB} {
-		t := spec.Maps[name]
-		t.MaxEntries = uint32(opts.FlowBudget)
-		switch opts.Tables {
-		case Shared:
-			t.Type = ebpf.Hash
-		case RingBuf:
-			// Never written: the smallest table the kernel accepts,
-			// drained like a shared one.
-			t.Type = ebpf.Hash
-			t.MaxEntries = 1
-		}
+	if err := sizeSlots(spec, opts.Tables, opts.FlowBudget, ncpu); err != nil {
+		return nil, err
 	}
 	// Each flow of a table has at most one entry in its tunnel table.
 	for _, name := range []string{loupeMapTunnelsA, loupeMapTunnelsB} {
@@ -281,7 +302,7 @@ func Load(opts Options) (*Datapath, error) {
 	if err := sizeSketch(spec, sk); err != nil {
 		return nil, err
 	}
-	layout, err := layoutName(spec, opts.Tables, sk)
+	layout, err := layoutName(spec, opts.Tables, opts.FlowBudget, sk)
 	if err != nil {
 		return nil, err
 	}
@@ -296,6 +317,13 @@ func Load(opts Options) (*Datapath, error) {
 		return nil, err
 	}
 	d.tables = [2]*ebpf.Map{d.objs.FlowsA, d.objs.FlowsB}
+	if opts.Tables == PerCPU {
+		per := slotsFor(opts.FlowBudget)
+		for i, m := range []*ebpf.Map{d.objs.FlowSlotsA, d.objs.FlowSlotsB} {
+			d.slots[i] = &slotHalf{m: m, fill: d.objs.FlowSlotsFill, idx: uint32(i), ncpu: ncpu, perCPU: per}
+		}
+		d.slotBuf = newSlotBuf(ncpu)
+	}
 	if err := d.initHTTPOther(); err != nil {
 		d.Close()
 		return nil, err
@@ -305,13 +333,12 @@ func Load(opts Options) (*Datapath, error) {
 		return nil, err
 	}
 
-	per := 1
-	if opts.Tables == PerCPU {
-		per = ncpu
+	if opts.Tables != PerCPU {
+		// The shared tables are hash maps, read in batches.
+		d.keys = make([]loupeFlowKey, drainBatch)
+		d.vals = make([]loupeFlowStats, drainBatch)
+		d.stats = make([]flow.Stats, 1)
 	}
-	d.keys = make([]loupeFlowKey, drainBatch)
-	d.vals = make([]loupeFlowStats, drainBatch*per)
-	d.stats = make([]flow.Stats, per)
 	return d, nil
 }
 
@@ -482,7 +509,7 @@ func (d *Datapath) MemoryBytes() (total, tables uint64, err error) {
 		}
 		n, _ := info.Memlock()
 		total += n
-		if m == d.tables[0] || m == d.tables[1] {
+		if m == d.tables[0] || m == d.tables[1] || m == d.objs.FlowSlotsA || m == d.objs.FlowSlotsB {
 			tables += n
 		}
 	}

@@ -20,6 +20,10 @@ type tableDrain struct {
 	idx    uint32
 	mark   flow.Mark
 	cutoff uint64
+	// used are the slots Read found taken (per-CPU tables), which Clear
+	// frees; read says Read went through the whole table.
+	used []uint32
+	read bool
 }
 
 func (t *tableDrain) Mark() flow.Mark { return t.mark }
@@ -30,6 +34,12 @@ func (t *tableDrain) Events(from uint64, _ func(*flow.Event)) (uint64, error) { 
 
 // Read calls fn for every entry of the table, without deleting anything.
 func (t *tableDrain) Read(fn func(k *flow.Key, perCPU []flow.Stats)) (int, error) {
+	if h := t.d.slots[t.idx]; h != nil {
+		t.read = false
+		n, err := h.read(t.d.slotBuf, &t.used, fn)
+		t.read = err == nil
+		return n, err
+	}
 	d, m := t.d, t.d.tables[t.idx]
 	per := len(d.stats)
 	total := 0
@@ -91,6 +101,14 @@ func (t *tableDrain) readByIteration(fn func(k *flow.Key, perCPU []flow.Stats)) 
 // may become the active table again.
 func (t *tableDrain) Clear() error {
 	d, m := t.d, t.d.tables[t.idx]
+	if h := d.slots[t.idx]; h != nil {
+		// The slots Read found, or, if it did not go through, all.
+		if err := h.clear(t.used, !t.read); err != nil {
+			return err
+		}
+		t.used, t.read = t.used[:0], false
+		return t.clearBeside()
+	}
 	var cursor ebpf.MapBatchCursor
 	for {
 		_, err := m.BatchLookupAndDelete(&cursor, d.keys, d.vals, nil)
@@ -107,6 +125,13 @@ func (t *tableDrain) Clear() error {
 			return fmt.Errorf("clear flow table: %w", err)
 		}
 	}
+	return t.clearBeside()
+}
+
+// clearBeside clears what goes with the table, once the table is empty:
+// its tunnel table and its sketch half.
+func (t *tableDrain) clearBeside() error {
+	d := t.d
 	if err := d.clearTunnels(t.idx); err != nil {
 		return err
 	}

@@ -19,13 +19,13 @@ import (
 const layoutVersion = 1
 
 // pinnedMaps are the maps a pin set holds: what outlives the agent.
-var pinnedMaps = []string{loupeMapFlowsA, loupeMapFlowsB, loupeMapFlowState, loupeMapCounters, loupeMapFlowEvents, loupeMapEventLayout,
+var pinnedMaps = []string{loupeMapFlowsA, loupeMapFlowsB, loupeMapFlowSlotsA, loupeMapFlowSlotsB, loupeMapFlowSlotsFill, loupeMapFlowState, loupeMapCounters, loupeMapFlowEvents, loupeMapEventLayout,
 	loupeMapSketchCells, loupeMapSketchFilter, loupeMapSketchCm, loupeMapSketchSpill, loupeMapSketchConf,
 	loupeMapTunnelsA, loupeMapTunnelsB}
 
 // layoutTypes are the structs shared with userspace whose layout a pin set
 // depends on.
-var layoutTypes = []string{"flow_key", "flow_stats", "flow_event", "table_state",
+var layoutTypes = []string{"flow_key", "flow_stats", "flow_slot", "slot_fill", "flow_event", "table_state",
 	"sketch_cell", "sketch_counter", "sketch_slot", "sketch_params", "tunnel_info"}
 
 // layoutName names the layout of the maps spec describes, as sized: the
@@ -35,7 +35,7 @@ var layoutTypes = []string{"flow_key", "flow_stats", "flow_event", "table_state"
 // sketch's parameters: a sketch half is decoded only with the parameters
 // it was written with). Two agents adopt each other's pins exactly when
 // their layout names are equal.
-func layoutName(spec *ebpf.CollectionSpec, tables TableKind, sk *sketch.Params) (string, error) {
+func layoutName(spec *ebpf.CollectionSpec, tables TableKind, budget int, sk *sketch.Params) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "v%d\n", layoutVersion)
 	for _, name := range layoutTypes {
@@ -54,12 +54,12 @@ func layoutName(spec *ebpf.CollectionSpec, tables TableKind, sk *sketch.Params) 
 		m := spec.Maps[name]
 		fmt.Fprintf(&b, "%s %v %d %d %d %#x\n", name, m.Type, m.KeySize, m.ValueSize, m.MaxEntries, m.Flags)
 	}
-	fmt.Fprintf(&b, "counters %d\n", loupeCounterCOUNTER_MAX)
+	fmt.Fprintf(&b, "counters %d slots %d hash %d\n", loupeCounterCOUNTER_MAX, slotsFor(budget), slotHashVersion)
 	if sk != nil {
 		fmt.Fprintf(&b, "sketch %+v spill %d hash %d\n", *sk, SketchSpillSlots, sketch.HashVersion)
 	}
 	sum := sha256.Sum256([]byte(b.String()))
-	return fmt.Sprintf("%s-%d-%d-%s", tables, spec.Maps[loupeMapFlowsA].MaxEntries,
+	return fmt.Sprintf("%s-%d-%d-%s", tables, budget,
 		spec.Maps[loupeMapFlowEvents].MaxEntries, hex.EncodeToString(sum[:4])), nil
 }
 

@@ -291,6 +291,14 @@ type loupeFlowKey struct {
 	Pad       uint8
 }
 
+type loupeFlowSlot struct {
+	_     structs.HostLayout
+	Key   loupeFlowKey
+	Tag   uint32
+	Stats loupeFlowStats
+	Pad   uint64
+}
+
 type loupeFlowStats struct {
 	_              structs.HostLayout
 	Packets        uint64
@@ -524,6 +532,12 @@ type loupeSketchSlot struct {
 	Pad       uint8
 }
 
+type loupeSlotFill struct {
+	_    structs.HostLayout
+	Used uint32
+	Pad  uint32
+}
+
 type loupeTableState struct {
 	_          structs.HostLayout
 	Active     uint32
@@ -649,6 +663,9 @@ const (
 	loupeMapDnsStats               = "dns_stats"
 	loupeMapEventLayout            = "event_layout"
 	loupeMapFlowEvents             = "flow_events"
+	loupeMapFlowSlotsA             = "flow_slots_a"
+	loupeMapFlowSlotsB             = "flow_slots_b"
+	loupeMapFlowSlotsFill          = "flow_slots_fill"
 	loupeMapFlowState              = "flow_state"
 	loupeMapFlowsA                 = "flows_a"
 	loupeMapFlowsAggKey            = "flows_agg_key"
@@ -708,6 +725,8 @@ const (
 	loupeVarCfgSketchRows          = "cfg_sketch_rows"
 	loupeVarCfgSketchSub           = "cfg_sketch_sub"
 	loupeVarCfgSketchWidth         = "cfg_sketch_width"
+	loupeVarCfgSlotBudget          = "cfg_slot_budget"
+	loupeVarCfgSlots               = "cfg_slots"
 	loupeVarHandshakeSlotMask      = "handshake_slot_mask"
 	loupeVarKeepPackets            = "keep_packets"
 	loupeVarKeepSlotsPerCpu        = "keep_slots_per_cpu"
@@ -804,6 +823,9 @@ type loupeMapSpecs struct {
 	DnsStats           *ebpf.MapSpec `ebpf:"dns_stats"`
 	EventLayout        *ebpf.MapSpec `ebpf:"event_layout"`
 	FlowEvents         *ebpf.MapSpec `ebpf:"flow_events"`
+	FlowSlotsA         *ebpf.MapSpec `ebpf:"flow_slots_a"`
+	FlowSlotsB         *ebpf.MapSpec `ebpf:"flow_slots_b"`
+	FlowSlotsFill      *ebpf.MapSpec `ebpf:"flow_slots_fill"`
 	FlowState          *ebpf.MapSpec `ebpf:"flow_state"`
 	FlowsA             *ebpf.MapSpec `ebpf:"flows_a"`
 	FlowsAggKey        *ebpf.MapSpec `ebpf:"flows_agg_key"`
@@ -865,6 +887,8 @@ type loupeVariableSpecs struct {
 	CfgSketchRows          *ebpf.VariableSpec `ebpf:"cfg_sketch_rows"`
 	CfgSketchSub           *ebpf.VariableSpec `ebpf:"cfg_sketch_sub"`
 	CfgSketchWidth         *ebpf.VariableSpec `ebpf:"cfg_sketch_width"`
+	CfgSlotBudget          *ebpf.VariableSpec `ebpf:"cfg_slot_budget"`
+	CfgSlots               *ebpf.VariableSpec `ebpf:"cfg_slots"`
 	HandshakeSlotMask      *ebpf.VariableSpec `ebpf:"handshake_slot_mask"`
 	KeepPackets            *ebpf.VariableSpec `ebpf:"keep_packets"`
 	KeepSlotsPerCpu        *ebpf.VariableSpec `ebpf:"keep_slots_per_cpu"`
@@ -929,6 +953,9 @@ type loupeMaps struct {
 	DnsStats           *ebpf.Map `ebpf:"dns_stats"`
 	EventLayout        *ebpf.Map `ebpf:"event_layout"`
 	FlowEvents         *ebpf.Map `ebpf:"flow_events"`
+	FlowSlotsA         *ebpf.Map `ebpf:"flow_slots_a"`
+	FlowSlotsB         *ebpf.Map `ebpf:"flow_slots_b"`
+	FlowSlotsFill      *ebpf.Map `ebpf:"flow_slots_fill"`
 	FlowState          *ebpf.Map `ebpf:"flow_state"`
 	FlowsA             *ebpf.Map `ebpf:"flows_a"`
 	FlowsAggKey        *ebpf.Map `ebpf:"flows_agg_key"`
@@ -992,6 +1019,9 @@ func (m *loupeMaps) Close() error {
 		m.DnsStats,
 		m.EventLayout,
 		m.FlowEvents,
+		m.FlowSlotsA,
+		m.FlowSlotsB,
+		m.FlowSlotsFill,
 		m.FlowState,
 		m.FlowsA,
 		m.FlowsAggKey,
@@ -1054,6 +1084,8 @@ type loupeVariables struct {
 	CfgSketchRows          *ebpf.Variable `ebpf:"cfg_sketch_rows"`
 	CfgSketchSub           *ebpf.Variable `ebpf:"cfg_sketch_sub"`
 	CfgSketchWidth         *ebpf.Variable `ebpf:"cfg_sketch_width"`
+	CfgSlotBudget          *ebpf.Variable `ebpf:"cfg_slot_budget"`
+	CfgSlots               *ebpf.Variable `ebpf:"cfg_slots"`
 	HandshakeSlotMask      *ebpf.Variable `ebpf:"handshake_slot_mask"`
 	KeepPackets            *ebpf.Variable `ebpf:"keep_packets"`
 	KeepSlotsPerCpu        *ebpf.Variable `ebpf:"keep_slots_per_cpu"`

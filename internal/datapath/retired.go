@@ -26,7 +26,8 @@ type retiredSet struct {
 	maps   map[string]*ebpf.Map
 	state  retiredState
 	tables [2]*retiredTable
-	events *structDec // struct flow_event of the set's BTF; nil if absent
+	slots  [2]*retiredSlots // per-CPU slot tables (slots.go), if the set has them
+	events *structDec       // struct flow_event of the set's BTF; nil if absent
 }
 
 type retiredState struct {
@@ -60,6 +61,18 @@ func openRetired(pins *pinDir, name string, ncpu int, log *slog.Logger) (*retire
 			return nil, fmt.Errorf("%s: %w", mn, err)
 		}
 		r.tables[i] = t
+	}
+	for i, mn := range []string{loupeMapFlowSlotsA, loupeMapFlowSlotsB} {
+		m := maps[mn]
+		if m == nil || m.MaxEntries() <= 1 {
+			continue // a set of shared tables, or of a layout before slots
+		}
+		t, err := openRetiredSlots(m, ncpu)
+		if err != nil {
+			closeMaps(maps)
+			return nil, fmt.Errorf("%s: %w", mn, err)
+		}
+		r.slots[i] = t
 	}
 	r.state = readRetiredState(maps[loupeMapFlowState])
 	if m := maps[loupeMapEventLayout]; m != nil {
@@ -188,7 +201,7 @@ func (r *retiredSet) drains() []flow.Drain {
 	order := []uint32{r.state.active ^ 1, r.state.active}
 	var out []flow.Drain
 	for _, i := range order {
-		if r.tables[i] == nil {
+		if r.tables[i] == nil && r.slots[i] == nil {
 			continue
 		}
 		out = append(out, &retiredDrain{r: r, idx: i})
@@ -225,10 +238,20 @@ func (d *retiredDrain) Read(fn func(k *flow.Key, perCPU []flow.Stats)) (int, err
 	if d.idx > 1 {
 		return 0, nil
 	}
+	total := 0
+	if s := d.r.slots[d.idx]; s != nil {
+		n, err := s.read(fn)
+		if err != nil {
+			return n, err
+		}
+		total = n
+	}
 	t := d.r.tables[d.idx]
+	if t == nil {
+		return total, nil
+	}
 	b := newRawBatch(t.m, t.keySize, t.valSt*t.per, 1024)
 	stats := make([]flow.Stats, t.per)
-	total := 0
 	for {
 		n, err := b.next()
 		if err != nil {

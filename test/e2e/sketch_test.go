@@ -167,7 +167,7 @@ func TestSketchKeepsFloodsExact(t *testing.T) {
 // the flows the sketch cannot name are in an unattributed record; the
 // interface's totals stay exact; the failed decode is counted.
 func TestSketchOverCapacityStaysHonest(t *testing.T) {
-	p, a := quietPair(t, []string{"--memory", "4MiB", "--flow-budget", "1024", "--cache-active-timeout", "5s", "--signals-table-size", "16", "--dns-enabled=false", "--dns-handshake-rtt=false"})
+	p, a := quietPair(t, []string{"--memory", "5MiB", "--flow-budget", "1024", "--cache-active-timeout", "5s", "--signals-table-size", "16", "--dns-enabled=false", "--dns-handshake-rtt=false"})
 	a.waitLog(5*time.Second, "memory budget split")
 	macA, macB := macOf(t, p.a, p.vethA), macOf(t, p.b, p.vethB)
 	rng := rand.New(rand.NewPCG(7, 7))
