@@ -121,7 +121,7 @@ bench_tables() {
 	done
 	local kind tb tot cpus
 	say "" \
-		"Kernel memory of the flow tables with a budget of 100 000 flows (\`datapath.Load\`, \`MemoryBytes\`: the kernel's memlock" \
+		"Kernel memory of the flow tables with a budget of 100 000 flows, per CPU for per-CPU tables (\`datapath.Load\`, \`MemoryBytes\`: the kernel's memlock" \
 		"accounting; the datapath has two tables, the active one and the standby one it swaps in at each eviction):" \
 		"" \
 		"| tables | both flow tables (bytes) | one table of 100 000 flows (MB) | per flow (bytes) | all maps (bytes) | CPUs |" \
@@ -138,6 +138,6 @@ bench_tables() {
 			"  $(fmt %.1f "${NS[percpu-$load]}") ns vs $(fmt %.1f "${NS[shared-$load]}") ns per packet ($(fmt %+.1f "$(calc "${NS[percpu-$load]} - ${NS[shared-$load]}")") ns for per-CPU)."
 	done
 	say "- Memory: per-CPU tables take $(fmt %.2f "$(calc "${MEM[percpu]} / ${MEM[shared]}")") × the kernel memory of shared ones on this $(nproc)-CPU machine" \
-		"  (the per-CPU values grow with the number of possible CPUs)."
+		"  (a per-CPU budget of 100 000 flows on each CPU: every CPU has twice that in 128-byte slots, so the memory grows with the CPUs)."
 	section_end
 }

@@ -476,7 +476,7 @@ func TestFlagHelp(t *testing.T) {
 		}
 	}
 	for _, want := range []string{
-		"-flow-budget int\n    \tmax distinct flows in the kernel map per eviction interval, 16..16777216; 0: sized from memory, or 65536 without it (given with memory, it wins and the sketch gets the rest) (flow_budget, LOUPE_FLOW_BUDGET)\n",
+		"-flow-budget int\n    \tmax distinct flows a kernel table holds per eviction interval (per CPU with per-CPU tables), 16..16777216; 0: sized from memory, or 65536 without it (per CPU on up to 2 CPUs, 131072 split among more, with per-CPU tables; given with memory, it wins and the sketch gets the rest) (flow_budget, LOUPE_FLOW_BUDGET)\n",
 		"-memory size\n",
 		"-ringbuf-size size\n", "(default 1MiB)",
 		"-iface glob\n", "repeatable, comma-separated (interfaces, LOUPE_INTERFACES)\n",

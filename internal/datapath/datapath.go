@@ -48,10 +48,10 @@ func (k TableKind) String() string {
 // slots: no atomic instruction and no cache line shared between CPUs, and
 // a lookup without a helper call, but a flow takes a 128-byte slot (twice,
 // at the budget's load) on every CPU that sees it, and each CPU holds only
-// its part of the budget. The default budget splits 65 536 flows among the
-// CPUs, so that both kinds take 32 MiB; past 4 CPUs each CPU's part gets
-// small, a flow spread over CPUs (RPS, a multi-threaded sender) fills
-// several, and the shared table is the better trade.
+// its part of the budget. By default they take 64 MiB, twice the shared
+// tables; past 4 CPUs each CPU's part gets small, a flow spread over CPUs
+// (RPS, a multi-threaded sender) fills several, and the shared table is
+// the better trade.
 const perCPUMaxCPUs = 4
 
 // AutoTables picks the table kind for this machine (map_type: auto).
@@ -67,13 +67,17 @@ func AutoTables() (TableKind, error) {
 }
 
 // defaultFlowBudget is the flow budget without a memory budget: a shared
-// table's, and what the CPUs' per-CPU tables hold together (each CPU
-// defaultFlowBudget / CPUs flows, at least minDefaultPerCPU). Two tables
-// of 65536 flows take 32 MiB either way: per-CPU, 512 bytes a flow and CPU
-// for both halves (slotsFor); shared, about 250 bytes a flow.
+// table's, and each CPU's part of a per-CPU table on up to two CPUs. More
+// CPUs split perCPUDefaultTotal among them (at least minDefaultPerCPU
+// each), so that the per-CPU tables take 64 MiB by default (512 bytes a
+// flow and CPU for both halves, slotsFor) whatever the CPUs, and a CPU
+// that sees every flow (a veth's sender, a single-queue NIC) still holds
+// as many as the shared table on two. Two shared tables of 65536 flows
+// take about 32 MiB.
 const (
-	defaultFlowBudget = 65536
-	minDefaultPerCPU  = 4096
+	defaultFlowBudget  = 65536
+	perCPUDefaultTotal = 131072
+	minDefaultPerCPU   = 4096
 )
 
 // DefaultFlowBudget is the flow budget of a table of kind without a memory
@@ -86,7 +90,7 @@ func DefaultFlowBudget(kind TableKind) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("count possible CPUs: %w", err)
 	}
-	return max(defaultFlowBudget/n, minDefaultPerCPU), nil
+	return min(defaultFlowBudget, max(perCPUDefaultTotal/n, minDefaultPerCPU)), nil
 }
 
 // Options size the datapath.
