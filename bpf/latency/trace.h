@@ -8,8 +8,9 @@
  * the block is walked line by line: each buffer's payload is read with
  * bpf_skb_load_bytes in windows of TRACE_WINDOW bytes (so data beyond the
  * linear area is read too), each window searched eight bytes at a time for
- * '\n'; a line is looked at only when its first byte could start one of
- * the three names (t, b, x in either case) or end the block ('\r', '\n').
+ * '\n'; a line is looked at only when its first four bytes could start one
+ * of the three names ("trac", "b3:", "x-b3" in either case) or end the
+ * block ('\r', '\n').
  * Such a line's first TRACE_LINE_MAX bytes are read (one more load) and
  * judged: name, optional whitespace, a value checked digit by digit.
  *
@@ -102,6 +103,7 @@ struct trace_scratch {
 	__u32 tag;       /* and the tag its connection writes there */
 	__u32 opt_at;    /* where latency_option_find's walk is */
 	__u32 win_len;   /* bytes in win */
+	__u32 win_pos;   /* where win starts in the payload */
 	__u32 limited;   /* the scan limit cut this buffer */
 	__u8 tunneled;
 	__u8 pad[3];
@@ -195,7 +197,10 @@ __noinline int trace_hex_at(struct trace_scratch *s, __u32 i, __u32 n, __u32 whe
 		}
 		hi = trace_hexval[s->line[d & (2 * TRACE_LINE_MAX - 1)]];
 		lo = trace_hexval[s->line[(d + 1) & (2 * TRACE_LINE_MAX - 1)]];
-		bad |= (hi > upper) | (lo > upper);
+		/* Without a branch ((upper - d) wraps when d > upper):
+		 * compared, every digit doubled the states the verifier
+		 * walks through this loop. */
+		bad |= (((__u64)upper - hi) | ((__u64)upper - lo)) >> 63;
 		out[k & 15] = (hi & 15) << 4 | (lo & 15);
 		nonzero |= hi | lo;
 	}
@@ -380,19 +385,31 @@ static __always_inline int trace_verdict(struct trace_scratch *s, int j)
 	return 0;
 }
 
-/* trace_newline returns where the first '\n' among the n bytes of
- * s->line from start is, or n. */
-static __always_inline __u32 trace_newline(const struct trace_scratch *s, __u32 start, __u32 n)
+/* TRACE_ZEROES flags exactly the zero bytes of x (0x80 in each), with no
+ * false flag above a real one (unlike TRACE_HAS_ZERO). */
+#define TRACE_ZEROES(x) (~((((x) & TRACE_BYTES(0x7f)) + TRACE_BYTES(0x7f)) | (x) | TRACE_BYTES(0x7f)))
+
+/* trace_has_newline tells whether a '\n' is among bytes start..n-1 of
+ * s->line (n at most TRACE_LINE_MAX), eight bytes at a time. */
+static __always_inline int trace_has_newline(const struct trace_scratch *s, __u32 start, __u32 n)
 {
-	for (__u32 k = 0; k < TRACE_LINE_MAX; k++) {
-		__u32 i = start + k;
+	for (__u32 k = 0; k < TRACE_LINE_MAX / 8; k++) {
+		__u32 i = k * 8;
+		__u64 v, valid = ~0ULL;
 
 		if (i >= n)
 			break;
-		if (s->line[i & (2 * TRACE_LINE_MAX - 1)] == '\n')
-			return i;
+		if (i + 8 <= start)
+			continue;
+		if (n - i < 8)
+			valid = (1ULL << (8 * (n - i))) - 1;
+		if (start > i)
+			valid &= ~((1ULL << (8 * (start - i))) - 1);
+		v = *(const __u64 *)(s->line + (i & (TRACE_LINE_MAX - 8)));
+		if (TRACE_ZEROES(v ^ TRACE_BYTES('\n')) & valid & TRACE_BYTES(0x80))
+			return 1;
 	}
-	return n;
+	return 0;
 }
 
 /* trace_line_at looks at the line starting at payload offset at of the
@@ -419,7 +436,7 @@ __noinline int trace_line_at(struct __sk_buff *skb, __u32 at)
 		return 1;
 	}
 	__builtin_memset(s->line + TRACE_LINE_MAX, 0, TRACE_LINE_MAX);
-	if (trace_newline(s, 0, n) == n) {
+	if (!trace_has_newline(s, 0, n)) {
 		if (n < TRACE_LINE_MAX) {
 			/* The segment ends first: the line is judged whole
 			 * when the next one comes. */
@@ -459,7 +476,7 @@ __noinline int trace_line_carried(struct __sk_buff *skb)
 	}
 	__builtin_memset(s->line + TRACE_LINE_MAX, 0, TRACE_LINE_MAX);
 	total = c + n;
-	if (trace_newline(s, c, total) == total) {
+	if (!trace_has_newline(s, c, total)) {
 		if (total < TRACE_LINE_MAX) {
 			/* Still not its end: this whole segment was part of
 			 * the line. */
@@ -483,13 +500,61 @@ static __always_inline int trace_candidate(__u8 c)
 	return l == 't' || l == 'b' || l == 'x' || c == '\r' || c == '\n' || c < 0x20 || c >= 0x7f;
 }
 
+/* trace_head_candidate is trace_candidate for a line whose first four
+ * bytes are known (head, little-endian): the start of a name looked for
+ * ("trac", "x-b3", "b3:" in any case), the block's end, or binary. Most
+ * header lines fail it without a load: an X-Forwarded-For, a
+ * Transfer-Encoding. */
+static __always_inline int trace_head_candidate(__u32 head)
+{
+	__u32 l = head | 0x20202020;
+	__u8 c = head & 0xff;
+
+	return l == 0x63617274 /* "trac" */ || l == 0x33622d78 /* "x-b3" */ ||
+	       (l & 0xffffff) == 0x3a3362 /* "b3:" */ || c == '\r' || c == '\n' || c < 0x20 || c >= 0x7f;
+}
+
+/* trace_line_after looks at the line that starts after the '\n' at
+ * window offset at, of window start - at - 1: at once past it unless its
+ * first bytes could start a trace header (or the block's end, or binary),
+ * with trace_line_at otherwise. Returns 1 to stop the buffer's scan. A
+ * global function: checked inline, the two ways of telling multiplied the
+ * window's states past the verifier's bound. */
+__noinline int trace_line_after(struct __sk_buff *skb, __u32 at)
+{
+	struct trace_scratch *s = trace_scratch_get();
+	const __u8 *b;
+	__u32 start;
+
+	if (!skb || !s)
+		return 1;
+	b = (const __u8 *)s->win;
+	start = s->win_pos + at + 1;
+	if (at + 5 <= s->win_len && start + 4 <= s->len) {
+		/* The window holds the line's first four bytes. */
+		__u32 head = b[(at + 1) & (TRACE_WINDOW - 1)] | (__u32)b[(at + 2) & (TRACE_WINDOW - 1)] << 8 |
+			     (__u32)b[(at + 3) & (TRACE_WINDOW - 1)] << 16 |
+			     (__u32)b[(at + 4) & (TRACE_WINDOW - 1)] << 24;
+
+		if (!trace_head_candidate(head)) {
+			s->scan.flags |= TRACE_F_SKIP_LINE;
+			return 0;
+		}
+	} else if (at + 1 < TRACE_WINDOW && !trace_candidate(b[(at + 1) & (TRACE_WINDOW - 1)])) {
+		s->scan.flags |= TRACE_F_SKIP_LINE;
+		return 0;
+	}
+	/* trace_line_at reads the line into s->line: the window stays. */
+	return trace_line_at(skb, start);
+}
+
 /* trace_window scans window i of the buffer s->off, s->len describe for
  * line starts, and looks at those that could hold a trace header (a global
  * function, called once per window). Returns 1 to stop. */
 __noinline int trace_window(struct __sk_buff *skb, __u32 i)
 {
 	struct trace_scratch *s = trace_scratch_get();
-	__u32 pos, n;
+	__u32 pos, n, words;
 
 	if (!skb || !s || i >= TRACE_WINDOWS)
 		return 1;
@@ -507,20 +572,32 @@ __noinline int trace_window(struct __sk_buff *skb, __u32 i)
 		return 1;
 	}
 	s->win_len = n;
-	for (__u32 w = 0; w < TRACE_WORDS; w++) {
-		__u64 v, hits, valid = ~0ULL;
+	s->win_pos = pos;
+	/* The bytes past the buffer's end in its last word read as 0x01,
+	 * neither NUL nor '\n': the loop then tests whole words, and most
+	 * words (no NUL, no '\n') cost it two tests and a branch. */
+	words = (n + 7) / 8;
+	if (n & 7) {
+		__u64 keep = (1ULL << (8 * (n & 7))) - 1;
+		__u32 last = (n / 8) & (TRACE_WORDS - 1);
 
-		if (w * 8 >= s->win_len)
+		s->win[last] = (s->win[last] & keep) | (TRACE_BYTES(0x01) & ~keep);
+	}
+	for (__u32 w = 0; w < TRACE_WORDS; w++) {
+		__u64 v, nul, hits;
+
+		if (w >= words)
 			break;
-		if (s->win_len - w * 8 < 8)
-			valid = (1ULL << (8 * (s->win_len - w * 8))) - 1;
 		v = s->win[w];
+		nul = TRACE_HAS_ZERO(v);
+		hits = TRACE_HAS_ZERO(v ^ TRACE_BYTES('\n'));
+		if (!(nul | hits))
+			continue;
 		/* A NUL byte: binary data, not a header block. */
-		if (TRACE_HAS_ZERO(v | ~valid) & valid) {
+		if (nul) {
 			s->outcome = TRACE_NOT_HTTP;
 			return 1;
 		}
-		hits = TRACE_HAS_ZERO(v ^ TRACE_BYTES('\n')) & valid;
 		/* Each '\n' flagged, lowest first: the lowest set bit is
 		 * 0x80 << 8k, and (1 << 8k) * 0x0001020304050607 has k in its
 		 * top byte. */
@@ -528,7 +605,6 @@ __noinline int trace_window(struct __sk_buff *skb, __u32 i)
 			__u64 low = hits & -hits;
 			__u32 at = w * 8 + (((low >> 7) * 0x0001020304050607ULL) >> 56);
 			__u32 start = pos + at + 1; /* the line after the '\n' */
-			__u8 c;
 
 			hits &= hits - 1;
 			/* The test flags a byte above a real '\n' too: look. */
@@ -540,16 +616,7 @@ __noinline int trace_window(struct __sk_buff *skb, __u32 i)
 			s->scan.flags &= ~TRACE_F_SKIP_LINE;
 			if (start >= s->len)
 				return 0; /* the next segment starts a line */
-			if (at + 1 < TRACE_WINDOW) {
-				c = ((const __u8 *)s->win)[(at + 1) & (TRACE_WINDOW - 1)];
-				if (!trace_candidate(c)) {
-					s->scan.flags |= TRACE_F_SKIP_LINE;
-					continue;
-				}
-			}
-			/* trace_line_at reads the line into s->line: the
-			 * window stays. */
-			if (trace_line_at(skb, start))
+			if (trace_line_after(skb, at))
 				return 1;
 		}
 	}

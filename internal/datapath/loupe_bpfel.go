@@ -578,9 +578,11 @@ type loupeTraceScratch struct {
 	Tag       uint32
 	OptAt     uint32
 	WinLen    uint32
+	WinPos    uint32
 	Limited   uint32
 	Tunneled  uint8
 	Pad       [3]uint8
+	_         [4]byte
 }
 
 type loupeTunnelFlag uint32

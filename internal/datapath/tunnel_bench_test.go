@@ -123,12 +123,15 @@ func BenchmarkTunnelsFirstPacket(b *testing.B) {
 // TestProgramSizes logs the entry programs' instruction counts as loaded
 // (after the verifier removed what the switches make dead) and the
 // instructions the verifier processed, for every build: the tunnel step
-// must leave them sane and every build must load.
+// must leave them sane and every build must load, the one with every
+// capability on (the most the verifier walks: its bound is 1 000 000)
+// too.
 func TestProgramSizes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("loads BPF programs")
 	}
-	for _, caps := range [][]string{{"flows"}, {"flows", "rules"}, {"flows", "capture"}, {"flows", "capture", "rules"}} {
+	for _, caps := range [][]string{{"flows"}, {"flows", "rules"}, {"flows", "capture"}, {"flows", "capture", "rules"},
+		{"flows", "latency", "dns", "handshake", "capture", "rules"}} {
 		dp, err := Load(Options{FlowBudget: 64, RingBufSize: 1 << 16, Capabilities: caps})
 		if err != nil {
 			t.Fatalf("%v: %v", caps, err)
