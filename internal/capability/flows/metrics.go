@@ -3,6 +3,7 @@ package flows
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"loupe/internal/datapath"
 	"loupe/internal/store"
 )
 
@@ -34,7 +35,7 @@ func newCollector(u *Unit) *collector {
 	}
 	return &collector{
 		u:            u,
-		capacity:     d("flow_table_capacity", "Flows one kernel flow table holds (flow_budget)."),
+		capacity:     d("flow_table_capacity", "Flows one kernel flow table holds: flow_budget, times the CPUs with per-CPU tables (each CPU holds flow_budget)."),
 		entries:      d("flow_table_entries", "Flows in the table at the last eviction."),
 		fill:         d("flow_table_fill_ratio", "flow_table_entries / flow_table_capacity at the last eviction."),
 		evictions:    d("evictions_total", "Table evictions, by what caused them.", "reason"),
@@ -92,6 +93,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 
 	es := u.ev.Stats()
 	budget := float64(u.dp.Options().FlowBudget)
+	if u.dp.Options().Tables == datapath.PerCPU {
+		budget *= float64(u.dp.CPUs())
+	}
 	gauge(c.capacity, budget)
 	gauge(c.entries, float64(es.LastFlows))
 	gauge(c.fill, float64(es.LastFlows)/budget)
