@@ -14,8 +14,9 @@
 #         trace of a million flows.
 # Designs:
 #   empty   the empty program (the hook and bpf_stats' own cost);
-#   exact   per-CPU tables that hold every flow (--flow-budget: twice the
-#           workload's flows, at least 4096);
+#   exact   per-CPU tables that hold every flow (--flow-budget: the
+#           workload's flows, at least 4096: the slot tables have twice
+#           that many slots);
 #   sketch  --memory 16MiB --flow-budget 16: every flow but 16 spills, so
 #           a packet pays the sketch's insert (the seed's on-path SMON);
 #   memory  --memory 16MiB: tables and sketch split the budget, what an
@@ -25,8 +26,9 @@
 # Knobs: BENCH_DESIGNS_ROUNDS (3), BENCH_DESIGNS_WORKLOADS ("seed 10x 1M").
 # Sourced by bench/run.sh.
 
-# exact's flow budget is set per workload: twice its flows, so that the
-# table holds them all with room (a hash table this full stays fast).
+# exact's flow budget is set per workload: its flows, so that each CPU's
+# table holds them all (the per-CPU slot tables size their slots at twice
+# the budget, where a lookup stays fast: internal/datapath/slots.go).
 # Every design runs flow accounting alone (the kernel signals and DNS off):
 # the comparison is of the ways to count flows, and the budget of 16 MiB is
 # then the flows' own.
@@ -45,7 +47,7 @@ declare -A WORKLOAD_LOOPS=([seed]=5 [10x]=1 [1M]=1)
 exact_budget() {
 	local flows
 	read -r flows _ <<<"${WORKLOAD_TRACE[$1]}"
-	echo $((2 * flows > 4096 ? 2 * flows : 4096))
+	echo $((flows > 4096 ? flows : 4096))
 }
 
 bench_designs() {
@@ -121,7 +123,7 @@ bench_designs() {
 		say "taskset -c 1 ip netns exec $NS_A tcpreplay -i $IF_A --preload-pcap ${WORKLOAD_REPLAY[$w]} $w.pcap"
 	done
 	for d in exact sketch memory offpath; do
-		say "ip netns exec $NS_B loupe run --iface $IF_B --store DIR --cache-active-timeout 2s ${DESIGN_ARGS[$d]}$([[ $d != exact ]] || echo " --flow-budget 2×FLOWS")   # $d"
+		say "ip netns exec $NS_B loupe run --iface $IF_B --store DIR --cache-active-timeout 2s ${DESIGN_ARGS[$d]}$([[ $d != exact ]] || echo " --flow-budget FLOWS")   # $d"
 	done
 	say '```' ""
 	local m em ratio
