@@ -6,6 +6,7 @@
 //
 //	go run ./bench/store            # writes bench/store/RESULTS.md
 //	go run ./bench/store -n 1000000 -out /dev/stdout
+//	go run ./bench/store -dir DIR -ref UNIX -write-only -hops 10000   # the data only (bench/ui.sh)
 //
 // The "cold" run drops the store files from the page cache first
 // (posix_fadvise DONTNEED on each file, nothing else), so it reads from disk;
@@ -49,8 +50,16 @@ func main() {
 	queryOnly := flag.Bool("query-only", false, "reuse the store in -dir and only run the queries (for profiling; not for RESULTS.md)")
 	queryBy := flag.String("by", "", "with -query-only: time only this grouping (src, dst, pair, port, ...)")
 	compactMax := flag.Int("compact-max", storesink.CompactMaxRecords, "largest merged segment, in records (default: what the agent uses)")
+	writeOnly := flag.Bool("write-only", false, "write the records into -dir, compact them and stop: no queries, no report (the UI benchmark's data)")
+	hops := flag.Int("hops", 0, "with -write-only: also write this many per-hop latency records over the same hour")
 	flag.Parse()
 	log.SetFlags(0)
+	if *writeOnly && *dir == "" {
+		log.Fatal("-write-only needs -dir: the records would be written into a temporary directory and removed")
+	}
+	if *hops > 0 && !*writeOnly {
+		log.Fatal("-hops is for -write-only")
+	}
 	if *queryOnly {
 		if *cpuprofile != "" {
 			f, err := os.Create(*cpuprofile)
@@ -135,6 +144,13 @@ func main() {
 	log.Printf("wrote %d records in %v (Write calls %v, generation %v), compaction settled in %v: %d segments, %d compactions",
 		*n, loopTime.Round(time.Millisecond), writeTime.Round(time.Millisecond), genTime.Round(time.Millisecond),
 		settle.Round(time.Millisecond), st.Segments, st.Compactions)
+	if *writeOnly {
+		if err := writeHops(storeDir, *seed, ref, *hops); err != nil {
+			log.Fatal(err)
+		}
+		log.Printf("wrote %d per-hop latency records; the hour ends at %d (unix s)", *hops, ref.Unix())
+		return
+	}
 
 	// The peak of the write phase; then the queries' own, from a reset.
 	writePeak := peakRSS()
