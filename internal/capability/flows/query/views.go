@@ -60,12 +60,6 @@ type Totals struct {
 	Flows   uint64 `json:"flows"`
 }
 
-func (t *Totals) add(r *flow.Record) {
-	t.Bytes += r.Bytes
-	t.Packets += r.Packets
-	t.Flows++
-}
-
 // maxBuckets bounds a series: a step too small for the window is widened.
 const maxBuckets = 2000
 
@@ -114,42 +108,30 @@ func trafficOf(ctx context.Context, rd *store.Reader, sq store.Query, now time.T
 		dir   flow.Direction
 	}
 	type point struct{ bytes, packets uint64 }
+	// The store sums per second (the step may follow from the oldest
+	// record, with no since); the buckets are made of the seconds here.
+	sums, err := rd.Traffic(ctx, sq)
+	if err != nil {
+		return Traffic{}, err
+	}
 	series := map[key]map[int64]*point{}
-	protos := map[uint8]*Totals{}
-	var tot Totals
-	var oldest time.Time
-	err := rd.Scan(ctx, sq, func(rec *flow.Record) error {
-		tot.add(rec)
-		p := protos[rec.Proto]
-		if p == nil {
-			p = &Totals{}
-			protos[rec.Proto] = p
-		}
-		p.add(rec)
-		k := key{rec.Iface, rec.Direction}
+	for _, pt := range sums.Points {
+		k := key{pt.Iface, pt.Direction}
 		m := series[k]
 		if m == nil {
 			m = map[int64]*point{}
 			series[k] = m
 		}
-		// Seconds now, buckets once the step is known (it may follow
-		// from the oldest record, with no since).
-		sec := rec.LastSeen.Unix()
-		pt := m[sec]
-		if pt == nil {
-			pt = &point{}
-			m[sec] = pt
-		}
-		pt.bytes += rec.Bytes
-		pt.packets += rec.Packets
-		if oldest.IsZero() || rec.FirstSeen.Before(oldest) {
-			oldest = rec.FirstSeen
-		}
-		return nil
-	})
-	if err != nil {
-		return Traffic{}, err
+		m[pt.Sec] = &point{pt.Bytes, pt.Packets}
 	}
+	protos := map[uint8]*Totals{}
+	for p, v := range sums.Protos {
+		if v.Records > 0 {
+			protos[uint8(p)] = &Totals{Bytes: v.Bytes, Packets: v.Packets, Flows: v.Records}
+		}
+	}
+	tot := Totals{Bytes: sums.Total.Bytes, Packets: sums.Total.Packets, Flows: sums.Total.Records}
+	oldest := sums.Oldest
 	if since.IsZero() {
 		since = cmp.Or(oldest, until)
 	}
