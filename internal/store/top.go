@@ -502,14 +502,29 @@ func (w *sumWorker) segment(s *segment, f *segFilter) bool {
 		}
 	default:
 		if by.isNames() {
-			w.names.reset(s)
+			w.names.reset(s, st)
 		}
-		for i := range s.n {
-			if !simple && !f.match(s, i) {
-				continue
+		if w.names.bare {
+			// One group for every record: summed here, added once.
+			var b, p uint64
+			for i := range s.n {
+				if !simple && !f.match(s, i) {
+					continue
+				}
+				b, p = b+le.Uint64(bytes[8*i:]), p+le.Uint64(packets[8*i:])
+				matched++
 			}
-			w.buf.add(st.group(s, i, &w.conns, &w.names), le.Uint64(bytes[8*i:]), le.Uint64(packets[8*i:]), 1)
-			matched++
+			if matched > 0 {
+				w.buf.add(w.names.group, b, p, matched)
+			}
+		} else {
+			for i := range s.n {
+				if !simple && !f.match(s, i) {
+					continue
+				}
+				w.buf.add(st.group(s, i, &w.conns, &w.names), le.Uint64(bytes[8*i:]), le.Uint64(packets[8*i:]), 1)
+				matched++
+			}
 		}
 		st.table.flush(&w.buf)
 		group := func(i int) (uint64, bool) { return st.group(s, i, &w.conns, &w.names), true }
