@@ -71,7 +71,10 @@ export async function topology(root: HTMLElement, p: URLSearchParams, go: (p: UR
       { selector: "node", style: { label: "data(label)", "font-size": 10, "background-color": "#2a6fdb", width: 14, height: 14, color: "#222" } },
       { selector: "edge", style: { width: "data(w)", "line-color": "#9ab", "target-arrow-color": "#9ab", "target-arrow-shape": "triangle", "curve-style": "bezier", "arrow-scale": 0.6 } },
     ],
-    layout: { name: nodes.size > 400 ? "grid" : "cose", animate: false, randomize: false } as cytoscape.LayoutOptions,
+    // CoSE cools faster than its default (0.99): some 140 iterations
+    // instead of 700, each over every pair of nodes, which took 0.4 s for
+    // 111 nodes; the drawing is much the same.
+    layout: (nodes.size > 400 ? { name: "grid" } : { name: "cose", animate: false, randomize: false, coolingFactor: 0.95 }) as cytoscape.LayoutOptions,
     wheelSensitivity: 0.3,
   });
   // A node's or an edge's flows, in the flows table (a subnet is a CIDR
