@@ -49,6 +49,7 @@ func main() {
 	refUnix := flag.Int64("ref", 0, "end of the generated hour, unix seconds (default: now); fixes the data for a given seed")
 	queryOnly := flag.Bool("query-only", false, "reuse the store in -dir and only run the queries (for profiling; not for RESULTS.md)")
 	queryBy := flag.String("by", "", "with -query-only: time only this grouping (src, dst, pair, port, ...)")
+	queryN := flag.Int("top", 10, "with -query-only: the groups asked for (the UI's topology asks for 301 pairs)")
 	compactMax := flag.Int("compact-max", storesink.CompactMaxRecords, "largest merged segment, in records (default: what the agent uses)")
 	writeOnly := flag.Bool("write-only", false, "write the records into -dir, compact them and stop: no queries, no report (the UI benchmark's data)")
 	hops := flag.Int("hops", 0, "with -write-only: also write this many per-hop latency records over the same hour")
@@ -69,7 +70,7 @@ func main() {
 			pprof.StartCPUProfile(f)
 			defer pprof.StopCPUProfile()
 		}
-		runQueriesOnly(*dir, *runs, *queryBy)
+		runQueriesOnly(*dir, *runs, *queryBy, *queryN)
 		return
 	}
 
@@ -438,7 +439,7 @@ func rate(n int, d time.Duration) string {
 func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d.Microseconds())/1000) }
 
 // runQueriesOnly times Top on an existing store, for quick profiling.
-func runQueriesOnly(dir string, runs int, only string) {
+func runQueriesOnly(dir string, runs int, only string, n int) {
 	r, err := store.OpenReader(dir)
 	if err != nil {
 		log.Fatal(err)
@@ -457,7 +458,7 @@ func runQueriesOnly(dir string, runs int, only string) {
 		var times, cpus []time.Duration
 		for range runs {
 			t, c := time.Now(), cpuTime()
-			if _, err := r.Top(context.Background(), q, by, 10); err != nil {
+			if _, err := r.Top(context.Background(), q, by, n); err != nil {
 				log.Fatal(err)
 			}
 			times, cpus = append(times, time.Since(t)), append(cpus, cpuTime()-c)

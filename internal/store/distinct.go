@@ -34,7 +34,7 @@ func (r *Reader) flowPass(ctx context.Context, st *topState, files []snapFile, c
 	sh.match(cands)
 	ws := make([]*flowWorker, maxWorkers())
 	for i := range ws {
-		ws[i] = &flowWorker{sh: sh, flows: make([]uint64, len(cands))}
+		ws[i] = &flowWorker{sh: sh, flows: padded(len(cands))}
 	}
 	_, err := r.pass(ctx, st, files, nil, func(w int, s *segment, f *segFilter, ok bool) (bool, error) {
 		if ok {
@@ -52,6 +52,14 @@ func (r *Reader) flowPass(ctx context.Context, st *topState, files []snapFile, c
 		}
 	}
 	return flows, nil
+}
+
+// padded returns n counters that share no cache line with another
+// object: each worker counts a new key in its own, and counters of two
+// workers in one line made every count a cache miss on the other CPU.
+func padded(n int) []uint64 {
+	const line = 8 // words in a cache line
+	return make([]uint64, n+2*line)[line : line+n : line+n]
 }
 
 // flowShared is what the workers of the second pass share.
