@@ -165,19 +165,29 @@ func newTopState(cq *compiled, by GroupBy, sort Sort, in *interner, segs *queryS
 // may be among the first n only; memory grows with the number of groups
 // and with the distinct flows of those.
 func (r *Reader) Top(ctx context.Context, q Query, by GroupBy, n int) ([]TopEntry, error) {
-	return r.top(ctx, q, by, SortBytes, n, keyLimits{flushEvery: flushEvery, budget: deferBudget})
+	return r.top(ctx, q, by, SortBytes, n, keyLimits{flushEvery: flushEvery, budget: deferBudget}, true)
 }
 
 // TopBy is Top ranking its groups by sort: by bytes, as Top, or by one of
 // the kernel signals or DNS (Sort), among the groups whose records
 // measured it; ties are broken as Top breaks them.
 func (r *Reader) TopBy(ctx context.Context, q Query, by GroupBy, sort Sort, n int) ([]TopEntry, error) {
-	return r.top(ctx, q, by, sort, n, keyLimits{flushEvery: flushEvery, budget: deferBudget})
+	return r.top(ctx, q, by, sort, n, keyLimits{flushEvery: flushEvery, budget: deferBudget}, true)
+}
+
+// TopUncounted is Top without the flows counted: every entry's Flows is
+// 0, and entries with the same bytes and packets are ordered by their
+// group key alone. It reads the segments only to sum them, which is most
+// of Top's time saved where most records are flows of their own: for views
+// that show no flow count (the UI's topology).
+func (r *Reader) TopUncounted(ctx context.Context, q Query, by GroupBy, n int) ([]TopEntry, error) {
+	return r.top(ctx, q, by, SortBytes, n, keyLimits{}, false)
 }
 
 // top is TopBy with the thresholds of its set of flow keys (keyset.go);
-// lim.paths, if set, is told which ways the set took.
-func (r *Reader) top(ctx context.Context, q Query, by GroupBy, sort Sort, n int, lim keyLimits) ([]TopEntry, error) {
+// lim.paths, if set, is told which ways the set took. Flows are counted
+// if counted is set.
+func (r *Reader) top(ctx context.Context, q Query, by GroupBy, sort Sort, n int, lim keyLimits, counted bool) ([]TopEntry, error) {
 	if by < 0 || by >= numGroupBy {
 		return nil, fmt.Errorf("store: top: unknown grouping %d", by)
 	}
@@ -243,9 +253,11 @@ func (r *Reader) top(ctx context.Context, q Query, by GroupBy, sort Sort, n int,
 	} else {
 		cands = sums.signalCandidates(n, sig, sort)
 	}
-	flows, err := r.flowPass(ctx, st, sums.files, cands, lim)
-	if err != nil {
-		return nil, err
+	flows := make([]uint64, len(cands))
+	if counted {
+		if flows, err = r.flowPass(ctx, st, sums.files, cands, lim); err != nil {
+			return nil, err
+		}
 	}
 	out := make([]TopEntry, len(cands))
 	for i := range cands {
