@@ -108,6 +108,9 @@ func (sh *flowShared) match(cands []topCand) {
 		for i, c := range cands {
 			sh.groups.put(c.g, uint32(i))
 		}
+		if st.by.isNames() {
+			sh.ctxs.groups = &sh.groups
+		}
 	}
 }
 
@@ -139,10 +142,10 @@ func (sh *flowShared) candOf(k flowKey) uint32 {
 	case ByPair:
 		return sh.pairs.find(uint64(sh.rawCand[src])<<32 | uint64(sh.rawCand[dst]))
 	}
-	x := &sh.ctxs.list[k.b>>32-1]
 	if sh.st.by.isNames() {
-		return sh.groups.find(x.group)
+		return sh.ctxs.cands[k.b>>32-1]
 	}
+	x := &sh.ctxs.list[k.b>>32-1]
 	sp, dp := uint16(k.b>>16), uint16(k.b)
 	port := dp
 	switch sh.st.by {
@@ -299,7 +302,15 @@ func (w *flowWorker) segmentByGroup(s *segment, f *segFilter) {
 	src, dst, sport, dport := c[cSrcAddr], c[cDstAddr], c[cSrcPort], c[cDstPort]
 	packets, bytes := c[cPackets], c[cBytes]
 	simple, names := f.simple(), sh.st.by.isNames()
+	// A segment without names is one name group: a candidate or not.
+	bare := names && w.names.bare
+	if bare && sh.groups.find(w.names.group) == noID {
+		return
+	}
 	var inCtx uint64
+	if bare {
+		inCtx = w.names.group
+	}
 	n := 0
 	for i := range s.n {
 		if !simple && !f.match(s, i) {
@@ -308,12 +319,14 @@ func (w *flowWorker) segmentByGroup(s *segment, f *segFilter) {
 		if le.Uint64(packets[8*i:]) == 0 && le.Uint64(bytes[8*i:]) == 0 {
 			continue // a record of signals alone (no traffic) is no flow
 		}
-		g := sh.st.group(s, i, &w.conns, &w.names)
-		if sh.groups.find(g) == noID {
-			continue
-		}
-		if names {
-			inCtx = g // as in segment, the name group is part of the context
+		if !bare {
+			g := sh.st.group(s, i, &w.conns, &w.names)
+			if sh.groups.find(g) == noID {
+				continue
+			}
+			if names {
+				inCtx = g // as in segment, the name group is part of the context
+			}
 		}
 		w.keys.add(flowKey{
 			a: uint64(ids[le.Uint32(src[4*i:])])<<32 | uint64(ids[le.Uint32(dst[4*i:])]),
@@ -371,6 +384,10 @@ type ctxInterner struct {
 	mu   sync.RWMutex // Lock to add, RLock to read list while others add
 	ids  map[flowCtx]uint32
 	list []flowCtx // by id
+	// cands are, under a name grouping, the candidate of each context's
+	// group (groups), found as the context is added: candOf reads it.
+	cands  []uint32
+	groups *u64Map
 }
 
 func (c *ctxInterner) id(x flowCtx) uint32 {
@@ -384,6 +401,9 @@ func (c *ctxInterner) id(x flowCtx) uint32 {
 		id = uint32(len(c.list))
 		c.ids[x] = id
 		c.list = append(c.list, x)
+		if c.groups != nil {
+			c.cands = append(c.cands, c.groups.find(x.group))
+		}
 	}
 	return id
 }
