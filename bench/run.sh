@@ -30,12 +30,15 @@
 #               5 000 pods and 1 000 services on a real API server
 #     latency   per-hop latency against tcpdump's time stamps of the same
 #               segments, and HTTP request latency with and without it
+#     ui        the web UI: each page's first view in chromium over the
+#               store benchmark's 10 M records, cold and warm
 #
 # Knobs (environment): BENCH_IPERF_ROUNDS (5), BENCH_IPERF_SECONDS (10),
 # BENCH_ROUNDS (3, bpfstats and tables), BENCH_RSS_SECONDS (30),
 # BENCH_SIGNALS_ROUNDS (3), BENCH_SIGNALS_SECONDS (8), BENCH_DESIGNS_ROUNDS (3),
 # BENCH_DESIGNS_WORKLOADS ("seed 10x 1M"),
 # BENCH_EXPORT_RECORDS (2000000), BENCH_CAPTURE_* (see bench/capture.sh),
+# BENCH_UI_RUNS (5), BENCH_UI_PAGES, BENCH_UI_RECORDS, BENCH_UI_HOPS (see bench/ui.sh),
 # BENCH_BASE (the commit bpfstats compares with, built from a temporary git
 # worktree; default 0bf4c56, the last one before the capability seam; empty:
 # not compared).
@@ -49,7 +52,7 @@ ROOT=$(dirname "$BENCH_DIR")
 cd "$ROOT"
 . scripts/env.sh
 
-ALL=(iperf bpfstats monitor tables rss store export capture rules signals designs tunnels k8s latency)
+ALL=(iperf bpfstats monitor tables rss store export capture rules signals designs tunnels k8s latency ui)
 
 usage() {
 	echo "usage: bench/run.sh [${ALL[*]}]..." >&2

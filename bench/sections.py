@@ -11,7 +11,7 @@ import os
 import re
 import sys
 
-ORDER = ["iperf", "bpfstats", "monitor", "tables", "rss", "store", "export", "capture", "rules", "signals", "designs", "tunnels", "k8s", "latency"]
+ORDER = ["iperf", "bpfstats", "monitor", "tables", "rss", "store", "export", "capture", "rules", "signals", "designs", "tunnels", "k8s", "latency", "ui"]
 
 HEADER = """# Loupe benchmark results
 

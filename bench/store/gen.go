@@ -1,11 +1,14 @@
 package main
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"time"
 
 	"loupe/internal/flow"
+	"loupe/internal/hop"
+	"loupe/internal/store"
 )
 
 // generator makes a deterministic stream of flow records shaped like a busy
@@ -127,4 +130,43 @@ func (g *generator) batch(recs []flow.Record) {
 			r.FirstSeen = start
 		}
 	}
+}
+
+// writeHops appends n per-hop latency records (the Latency page's) to the
+// store in dir, spread evenly over the hour ending at ref: requests
+// between the generator's hosts, each with three hops of a few to a few
+// hundred microseconds, as two pods on two nodes would see them.
+func writeHops(dir string, seed uint64, ref time.Time, n int) error {
+	if n <= 0 {
+		return nil
+	}
+	rng := rand.New(rand.NewPCG(seed^0x5bd1e995, seed))
+	h, err := store.OpenHopLog(dir, store.HopOptions{})
+	if err != nil {
+		return err
+	}
+	ifaces := [...]string{"veth-web", "eth0", "vxlan0", "veth-db"}
+	dirs := [...]string{hop.Out, hop.Out, hop.In}
+	batch := make([]*hop.Request, 0, 1000)
+	for i := range n {
+		at := ref.Add(-time.Hour + time.Duration(i+1)*time.Hour/time.Duration(n))
+		r := &hop.Request{
+			TraceID: fmt.Sprintf("%016x%016x", rng.Uint64(), rng.Uint64()), SpanID: fmt.Sprintf("%016x", rng.Uint64()),
+			Kind: "request", Proto: 6, Seq: rng.Uint32(),
+			SrcAddr: netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}), DstAddr: netip.AddrFrom4([4]byte{10, 1, 0, byte(rng.IntN(16))}),
+			SrcPort: uint16(32768 + rng.IntN(28232)), DstPort: 8080, Time: at, Node: "node-a",
+		}
+		for j := range 3 {
+			lat := int64(2000 + rng.ExpFloat64()*float64([3]int{10_000, 60_000, 20_000}[j]))
+			r.Hops = append(r.Hops, hop.Hop{FromIface: ifaces[j], ToIface: ifaces[j+1], Direction: dirs[j], LatencyNs: lat})
+		}
+		if batch = append(batch, r); len(batch) == cap(batch) || i == n-1 {
+			if err := h.Append(batch...); err != nil {
+				h.Close()
+				return fmt.Errorf("per-hop latency records: %w", err)
+			}
+			batch = batch[:0]
+		}
+	}
+	return h.Close()
 }

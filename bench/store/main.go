@@ -6,6 +6,7 @@
 //
 //	go run ./bench/store            # writes bench/store/RESULTS.md
 //	go run ./bench/store -n 1000000 -out /dev/stdout
+//	go run ./bench/store -dir DIR -ref UNIX -write-only -hops 10000   # the data only (bench/ui.sh)
 //
 // The "cold" run drops the store files from the page cache first
 // (posix_fadvise DONTNEED on each file, nothing else), so it reads from disk;
@@ -48,9 +49,18 @@ func main() {
 	refUnix := flag.Int64("ref", 0, "end of the generated hour, unix seconds (default: now); fixes the data for a given seed")
 	queryOnly := flag.Bool("query-only", false, "reuse the store in -dir and only run the queries (for profiling; not for RESULTS.md)")
 	queryBy := flag.String("by", "", "with -query-only: time only this grouping (src, dst, pair, port, ...)")
+	queryN := flag.Int("top", 10, "with -query-only: the groups asked for (the UI's topology asks for 301 pairs)")
 	compactMax := flag.Int("compact-max", storesink.CompactMaxRecords, "largest merged segment, in records (default: what the agent uses)")
+	writeOnly := flag.Bool("write-only", false, "write the records into -dir, compact them and stop: no queries, no report (the UI benchmark's data)")
+	hops := flag.Int("hops", 0, "with -write-only: also write this many per-hop latency records over the same hour")
 	flag.Parse()
 	log.SetFlags(0)
+	if *writeOnly && *dir == "" {
+		log.Fatal("-write-only needs -dir: the records would be written into a temporary directory and removed")
+	}
+	if *hops > 0 && !*writeOnly {
+		log.Fatal("-hops is for -write-only")
+	}
 	if *queryOnly {
 		if *cpuprofile != "" {
 			f, err := os.Create(*cpuprofile)
@@ -60,7 +70,7 @@ func main() {
 			pprof.StartCPUProfile(f)
 			defer pprof.StopCPUProfile()
 		}
-		runQueriesOnly(*dir, *runs, *queryBy)
+		runQueriesOnly(*dir, *runs, *queryBy, *queryN)
 		return
 	}
 
@@ -135,6 +145,13 @@ func main() {
 	log.Printf("wrote %d records in %v (Write calls %v, generation %v), compaction settled in %v: %d segments, %d compactions",
 		*n, loopTime.Round(time.Millisecond), writeTime.Round(time.Millisecond), genTime.Round(time.Millisecond),
 		settle.Round(time.Millisecond), st.Segments, st.Compactions)
+	if *writeOnly {
+		if err := writeHops(storeDir, *seed, ref, *hops); err != nil {
+			log.Fatal(err)
+		}
+		log.Printf("wrote %d per-hop latency records; the hour ends at %d (unix s)", *hops, ref.Unix())
+		return
+	}
 
 	// The peak of the write phase; then the queries' own, from a reset.
 	writePeak := peakRSS()
@@ -422,7 +439,7 @@ func rate(n int, d time.Duration) string {
 func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d.Microseconds())/1000) }
 
 // runQueriesOnly times Top on an existing store, for quick profiling.
-func runQueriesOnly(dir string, runs int, only string) {
+func runQueriesOnly(dir string, runs int, only string, n int) {
 	r, err := store.OpenReader(dir)
 	if err != nil {
 		log.Fatal(err)
@@ -441,7 +458,7 @@ func runQueriesOnly(dir string, runs int, only string) {
 		var times, cpus []time.Duration
 		for range runs {
 			t, c := time.Now(), cpuTime()
-			if _, err := r.Top(context.Background(), q, by, 10); err != nil {
+			if _, err := r.Top(context.Background(), q, by, n); err != nil {
 				log.Fatal(err)
 			}
 			times, cpus = append(times, time.Since(t)), append(cpus, cpuTime()-c)

@@ -34,7 +34,7 @@ func (r *Reader) flowPass(ctx context.Context, st *topState, files []snapFile, c
 	sh.match(cands)
 	ws := make([]*flowWorker, maxWorkers())
 	for i := range ws {
-		ws[i] = &flowWorker{sh: sh, flows: make([]uint64, len(cands))}
+		ws[i] = &flowWorker{sh: sh, flows: padded(len(cands))}
 	}
 	_, err := r.pass(ctx, st, files, nil, func(w int, s *segment, f *segFilter, ok bool) (bool, error) {
 		if ok {
@@ -52,6 +52,14 @@ func (r *Reader) flowPass(ctx context.Context, st *topState, files []snapFile, c
 		}
 	}
 	return flows, nil
+}
+
+// padded returns n counters that share no cache line with another
+// object: each worker counts a new key in its own, and counters of two
+// workers in one line made every count a cache miss on the other CPU.
+func padded(n int) []uint64 {
+	const line = 8 // words in a cache line
+	return make([]uint64, n+2*line)[line : line+n : line+n]
 }
 
 // flowShared is what the workers of the second pass share.
@@ -100,6 +108,9 @@ func (sh *flowShared) match(cands []topCand) {
 		for i, c := range cands {
 			sh.groups.put(c.g, uint32(i))
 		}
+		if st.by.isNames() {
+			sh.ctxs.groups = &sh.groups
+		}
 	}
 }
 
@@ -131,10 +142,10 @@ func (sh *flowShared) candOf(k flowKey) uint32 {
 	case ByPair:
 		return sh.pairs.find(uint64(sh.rawCand[src])<<32 | uint64(sh.rawCand[dst]))
 	}
-	x := &sh.ctxs.list[k.b>>32-1]
 	if sh.st.by.isNames() {
-		return sh.groups.find(x.group)
+		return sh.ctxs.cands[k.b>>32-1]
 	}
+	x := &sh.ctxs.list[k.b>>32-1]
 	sp, dp := uint16(k.b>>16), uint16(k.b)
 	port := dp
 	switch sh.st.by {
@@ -173,6 +184,10 @@ type flowWorker struct {
 func (w *flowWorker) segment(s *segment, f *segFilter) {
 	sh := w.sh
 	by := sh.st.by
+	if by > ByPair {
+		w.segmentByGroup(s, f)
+		return
+	}
 	c := &s.cols
 	src, dst := c[cSrcAddr], c[cDstAddr]
 	if by <= ByPair {
@@ -191,7 +206,7 @@ func (w *flowWorker) segment(s *segment, f *segFilter) {
 	}
 	w.rows, w.groups = w.rows[:0], w.groups[:0]
 	if by.isNames() {
-		w.names.reset(s)
+		w.names.reset(s, sh.st)
 	}
 	simple := f.simple()
 	packets, bytes := c[cPackets], c[cBytes]
@@ -237,8 +252,9 @@ func (w *flowWorker) segment(s *segment, f *segFilter) {
 		vlanCol = c[sh.st.vlan]
 	}
 	sport, dport := c[cSrcPort], c[cDstPort]
-	w.ctx.reset()
+	w.ctx.reset(s, vlanCol)
 	w.keys.reserve(&sh.keys)
+	raw := w.raw
 	for j, i := range w.rows {
 		// Under a name grouping the group is part of the context: the
 		// records of one flow may name its ends differently (an address
@@ -248,11 +264,79 @@ func (w *flowWorker) segment(s *segment, f *segFilter) {
 			g = w.groups[j]
 		}
 		w.keys.add(flowKey{
-			a: uint64(w.raw[le.Uint32(src[4*i:])])<<32 | uint64(w.raw[le.Uint32(dst[4*i:])]),
-			b: uint64(w.ctx.id(s, int(i), vlanCol, g, &sh.ctxs)+1)<<32 | uint64(le.Uint16(sport[2*i:]))<<16 | uint64(le.Uint16(dport[2*i:])),
+			a: uint64(raw[le.Uint32(src[4*i:])])<<32 | uint64(raw[le.Uint32(dst[4*i:])]),
+			b: uint64(w.ctx.id(int(i), g, &sh.ctxs)+1)<<32 | uint64(le.Uint16(sport[2*i:]))<<16 | uint64(le.Uint16(dport[2*i:])),
 		})
 	}
 	sh.keys.added(&w.keys, w.flows, len(w.rows))
+}
+
+// segmentByGroup is segment for the port and name groupings, whose
+// candidates the set finds from a key's ports and context (and for ByPort
+// the addresses' keys): the addresses need no candidate, and go into the
+// keys as the Reader's ids, all of the segment's found once, in one loop
+// over the records.
+func (w *flowWorker) segmentByGroup(s *segment, f *segFilter) {
+	sh := w.sh
+	c := &s.cols
+	ids := sh.st.raw.rawOf(s)
+	if sh.st.by == ByPort {
+		// candOf reads the addresses of the ids: the snapshot must hold
+		// this segment's (see intern).
+		keys := sh.st.raw.keysNow()
+		sh.mu.Lock()
+		if len(keys) > len(sh.rawKeys) {
+			sh.rawKeys = keys
+		}
+		sh.mu.Unlock()
+	}
+	if sh.st.by.isNames() {
+		w.names.reset(s, sh.st)
+	}
+	var vlanCol []byte
+	if sh.st.vlan >= 0 {
+		vlanCol = c[sh.st.vlan]
+	}
+	w.ctx.reset(s, vlanCol)
+	w.keys.reserve(&sh.keys)
+	src, dst, sport, dport := c[cSrcAddr], c[cDstAddr], c[cSrcPort], c[cDstPort]
+	packets, bytes := c[cPackets], c[cBytes]
+	simple, names := f.simple(), sh.st.by.isNames()
+	// A segment without names is one name group: a candidate or not.
+	bare := names && w.names.bare
+	if bare && sh.groups.find(w.names.group) == noID {
+		return
+	}
+	var inCtx uint64
+	if bare {
+		inCtx = w.names.group
+	}
+	n := 0
+	for i := range s.n {
+		if !simple && !f.match(s, i) {
+			continue
+		}
+		if le.Uint64(packets[8*i:]) == 0 && le.Uint64(bytes[8*i:]) == 0 {
+			continue // a record of signals alone (no traffic) is no flow
+		}
+		if !bare {
+			g := sh.st.group(s, i, &w.conns, &w.names)
+			if sh.groups.find(g) == noID {
+				continue
+			}
+			if names {
+				inCtx = g // as in segment, the name group is part of the context
+			}
+		}
+		w.keys.add(flowKey{
+			a: uint64(ids[le.Uint32(src[4*i:])])<<32 | uint64(ids[le.Uint32(dst[4*i:])]),
+			b: uint64(w.ctx.id(i, inCtx, &sh.ctxs)+1)<<32 | uint64(le.Uint16(sport[2*i:]))<<16 | uint64(le.Uint16(dport[2*i:])),
+		})
+		n++
+	}
+	if n > 0 {
+		sh.keys.added(&w.keys, w.flows, n)
+	}
 }
 
 // intern gives the wanted address entries of s their ids, which the
@@ -300,6 +384,10 @@ type ctxInterner struct {
 	mu   sync.RWMutex // Lock to add, RLock to read list while others add
 	ids  map[flowCtx]uint32
 	list []flowCtx // by id
+	// cands are, under a name grouping, the candidate of each context's
+	// group (groups), found as the context is added: candOf reads it.
+	cands  []uint32
+	groups *u64Map
 }
 
 func (c *ctxInterner) id(x flowCtx) uint32 {
@@ -313,24 +401,35 @@ func (c *ctxInterner) id(x flowCtx) uint32 {
 		id = uint32(len(c.list))
 		c.ids[x] = id
 		c.list = append(c.list, x)
+		if c.groups != nil {
+			c.cands = append(c.cands, c.groups.find(x.group))
+		}
 	}
 	return id
 }
 
 // ctxCache maps one segment's contexts, as a row holds them (MAC
-// dictionary indices and the fixed columns), to query-wide ids.
+// dictionary indices and the fixed columns), to query-wide ids. Its keys
+// are three words, compared and hashed as such: a row's context is looked
+// up for every candidate record, and an array key, copied whole, cost
+// several times the lookup.
 type ctxCache struct {
 	slots []ctxSlot
 	shift uint
 	used  int
+	// The segment's columns of the context.
+	s                                        *segment
+	smac, dmac, ifindex, ethType, vlan, dirs []byte
+	protos                                   []byte
 }
 
 type ctxSlot struct {
-	k  [4]uint64
-	id uint32 // id+1; 0 marks an empty slot
+	k0, k1, g uint64
+	k2        uint16
+	id        uint32 // id+1; 0 marks an empty slot
 }
 
-func (c *ctxCache) reset() {
+func (c *ctxCache) reset(s *segment, vlanCol []byte) {
 	if c.slots == nil {
 		c.slots = make([]ctxSlot, 1<<8)
 		c.shift = 64 - 8
@@ -338,47 +437,47 @@ func (c *ctxCache) reset() {
 		clear(c.slots)
 	}
 	c.used = 0
+	cols := &s.cols
+	c.s, c.vlan = s, vlanCol
+	c.smac, c.dmac, c.ifindex, c.ethType = cols[cSrcMAC], cols[cDstMAC], cols[cIfIndex], cols[cEthType]
+	c.dirs, c.protos = cols[cDirection], cols[cProto]
 }
 
-// id returns the context id of row i of s.
-func (c *ctxCache) id(s *segment, i int, vlanCol []byte, group uint64, in *ctxInterner) uint32 {
-	cols := &s.cols
-	smac, dmac := le.Uint32(cols[cSrcMAC][4*i:]), le.Uint32(cols[cDstMAC][4*i:])
+// id returns the context id of row i of the segment of the last reset, in
+// name group g.
+func (c *ctxCache) id(i int, g uint64, in *ctxInterner) uint32 {
+	smac, dmac := le.Uint32(c.smac[4*i:]), le.Uint32(c.dmac[4*i:])
 	var vlan uint16
-	if vlanCol != nil {
-		vlan = le.Uint16(vlanCol[2*i:])
+	if len(c.vlan) > 0 {
+		vlan = le.Uint16(c.vlan[2*i:])
 	}
-	k := [4]uint64{
-		uint64(smac)<<32 | uint64(dmac),
-		uint64(le.Uint32(cols[cIfIndex][4*i:]))<<32 | uint64(le.Uint16(cols[cEthType][2*i:]))<<16 | uint64(vlan),
-		uint64(cols[cDirection][i])<<8 | uint64(cols[cProto][i]),
-		group,
-	}
+	k0 := uint64(smac)<<32 | uint64(dmac)
+	k1 := uint64(le.Uint32(c.ifindex[4*i:]))<<32 | uint64(le.Uint16(c.ethType[2*i:]))<<16 | uint64(vlan)
+	k2 := uint16(c.dirs[i])<<8 | uint16(c.protos[i])
 	if c.used*4 >= len(c.slots)*3 {
 		c.grow()
 	}
 	mask := uint64(len(c.slots) - 1)
-	h := ctxHash(k)
-	for h = (h * hashMul) >> c.shift; ; h = (h + 1) & mask {
+	for h := (ctxHash(k0, k1, k2, g) * hashMul) >> c.shift; ; h = (h + 1) & mask {
 		sl := &c.slots[h]
-		if sl.id != 0 && sl.k == k {
-			return sl.id - 1
-		}
 		if sl.id == 0 {
 			id := in.id(flowCtx{
-				srcMAC: s.mac(smac), dstMAC: s.mac(dmac),
-				ifindex: uint32(k[1] >> 32), ethType: uint16(k[1] >> 16), vlan: vlan,
-				dir: uint8(k[2] >> 8), proto: uint8(k[2]), group: group,
+				srcMAC: c.s.mac(smac), dstMAC: c.s.mac(dmac),
+				ifindex: uint32(k1 >> 32), ethType: uint16(k1 >> 16), vlan: vlan,
+				dir: uint8(k2 >> 8), proto: uint8(k2), group: g,
 			})
-			*sl = ctxSlot{k, id + 1}
+			*sl = ctxSlot{k0: k0, k1: k1, g: g, k2: k2, id: id + 1}
 			c.used++
 			return id
+		}
+		if sl.k0 == k0 && sl.k1 == k1 && sl.k2 == k2 && sl.g == g {
+			return sl.id - 1
 		}
 	}
 }
 
-func ctxHash(k [4]uint64) uint64 {
-	return ((k[0]*hashMul^k[1])*partMul ^ k[2]) + k[3]*partMul
+func ctxHash(k0, k1 uint64, k2 uint16, g uint64) uint64 {
+	return ((k0*hashMul^k1)*partMul ^ uint64(k2)) + g*partMul
 }
 
 func (c *ctxCache) grow() {
@@ -391,8 +490,8 @@ func (c *ctxCache) grow() {
 		if sl.id == 0 {
 			continue
 		}
-		h := ctxHash(sl.k)
-		for h = (h * hashMul) >> c.shift; c.slots[h].id != 0; h = (h + 1) & mask {
+		h := (ctxHash(sl.k0, sl.k1, sl.k2, sl.g) * hashMul) >> c.shift
+		for ; c.slots[h].id != 0; h = (h + 1) & mask {
 		}
 		c.slots[h] = sl
 	}

@@ -195,6 +195,11 @@ type nameCache struct {
 	slots []endSlot
 	shift uint
 	used  int
+	// bare: the segment holds none of the names the grouping reads, at
+	// either end (a host without Kubernetes): every record's group is
+	// group, found once.
+	bare  bool
+	group uint64
 }
 
 type endSlot struct {
@@ -202,15 +207,34 @@ type endSlot struct {
 	id uint32 // id+1; 0 marks an empty slot
 }
 
-// reset readies the cache for s, whose names check verified.
-func (nc *nameCache) reset(s *segment) {
+// reset readies the cache for s, whose names check verified, for st's
+// grouping.
+func (nc *nameCache) reset(s *segment, st *topState) {
 	nc.names, _ = s.nameDict()
 	if nc.slots == nil {
 		nc.slots, nc.shift = make([]endSlot, 1<<8), 64-8
 	} else {
 		clear(nc.slots)
 	}
-	nc.used = 0
+	nc.used, nc.bare = 0, false
+	c := &s.cols
+	for _, e := range k8sEnds {
+		cols := []int{e.kind, e.ns}
+		switch st.by {
+		case ByWorkload:
+			cols = append(cols, e.workload, e.workloadKind)
+		case ByService:
+			cols = append(cols, e.service)
+		}
+		for _, col := range cols {
+			if len(c[col]) > 0 {
+				return
+			}
+		}
+	}
+	// Every column read is absent, which reads as zeros in every row.
+	nc.group = st.nameGroup(s, 0, nc)
+	nc.bare = true
 }
 
 func endHash(k *[4]uint32) uint64 {
@@ -253,6 +277,9 @@ func (nc *nameCache) name(x uint32) string {
 // nameGroup returns the group key of row i of s: its source's end id,
 // then its destination's.
 func (st *topState) nameGroup(s *segment, i int, nc *nameCache) uint64 {
+	if nc.bare {
+		return nc.group
+	}
 	return uint64(st.endID(s, i, nc, &k8sEnds[0]))<<32 | uint64(st.endID(s, i, nc, &k8sEnds[1]))
 }
 

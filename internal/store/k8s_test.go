@@ -3,6 +3,8 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -179,6 +181,69 @@ func TestNameFilters(t *testing.T) {
 		q.Workload = bad
 		if err := r.Scan(context.Background(), q, func(*flow.Record) error { return nil }); err == nil {
 			t.Errorf("workload %q accepted", bad)
+		}
+	}
+}
+
+// TestTopByNamesBare: records without names, in segments that hold none
+// (every record one group, summed at once) and in segments beside named
+// records, flows repeated across them; the group of no names has the
+// sums and the distinct flows of those records, under a filter too.
+func TestTopByNamesBare(t *testing.T) {
+	rng := rand.New(rand.NewPCG(31, 32))
+	recs := gen(rng, 2000, t0)
+	// Flows that go on: the same keys again, later.
+	for _, r := range recs[:600] {
+		r.FirstSeen, r.LastSeen = r.FirstSeen.Add(time.Second), r.LastSeen.Add(time.Second)
+		recs = append(recs, r)
+	}
+	rng.Shuffle(len(recs), func(i, j int) { recs[i], recs[j] = recs[j], recs[i] })
+	dir := t.TempDir()
+	s := openStore(t, dir, store.Options{NoBackground: true})
+	var all []flow.Record
+	for i, seg := range slices.Collect(slices.Chunk(recs, 400)) {
+		seg = slices.Clone(seg)
+		if i%2 == 1 { // every third record named
+			for j := 0; j < len(seg); j += 3 {
+				seg[j].K8s = &flow.K8s{Src: webEnd, Dst: cliEnd}
+			}
+		}
+		writeAll(t, s, seg, len(seg))
+		all = append(all, seg...)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r := openReader(t, dir)
+	q443 := store.NewQuery()
+	q443.Port = 443
+	for _, q := range []store.Query{store.NewQuery(), q443} {
+		var want store.TopEntry
+		keys := map[flow.Key]bool{}
+		for i := range all {
+			if all[i].K8s != nil || !matches(&all[i], q) {
+				continue
+			}
+			want.Bytes, want.Packets = want.Bytes+all[i].Bytes, want.Packets+all[i].Packets
+			if all[i].Packets > 0 || all[i].Bytes > 0 {
+				keys[all[i].Key] = true
+			}
+		}
+		want.Flows = uint64(len(keys))
+		for _, by := range []store.GroupBy{store.ByNamespace, store.ByWorkload, store.ByService} {
+			var got *store.TopEntry
+			rows := top(t, r, q, by, 0)
+			for i := range rows {
+				if rows[i].SrcK8s == (store.K8sGroup{}) && rows[i].DstK8s == (store.K8sGroup{}) {
+					got = &rows[i]
+				}
+			}
+			if got == nil || got.Bytes != want.Bytes || got.Packets != want.Packets || got.Flows != want.Flows {
+				t.Errorf("%v, port %d: the group of no names is %v, want %d bytes %d packets %d flows", by, q.Port, got, want.Bytes, want.Packets, want.Flows)
+			}
+			if len(rows) != 2 {
+				t.Errorf("%v, port %d: %d groups, want 2", by, q.Port, len(rows))
+			}
 		}
 	}
 }

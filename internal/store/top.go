@@ -2,7 +2,6 @@ package store
 
 import (
 	"cmp"
-	"container/heap"
 	"context"
 	"fmt"
 	"net/netip"
@@ -165,19 +164,29 @@ func newTopState(cq *compiled, by GroupBy, sort Sort, in *interner, segs *queryS
 // may be among the first n only; memory grows with the number of groups
 // and with the distinct flows of those.
 func (r *Reader) Top(ctx context.Context, q Query, by GroupBy, n int) ([]TopEntry, error) {
-	return r.top(ctx, q, by, SortBytes, n, keyLimits{flushEvery: flushEvery, budget: deferBudget})
+	return r.top(ctx, q, by, SortBytes, n, keyLimits{flushEvery: flushEvery, budget: deferBudget}, true)
 }
 
 // TopBy is Top ranking its groups by sort: by bytes, as Top, or by one of
 // the kernel signals or DNS (Sort), among the groups whose records
 // measured it; ties are broken as Top breaks them.
 func (r *Reader) TopBy(ctx context.Context, q Query, by GroupBy, sort Sort, n int) ([]TopEntry, error) {
-	return r.top(ctx, q, by, sort, n, keyLimits{flushEvery: flushEvery, budget: deferBudget})
+	return r.top(ctx, q, by, sort, n, keyLimits{flushEvery: flushEvery, budget: deferBudget}, true)
+}
+
+// TopUncounted is Top without the flows counted: every entry's Flows is
+// 0, and entries with the same bytes and packets are ordered by their
+// group key alone. It reads the segments only to sum them, which is most
+// of Top's time saved where most records are flows of their own: for views
+// that show no flow count (the UI's topology).
+func (r *Reader) TopUncounted(ctx context.Context, q Query, by GroupBy, n int) ([]TopEntry, error) {
+	return r.top(ctx, q, by, SortBytes, n, keyLimits{}, false)
 }
 
 // top is TopBy with the thresholds of its set of flow keys (keyset.go);
-// lim.paths, if set, is told which ways the set took.
-func (r *Reader) top(ctx context.Context, q Query, by GroupBy, sort Sort, n int, lim keyLimits) ([]TopEntry, error) {
+// lim.paths, if set, is told which ways the set took. Flows are counted
+// if counted is set.
+func (r *Reader) top(ctx context.Context, q Query, by GroupBy, sort Sort, n int, lim keyLimits, counted bool) ([]TopEntry, error) {
 	if by < 0 || by >= numGroupBy {
 		return nil, fmt.Errorf("store: top: unknown grouping %d", by)
 	}
@@ -243,9 +252,11 @@ func (r *Reader) top(ctx context.Context, q Query, by GroupBy, sort Sort, n int,
 	} else {
 		cands = sums.signalCandidates(n, sig, sort)
 	}
-	flows, err := r.flowPass(ctx, st, sums.files, cands, lim)
-	if err != nil {
-		return nil, err
+	flows := make([]uint64, len(cands))
+	if counted {
+		if flows, err = r.flowPass(ctx, st, sums.files, cands, lim); err != nil {
+			return nil, err
+		}
 	}
 	out := make([]TopEntry, len(cands))
 	for i := range cands {
@@ -351,260 +362,6 @@ func (st *topState) check(s *segment) (f *segFilter, ok bool, err error) {
 		}
 	}
 	return f, ok, nil
-}
-
-// sumWorker is one goroutine of the first pass: bytes, packets and
-// records per group (agg.flows counts records until the second pass
-// counts flows).
-type sumWorker struct {
-	st      *topState
-	direct  []agg    // BySrc, ByDst, ByPair (as source): indexed by global address id
-	buf     partBuf  // the port groupings: folded into st.table
-	remap   []uint32 // the segment's global address ids: read-only
-	conns   connCache
-	names   nameCache // the name groupings
-	syn     synWorker // ByPort, in the query's first pass
-	matched uint64
-	est     errSums // but for ByPair, whose groups pairPass sums
-	sig     sigSums // as est
-
-	// ByPair: sums per address as destination, and the biggest records
-	// (pairs.go).
-	dstDirect []agg
-	big       bigRecords
-}
-
-// sums is the answer of the first pass.
-type sums struct {
-	*sumWorker            // the workers' sums, folded into the first's
-	files      []snapFile // the segments with a matching record
-	syns       *synScan   // ByPort: what the SYNs said
-}
-
-// sumPass runs the first pass. For ByPort, when it is the query's first
-// pass, it also gathers the window's SYNs from the lower port to the
-// higher (service.go).
-func (r *Reader) sumPass(ctx context.Context, st *topState, files []snapFile, rep *Report, n int) (*sums, error) {
-	first := st.first
-	ws := make([]*sumWorker, maxWorkers())
-	for i := range ws {
-		ws[i] = &sumWorker{st: st, syn: synWorker{syns: make(map[connID]synInfo)}, big: bigRecords{max: bigRecordsKept(n)}, est: errSums{}, sig: sigSums{}}
-	}
-	out := &sums{}
-	var win compiled
-	var mu sync.Mutex
-	inWindow := make(map[uint64]bool)
-	if st.by == ByPort && first {
-		win = st.cq.window()
-		out.syns = &synScan{win: &win}
-	}
-	matching, err := r.pass(ctx, st, files, rep, func(w int, s *segment, f *segFilter, ok bool) (bool, error) {
-		if out.syns != nil {
-			// A segment none of whose records match may still hold SYNs
-			// of the window.
-			wf, wok, err := win.forSegment(s)
-			if err != nil {
-				return false, err
-			}
-			if wok {
-				ws[w].syn.scan(s, wf, nil)
-				mu.Lock()
-				inWindow[s.id] = true
-				mu.Unlock()
-			}
-		}
-		return ok && ws[w].segment(s, f), nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	total := ws[0]
-	total.grow()
-	for _, w := range ws[1:] {
-		total.matched += w.matched
-		for i := range w.direct {
-			total.direct[i].add(&w.direct[i])
-		}
-		for i := range w.dstDirect {
-			total.dstDirect[i].add(&w.dstDirect[i])
-		}
-		total.big.h = append(total.big.h, w.big.h...)
-		total.est.merge(w.est)
-		total.sig.merge(w.sig)
-	}
-	out.sumWorker, out.files = total, matching
-	if out.syns != nil {
-		out.syns.files = keepOnly(files, inWindow)
-		for _, w := range ws {
-			out.syns.workers = append(out.syns.workers, &w.syn)
-		}
-	}
-	return out, nil
-}
-
-func (w *sumWorker) grow() {
-	n := w.st.in.size()
-	if len(w.direct) < n {
-		w.direct = slices.Grow(w.direct, n-len(w.direct))[:n]
-	}
-	if w.st.by == ByPair && len(w.dstDirect) < n {
-		w.dstDirect = slices.Grow(w.dstDirect, n-len(w.dstDirect))[:n]
-	}
-}
-
-// segment sums one segment and reports whether a record matched.
-func (w *sumWorker) segment(s *segment, f *segFilter) bool {
-	st := w.st
-	c := &s.cols
-	bytes, packets := c[cBytes], c[cPackets]
-	simple := f.simple()
-	var matched uint64
-	switch by := st.by; by {
-	case BySrc, ByDst:
-		w.remap = st.in.remapOf(s)
-		w.grow()
-		col := c[cSrcAddr]
-		if by == ByDst {
-			col = c[cDstAddr]
-		}
-		remap, direct := w.remap, w.direct
-		for i := range s.n {
-			if !simple && !f.match(s, i) {
-				continue
-			}
-			a := &direct[remap[le.Uint32(col[4*i:])]]
-			a.bytes += le.Uint64(bytes[8*i:])
-			a.packets += le.Uint64(packets[8*i:])
-			a.flows++
-			matched++
-		}
-		group := func(i int) (uint64, bool) { return uint64(remap[le.Uint32(col[4*i:])]), true }
-		w.est.segment(s, f, group)
-		w.sig.segment(s, f, group)
-	case ByPair:
-		w.remap = st.in.remapOf(s)
-		w.grow()
-		src, dst, remap := c[cSrcAddr], c[cDstAddr], w.remap
-		for i := range s.n {
-			if !simple && !f.match(s, i) {
-				continue
-			}
-			sa, da := remap[le.Uint32(src[4*i:])], remap[le.Uint32(dst[4*i:])]
-			b, p := le.Uint64(bytes[8*i:]), le.Uint64(packets[8*i:])
-			a := &w.direct[sa]
-			a.bytes, a.packets, a.flows = a.bytes+b, a.packets+p, a.flows+1
-			a = &w.dstDirect[da]
-			a.bytes, a.packets, a.flows = a.bytes+b, a.packets+p, a.flows+1
-			if w.big.wants(b) {
-				w.big.add(b, uint64(sa)<<32|uint64(da))
-			}
-			matched++
-		}
-	default:
-		if by.isNames() {
-			w.names.reset(s)
-		}
-		for i := range s.n {
-			if !simple && !f.match(s, i) {
-				continue
-			}
-			w.buf.add(st.group(s, i, &w.conns, &w.names), le.Uint64(bytes[8*i:]), le.Uint64(packets[8*i:]), 1)
-			matched++
-		}
-		st.table.flush(&w.buf)
-		group := func(i int) (uint64, bool) { return st.group(s, i, &w.conns, &w.names), true }
-		w.est.segment(s, f, group)
-		w.sig.segment(s, f, group)
-	}
-	w.matched += matched
-	return matched > 0
-}
-
-// group returns the group key of row i of s for the port and name
-// groupings; names must have been reset for s.
-func (st *topState) group(s *segment, i int, conns *connCache, names *nameCache) uint64 {
-	c := &s.cols
-	switch st.by {
-	case ByNamespace, ByWorkload, ByService:
-		return st.nameGroup(s, i, names)
-	case ByPort:
-		return uint64(c[cProto][i])<<16 | uint64(st.svc.port(conns, s, i))
-	case BySrcPort:
-		return uint64(c[cProto][i])<<16 | uint64(le.Uint16(c[cSrcPort][2*i:]))
-	}
-	return uint64(c[cProto][i])<<16 | uint64(le.Uint16(c[cDstPort][2*i:]))
-}
-
-// topCand is a group that may be among the first n, with its sums.
-type topCand struct {
-	g uint64
-	agg
-}
-
-// each visits every group of the first pass (for ByPair, of pairPass).
-func (w *sumWorker) each(fn func(g uint64, a *agg)) {
-	if by := w.st.by; by == BySrc || by == ByDst {
-		for i := range w.direct {
-			fn(uint64(i), &w.direct[i])
-		}
-		return
-	}
-	w.st.table.each(fn)
-}
-
-// candidates returns the groups that may be among the first n: all of
-// them if n <= 0 or there are at most n, else those whose (bytes,
-// packets) is at least the n-th best. Groups without a matching record
-// (an address only records outside the query have) are none, and so are
-// groups that carried nothing (records of kernel signals alone, on no
-// interface): they are no talkers.
-func (w *sumWorker) candidates(n int) []topCand {
-	var least volume
-	if n > 0 {
-		h := &volumeHeap{}
-		w.each(func(_ uint64, a *agg) {
-			switch v := (volume{a.bytes, a.packets}); {
-			case a.flows == 0:
-			case h.Len() < n:
-				heap.Push(h, v)
-			case (*h)[0].less(v):
-				(*h)[0] = v
-				heap.Fix(h, 0)
-			}
-		})
-		if h.Len() == n {
-			least = (*h)[0]
-		}
-	}
-	var out []topCand
-	w.each(func(g uint64, a *agg) {
-		if a.flows > 0 && !(volume{a.bytes, a.packets}).less(least) && (a.bytes > 0 || a.packets > 0) {
-			out = append(out, topCand{g, *a})
-		}
-	})
-	return out
-}
-
-// volume is a group's (bytes, packets), which topLess orders first.
-type volume struct{ bytes, packets uint64 }
-
-func (a volume) less(b volume) bool {
-	return a.bytes < b.bytes || (a.bytes == b.bytes && a.packets < b.packets)
-}
-
-// volumeHeap keeps the n largest volumes seen so far, the least at the
-// root.
-type volumeHeap []volume
-
-func (h volumeHeap) Len() int           { return len(h) }
-func (h volumeHeap) Less(i, j int) bool { return h[i].less(h[j]) }
-func (h volumeHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *volumeHeap) Push(x any)        { *h = append(*h, x.(volume)) }
-func (h *volumeHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
 }
 
 // hasPorts reports whether a record of this EtherType and protocol carries

@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -369,6 +370,43 @@ func TestTopPairs(t *testing.T) {
 		sameTop(t, fmt.Sprintf("n %d", n), got, want)
 		if n > 0 && (got[0].Src != netip.MustParseAddr("10.0.0.5") || got[0].Bytes != 5000) {
 			t.Fatalf("n %d: first pair %v, want 10.0.0.5 -> 10.0.0.6 with 5000 bytes", n, got[0])
+		}
+	}
+}
+
+// TestTopUncounted: TopUncounted is Top's groups and sums, without flows,
+// ties in bytes and packets broken by the group key alone.
+func TestTopUncounted(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir, store.Options{NoBackground: true})
+	defer s.Close()
+	rng := rand.New(rand.NewPCG(41, 42))
+	recs := gen(rng, 8000, t0)
+	writeAll(t, s, recs, 1000)
+	r := openReader(t, dir)
+	q := store.NewQuery()
+	q.Since, q.Until = t0.Add(10*time.Minute), t0.Add(50*time.Minute)
+	for _, q := range []store.Query{store.NewQuery(), q} {
+		for _, by := range allGroupings {
+			all := bruteTop(recs, q, by, 0)
+			for i := range all {
+				all[i].Flows = 0
+			}
+			slices.SortStableFunc(all, func(a, b store.TopEntry) int {
+				return cmp.Or(cmp.Compare(b.Bytes, a.Bytes), cmp.Compare(b.Packets, a.Packets), a.Src.Compare(b.Src), a.Dst.Compare(b.Dst),
+					cmp.Compare(a.Proto, b.Proto), cmp.Compare(a.Port, b.Port))
+			})
+			for _, n := range []int{0, 1, 10, 300} {
+				got, err := r.TopUncounted(context.Background(), q, by, n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := all
+				if n > 0 && len(want) > n {
+					want = want[:n]
+				}
+				sameTop(t, fmt.Sprintf("uncounted %v, n %d", by, n), got, want)
+			}
 		}
 	}
 }

@@ -49,7 +49,14 @@ export async function latency(root: HTMLElement, p: URLSearchParams, go: (p: URL
     return;
   }
   const byHop = new Map<string, number[]>();
-  for (const r of recs) for (const x of r.hops) byHop.set(hopName(x), [...(byHop.get(hopName(x)) ?? []), x.latency_ns]);
+  for (const r of recs) {
+    for (const x of r.hops) {
+      const k = hopName(x);
+      const v = byHop.get(k);
+      if (v) v.push(x.latency_ns);
+      else byHop.set(k, [x.latency_ns]);
+    }
+  }
   root.append(h("div", { class: "grid" }, ...[...byHop].map(([n, v]) => histogram(n, v))));
   const rows = recs.slice(-500).reverse().map((r) => {
     const id = h("a", { href: `#/latency?since=${since}&trace=${r.trace_id}` }, r.trace_id || "-");

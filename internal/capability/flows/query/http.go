@@ -314,7 +314,7 @@ func (h handlers) topology(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	out, err := topologyOf(r.Context(), rd, sq, *t.n)
+	out, err := topologyOf(r.Context(), rd, sq, *t.n, *t.flows)
 	if err != nil {
 		api.WriteError(w, http.StatusInternalServerError, err.Error())
 		return

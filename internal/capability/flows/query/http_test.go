@@ -222,12 +222,13 @@ func TestViewsEqualCLI(t *testing.T) {
 		{TopologyPath, topologyCmd, nil},
 		{TopologyPath, topologyCmd, []string{"n", "4", "src", "10.0.0.0/16"}},
 		{TopologyPath, topologyCmd, []string{"accuracy", "estimated"}},
+		{TopologyPath, topologyCmd, []string{"flows", "false"}},
 	} {
 		v := url.Values{"since": {since}, "until": {until}}
 		args := []string{"--store", dir, "--json", "--since", since, "--until", until}
 		for i := 0; i < len(c.args); i += 2 {
 			v.Add(c.args[i], c.args[i+1])
-			args = append(args, "--"+c.args[i], c.args[i+1])
+			args = append(args, "--"+c.args[i]+"="+c.args[i+1]) // a bool flag takes its value so
 		}
 		want := runCLI(t, c.run, args...)
 		resp, got := get(t, h, c.path+"?"+v.Encode())
@@ -335,7 +336,7 @@ func TestTopologyEdgesArePairs(t *testing.T) {
 	}
 	var got, rows strings.Builder
 	for _, e := range topo.Edges {
-		fmt.Fprintf(&got, "%s %s %d %d %d\n", e.Src, e.Dst, e.Bytes, e.Packets, e.Flows)
+		fmt.Fprintf(&got, "%s %s %d %d %d\n", e.Src, e.Dst, e.Bytes, e.Packets, *e.Flows)
 	}
 	for _, l := range strings.Split(strings.TrimSpace(want), "\n") {
 		var r struct {
@@ -350,6 +351,21 @@ func TestTopologyEdgesArePairs(t *testing.T) {
 	}
 	if got.String() != rows.String() || len(topo.Edges) != 5 || !topo.Truncated {
 		t.Errorf("edges:\n%s\nwant:\n%s (truncated %v)", got.String(), rows.String(), topo.Truncated)
+	}
+	// Without flows: the same pairs and sums, no flows field.
+	_, body = get(t, h, TopologyPath+"?n=5&flows=false")
+	if strings.Contains(body, `"flows"`) {
+		t.Errorf("flows=false: the edges have flows: %s", body)
+	}
+	var bare Topology
+	if err := json.Unmarshal([]byte(body), &bare); err != nil {
+		t.Fatal(err)
+	}
+	for i := range topo.Edges {
+		topo.Edges[i].Flows = nil
+	}
+	if fmt.Sprint(bare) != fmt.Sprint(topo) {
+		t.Errorf("flows=false: %v, want %v without flows", bare, topo)
 	}
 }
 

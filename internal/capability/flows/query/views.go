@@ -60,12 +60,6 @@ type Totals struct {
 	Flows   uint64 `json:"flows"`
 }
 
-func (t *Totals) add(r *flow.Record) {
-	t.Bytes += r.Bytes
-	t.Packets += r.Packets
-	t.Flows++
-}
-
 // maxBuckets bounds a series: a step too small for the window is widened.
 const maxBuckets = 2000
 
@@ -114,42 +108,30 @@ func trafficOf(ctx context.Context, rd *store.Reader, sq store.Query, now time.T
 		dir   flow.Direction
 	}
 	type point struct{ bytes, packets uint64 }
+	// The store sums per second (the step may follow from the oldest
+	// record, with no since); the buckets are made of the seconds here.
+	sums, err := rd.Traffic(ctx, sq)
+	if err != nil {
+		return Traffic{}, err
+	}
 	series := map[key]map[int64]*point{}
-	protos := map[uint8]*Totals{}
-	var tot Totals
-	var oldest time.Time
-	err := rd.Scan(ctx, sq, func(rec *flow.Record) error {
-		tot.add(rec)
-		p := protos[rec.Proto]
-		if p == nil {
-			p = &Totals{}
-			protos[rec.Proto] = p
-		}
-		p.add(rec)
-		k := key{rec.Iface, rec.Direction}
+	for _, pt := range sums.Points {
+		k := key{pt.Iface, pt.Direction}
 		m := series[k]
 		if m == nil {
 			m = map[int64]*point{}
 			series[k] = m
 		}
-		// Seconds now, buckets once the step is known (it may follow
-		// from the oldest record, with no since).
-		sec := rec.LastSeen.Unix()
-		pt := m[sec]
-		if pt == nil {
-			pt = &point{}
-			m[sec] = pt
-		}
-		pt.bytes += rec.Bytes
-		pt.packets += rec.Packets
-		if oldest.IsZero() || rec.FirstSeen.Before(oldest) {
-			oldest = rec.FirstSeen
-		}
-		return nil
-	})
-	if err != nil {
-		return Traffic{}, err
+		m[pt.Sec] = &point{pt.Bytes, pt.Packets}
 	}
+	protos := map[uint8]*Totals{}
+	for p, v := range sums.Protos {
+		if v.Records > 0 {
+			protos[uint8(p)] = &Totals{Bytes: v.Bytes, Packets: v.Packets, Flows: v.Records}
+		}
+	}
+	tot := Totals{Bytes: sums.Total.Bytes, Packets: sums.Total.Packets, Flows: sums.Total.Records}
+	oldest := sums.Oldest
 	if since.IsZero() {
 		since = cmp.Or(oldest, until)
 	}
@@ -288,16 +270,19 @@ type TopologyNode struct {
 
 // TopologyEdge is a conversation from Src to Dst.
 type TopologyEdge struct {
-	Src string `json:"src_addr"`
-	Dst string `json:"dst_addr"`
-	Totals
+	Src     string `json:"src_addr"`
+	Dst     string `json:"dst_addr"`
+	Bytes   uint64 `json:"bytes"`
+	Packets uint64 `json:"packets"`
+	// Flows is left out when not counted (--flows=false).
+	Flows *uint64 `json:"flows,omitempty"`
 }
 
 // maxTopologyEdges bounds n: past a few thousand edges no layout is
 // readable, and the page groups endpoints instead.
 const maxTopologyEdges = 5000
 
-const topologySynopsis = "[-n N] [--since D|TIME] [--until D|TIME] [--src CIDR] [--dst CIDR] [--port N] [--proto P] [--iface GLOB] " +
+const topologySynopsis = "[-n N] [--flows=false] [--since D|TIME] [--until D|TIME] [--src CIDR] [--dst CIDR] [--port N] [--proto P] [--iface GLOB] " +
 	"[--direction ingress|egress] [--namespace NS] [--workload [NS/]NAME] [--min-rtt D] [--has SIGNAL] [--accuracy A] [--raw] [--json] [--store PATH]"
 
 // topologyRequest is a parsed `loupe topology`: the filters and how many
@@ -305,6 +290,7 @@ const topologySynopsis = "[-n N] [--since D|TIME] [--until D|TIME] [--src CIDR] 
 type topologyRequest struct {
 	q      *queryFlags
 	n      *int
+	flows  *bool
 	asJSON *bool
 	raw    *bool
 }
@@ -315,8 +301,10 @@ func bindTopology(fs *flag.FlagSet) topologyRequest {
 	var q queryFlags
 	q.bind(fs)
 	return topologyRequest{
-		q:      &q,
-		n:      fs.Int("n", 300, fmt.Sprintf("how many pairs, the heaviest by bytes (1..%d)", maxTopologyEdges)),
+		q: &q,
+		n: fs.Int("n", 300, fmt.Sprintf("how many pairs, the heaviest by bytes (1..%d)", maxTopologyEdges)),
+		flows: fs.Bool("flows", true, "count each conversation's distinct flows; false leaves them out, which is faster over many records "+
+			"(pairs of equal bytes and packets are then ordered by their addresses alone)"),
 		asJSON: fs.Bool("json", false, "print the document GET /api/v1/topology answers: nodes, edges and whether pairs were left out"),
 		raw:    fs.Bool("raw", false, "exact numbers: bytes in bytes"),
 	}
@@ -329,10 +317,17 @@ func (t topologyRequest) check() error {
 	return nil
 }
 
-// topologyOf returns the n heaviest pairs of sq and their endpoints.
-func topologyOf(ctx context.Context, rd *store.Reader, sq store.Query, n int) (Topology, error) {
+// topologyOf returns the n heaviest pairs of sq and their endpoints, and
+// their flows if flows is set.
+func topologyOf(ctx context.Context, rd *store.Reader, sq store.Query, n int, flows bool) (Topology, error) {
 	// One more than asked: whether there were more is worth saying.
-	rows, err := rd.TopBy(ctx, sq, store.ByPair, store.SortBytes, n+1)
+	var rows []store.TopEntry
+	var err error
+	if flows {
+		rows, err = rd.TopBy(ctx, sq, store.ByPair, store.SortBytes, n+1)
+	} else {
+		rows, err = rd.TopUncounted(ctx, sq, store.ByPair, n+1)
+	}
 	if err != nil {
 		return Topology{}, err
 	}
@@ -355,8 +350,11 @@ func topologyOf(ctx context.Context, rd *store.Reader, sq store.Query, n int) (T
 		return s
 	}
 	for _, e := range rows {
-		out.Edges = append(out.Edges, TopologyEdge{Src: node(e.Src, e.Bytes), Dst: node(e.Dst, e.Bytes),
-			Totals: Totals{Bytes: e.Bytes, Packets: e.Packets, Flows: e.Flows}})
+		edge := TopologyEdge{Src: node(e.Src, e.Bytes), Dst: node(e.Dst, e.Bytes), Bytes: e.Bytes, Packets: e.Packets}
+		if flows {
+			edge.Flows = &e.Flows
+		}
+		out.Edges = append(out.Edges, edge)
 	}
 	for _, n := range nodes {
 		out.Nodes = append(out.Nodes, *n)
@@ -382,7 +380,7 @@ func topologyCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	topo, err := topologyOf(ctx, rd, sq, *t.n)
+	topo, err := topologyOf(ctx, rd, sq, *t.n, *t.flows)
 	if err != nil {
 		return err
 	}
@@ -400,7 +398,11 @@ func topologyCmd(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(w, "\n\n")
 		tab := newTable(w, []string{"SOURCE", "DESTINATION", "BYTES", "PACKETS", "FLOWS"}, []bool{false, false, true, true, true})
 		for _, e := range topo.Edges {
-			tab.add(nonIP(e.Src), nonIP(e.Dst), f.bytes(e.Bytes), strconv.FormatUint(e.Packets, 10), strconv.FormatUint(e.Flows, 10))
+			flows := "-" // not counted
+			if e.Flows != nil {
+				flows = strconv.FormatUint(*e.Flows, 10)
+			}
+			tab.add(nonIP(e.Src), nonIP(e.Dst), f.bytes(e.Bytes), strconv.FormatUint(e.Packets, 10), flows)
 		}
 		tab.flush()
 	}
