@@ -55,7 +55,11 @@ func printStatus(w io.Writer, st api.Status) error {
 	if d.Pinned {
 		pinned = "pinned"
 	}
-	fmt.Fprintf(tw, "datapath\t%s tables, flow budget %d, %d CPUs, %s\n", d.Tables, d.FlowBudget, d.CPUs, pinned)
+	per := ""
+	if d.Tables == "percpu" {
+		per = " a CPU" // each CPU's table holds the budget
+	}
+	fmt.Fprintf(tw, "datapath\t%s tables, flow budget %d%s, %d CPUs, %s\n", d.Tables, d.FlowBudget, per, d.CPUs, pinned)
 	memory := fmt.Sprintf("%d bytes of maps", d.MemoryBytes)
 	if d.MemoryBudget > 0 {
 		memory += fmt.Sprintf(" of a budget of %d", d.MemoryBudget)

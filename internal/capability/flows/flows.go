@@ -159,6 +159,16 @@ func (u *Unit) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{newCollector(u), u.prom}
 }
 
+// capacity is the flows the kernel's table holds: the flow budget, times
+// the CPUs with per-CPU tables (each CPU holds the budget).
+func (u *Unit) capacity() int {
+	o := u.dp.Options()
+	if o.Tables == datapath.PerCPU {
+		return o.FlowBudget * u.dp.CPUs()
+	}
+	return o.FlowBudget
+}
+
 // Status implements capability.Unit.
 func (u *Unit) Status() capability.Status {
 	s := capability.Status{Name: Name, Enabled: true, State: u.state.Load().(string), Detail: map[string]any{
@@ -166,6 +176,7 @@ func (u *Unit) Status() capability.Status {
 	}}
 	if u.dp != nil {
 		s.Detail["flow_budget"] = u.dp.Options().FlowBudget
+		s.Detail["flow_capacity"] = u.capacity()
 		s.Detail["tables"] = u.dp.Options().Tables.String()
 		s.Detail["pinned"] = u.dp.Pinned()
 		if plan := u.dp.Plan(); plan.Budget > 0 {

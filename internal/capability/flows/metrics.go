@@ -3,7 +3,6 @@ package flows
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"loupe/internal/datapath"
 	"loupe/internal/store"
 )
 
@@ -92,10 +91,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 
 	es := u.ev.Stats()
-	budget := float64(u.dp.Options().FlowBudget)
-	if u.dp.Options().Tables == datapath.PerCPU {
-		budget *= float64(u.dp.CPUs())
-	}
+	budget := float64(u.capacity())
 	gauge(c.capacity, budget)
 	gauge(c.entries, float64(es.LastFlows))
 	gauge(c.fill, float64(es.LastFlows)/budget)

@@ -78,7 +78,8 @@ function health(st: Status, metrics: Metric[]): HTMLElement {
   const flows = st.capabilities.find((c) => c.name === "flows");
   if (flows?.detail) {
     const fill = Number(flows.detail.flows_last_eviction ?? 0);
-    const budget = Number(flows.detail.flow_budget ?? dp.flow_budget ?? 0);
+    // flow_capacity counts every CPU's budget with per-CPU tables.
+    const budget = Number(flows.detail.flow_capacity ?? flows.detail.flow_budget ?? dp.flow_budget ?? 0);
     rows.push(h("tr", {}, h("td", {}, "table fill"), h("td", {}, `${count(fill)} of ${count(budget)} flows at the last eviction` + (budget ? ` (${((100 * fill) / budget).toFixed(1)} %)` : ""))));
   }
   for (const c of st.capabilities) {
