@@ -39,6 +39,14 @@
 //	    Needs no interface and no traffic, so it can compare builds on a
 //	    busy machine; the absolute numbers are not bpf_stats' (see
 //	    testrun.go).
+//	hookbench replay -iface IF -sender-ns NS -sender-iface IF2 -pcap P -obj A.o [-obj B.o | -obj empty ...]
+//	        [-rounds R] [-loops L] [-flow-budget N] [-prog loupe_ingress -caps dns,handshake]
+//	    Attach each object's entry program (or the empty program) in turn at
+//	    IF's TCX ingress, replay P from NS with tcpreplay --topspeed, and
+//	    print its bpf_stats ns per packet over the replay, the objects in
+//	    alternation, R rounds, then each one's median: real traffic, on the
+//	    hook, for comparing builds (replay.go). Needs
+//	    kernel.bpf_stats_enabled=1.
 package main
 
 import (
@@ -61,7 +69,7 @@ import (
 func main() {
 	log.SetFlags(0)
 	if len(os.Args) < 2 {
-		log.Fatal("usage: hookbench attach|stats|signals|mem|testrun [flags]")
+		log.Fatal("usage: hookbench attach|stats|signals|mem|testrun|replay [flags]")
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
 	iface := fs.String("iface", "", "interface")
@@ -75,6 +83,14 @@ func main() {
 	fs.IntVar(&tr.flows, "flows", 1, "distinct flows (testrun)")
 	fs.IntVar(&tr.rounds, "rounds", 5, "rounds (testrun)")
 	fs.IntVar(&tr.repeat, "repeat", 1, "runs of each frame per call (testrun)")
+	rp := replayOpts{prog: "loupe_flows_ingress", loops: 1, budget: 65536}
+	fs.StringVar(&rp.senderNS, "sender-ns", "", "namespace tcpreplay sends from (replay)")
+	fs.StringVar(&rp.senderIf, "sender-iface", "", "interface tcpreplay sends on (replay)")
+	fs.StringVar(&rp.pcap, "pcap", "", "trace to replay (replay)")
+	fs.IntVar(&rp.loops, "loops", 1, "times through the trace per round (replay)")
+	fs.IntVar(&rp.budget, "flow-budget", 65536, "flows a CPU's table holds (replay)")
+	fs.StringVar(&rp.prog, "prog", "loupe_flows_ingress", "entry program (replay): loupe_flows_ingress, or loupe_ingress with -caps")
+	fs.StringVar(&rp.caps, "caps", "", "capabilities besides flows, comma-separated (replay, loupe_ingress)")
 	tableSize := fs.Int("table-size", 16384, "5-tuples per signal table (signals)")
 	empty := fs.Bool("empty", false, "attach empty programs to the signals' tracepoints (signals)")
 	_ = fs.Parse(os.Args[2:])
@@ -98,6 +114,9 @@ func main() {
 		}
 	case "testrun":
 		err = testrun(tr)
+	case "replay":
+		rp.objs, rp.iface, rp.rounds = tr.objs, *iface, tr.rounds
+		err = replay(rp)
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}

@@ -98,7 +98,39 @@ func loadFlowObject(path, tables string, budget int) (*ebpf.Collection, error) {
 	if err := v.Set(shared); err != nil {
 		return nil, err
 	}
+	if err := sizeSlots(spec, shared == 0, budget); err != nil {
+		return nil, err
+	}
 	return ebpf.NewCollection(spec)
+}
+
+// sizeSlots sizes an object's per-CPU slot tables as datapath.Load does,
+// if it has them (the objects since they replaced the per-CPU hash):
+// budget flows a CPU in twice as many slots, the hash tables at one entry.
+// An object of an earlier commit keeps its per-CPU hash.
+func sizeSlots(spec *ebpf.CollectionSpec, percpu bool, budget int) error {
+	a, ok := spec.Maps["flow_slots_a"]
+	if !ok {
+		return nil
+	}
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		return err
+	}
+	slots := 0
+	if percpu {
+		slots = (2*budget + 31) / 32 * 32 // datapath.slotsFor
+		for _, name := range []string{"flows_a", "flows_b"} {
+			spec.Maps[name].MaxEntries = 1
+		}
+	}
+	for _, m := range []*ebpf.MapSpec{a, spec.Maps["flow_slots_b"]} {
+		m.MaxEntries = uint32(max(slots*ncpu, 1))
+	}
+	if err := spec.Variables["cfg_slots"].Set(uint32(slots)); err != nil {
+		return err
+	}
+	return spec.Variables["cfg_slot_budget"].Set(uint32(budget))
 }
 
 // runFrames runs prog on every frame, repeat times each, and returns the
