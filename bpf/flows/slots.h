@@ -26,10 +26,10 @@
  * flow, where the per-CPU hash kept one key and a value per possible CPU:
  * userspace merges a flow's slots of the CPUs by key (internal/datapath).
  *
- * Nothing is deleted within an interval (userspace clears a whole half
- * after draining it), so a free slot ends every probe sequence: a lookup
- * stops at the flow's slot or at the first free one, where the flow is
- * then inserted. A CPU holds at most cfg_slot_budget flows (the flow
+ * Nothing is deleted within an interval (userspace frees the slots of a
+ * half it drained, which flow_slot_list names), so a free slot ends every
+ * probe sequence: a lookup stops at the flow's slot or at the first free
+ * one, where the flow is then inserted. A CPU holds at most cfg_slot_budget flows (the flow
  * budget, counted in flow_slots_fill); cfg_slots is twice that, so that
  * probe sequences stay short. A flow that finds no place (the
  * budget reached, or SLOT_PROBES slots taken by others) is refused like a
@@ -56,7 +56,9 @@ struct flow_slot {
 /* Flows each CPU holds in each half: one per half, per CPU. */
 struct slot_fill {
 	__u32 used;
-	__u32 pad;
+	__u32 at; /* scratch: the key of an insert's flow_slot_list entry,
+		   * in map memory rather than on the stack, which the
+		   * programs' deepest call chain has none of to spare */
 };
 
 /* The slots of both halves: [cpu * cfg_slots, (cpu + 1) * cfg_slots) is
@@ -77,6 +79,19 @@ struct {
 	__type(key, __u32);              /* Key: the half (0: flow_slots_a) */
 	__type(value, struct slot_fill); /* Value: this CPU's flows in it */
 } flow_slots_fill SEC(".maps");
+
+/* Where the flows are: the slots each CPU filled in each half, in the
+ * order it filled them, at [(cpu * 2 + half) * cfg_slot_budget, + its
+ * fill). Userspace reads a half's flows from these, never the whole of a
+ * region (twice the budget, mostly free), so a drain costs the flows
+ * there are. max_entries (possible CPUs × 2 × cfg_slot_budget) is set
+ * from Go. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);   /* Key: (cpu * 2 + half) * cfg_slot_budget + n */
+	__type(value, __u32); /* Value: the n-th slot filled, an index into the half's table */
+} flow_slot_list SEC(".maps");
 
 /* Set from Go before load: slots per CPU (0: per-CPU slot tables off), and
  * the flows a CPU holds per half (at most cfg_slots). */
@@ -136,6 +151,7 @@ static __always_inline long slot_insert(void *table, __u32 half, __u32 idx, __u3
 {
 	struct slot_fill *fill;
 	struct flow_slot *s;
+	__u32 *ref;
 
 	if (idx == SLOT_NONE)
 		return -E2BIG;
@@ -144,6 +160,12 @@ static __always_inline long slot_insert(void *table, __u32 half, __u32 idx, __u3
 	s = bpf_map_lookup_elem(table, &idx);
 	if (!fill || !s || fill->used >= cfg_slot_budget)
 		return -E2BIG;
+	/* idx is in the region of CPU idx / cfg_slots: this CPU's. */
+	fill->at = (idx / cfg_slots * 2 + half) * cfg_slot_budget + fill->used;
+	ref = bpf_map_lookup_elem(&flow_slot_list, &fill->at);
+	if (!ref)
+		return -E2BIG;
+	*ref = idx;
 	fill->used++;
 	__builtin_memcpy(&s->key, key, sizeof(*key));
 	s->stats = *st;

@@ -322,11 +322,13 @@ func Load(opts Options) (*Datapath, error) {
 	}
 	d.tables = [2]*ebpf.Map{d.objs.FlowsA, d.objs.FlowsB}
 	if opts.Tables == PerCPU {
-		per := slotsFor(opts.FlowBudget)
 		for i, m := range []*ebpf.Map{d.objs.FlowSlotsA, d.objs.FlowSlotsB} {
-			d.slots[i] = &slotHalf{m: m, fill: d.objs.FlowSlotsFill, idx: uint32(i), ncpu: ncpu, perCPU: per}
+			if d.slots[i], err = newSlotHalf(m, d.objs.FlowSlotsFill, d.objs.FlowSlotList, uint32(i), ncpu, opts.FlowBudget); err != nil {
+				d.Close()
+				return nil, err
+			}
 		}
-		d.slotBuf = newSlotBuf(ncpu)
+		d.slotBuf = newSlotBuf(ncpu, opts.FlowBudget)
 	}
 	if err := d.initHTTPOther(); err != nil {
 		d.Close()
@@ -513,7 +515,7 @@ func (d *Datapath) MemoryBytes() (total, tables uint64, err error) {
 		}
 		n, _ := info.Memlock()
 		total += n
-		if m == d.tables[0] || m == d.tables[1] || m == d.objs.FlowSlotsA || m == d.objs.FlowSlotsB {
+		if m == d.tables[0] || m == d.tables[1] || m == d.objs.FlowSlotsA || m == d.objs.FlowSlotsB || m == d.objs.FlowSlotList {
 			tables += n
 		}
 	}

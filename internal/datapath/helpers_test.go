@@ -10,7 +10,7 @@ import (
 
 // loadForTest loads the datapath with the flows capability on, unless opts
 // names the capabilities.
-func loadForTest(t *testing.T, opts Options) *Datapath {
+func loadForTest(t testing.TB, opts Options) *Datapath {
 	t.Helper()
 	if opts.Capabilities == nil {
 		opts.Capabilities = []string{"flows"}
@@ -25,7 +25,7 @@ func loadForTest(t *testing.T, opts Options) *Datapath {
 
 // runProg runs the program of one direction once on frame with
 // BPF_PROG_TEST_RUN and returns its return code.
-func runProg(t *testing.T, dp *Datapath, dir flow.Direction, frame []byte) uint32 {
+func runProg(t testing.TB, dp *Datapath, dir flow.Direction, frame []byte) uint32 {
 	t.Helper()
 	prog := dp.Ingress()
 	if dir == flow.Egress {
@@ -46,7 +46,7 @@ type drained struct {
 
 // drainAll rotates the tables and returns every flow, merged across CPUs,
 // then clears the drained table.
-func drainAll(t *testing.T, dp *Datapath) []drained {
+func drainAll(t testing.TB, dp *Datapath) []drained {
 	t.Helper()
 	d, err := dp.Rotate()
 	if err != nil {
@@ -56,7 +56,7 @@ func drainAll(t *testing.T, dp *Datapath) []drained {
 }
 
 // readDrain reads a drain, merged across CPUs, then clears it.
-func readDrain(t *testing.T, d flow.Drain) []drained {
+func readDrain(t testing.TB, d flow.Drain) []drained {
 	t.Helper()
 	var out []drained
 	_, err := d.Read(func(k *flow.Key, perCPU []flow.Stats) {

@@ -535,7 +535,7 @@ type loupeSketchSlot struct {
 type loupeSlotFill struct {
 	_    structs.HostLayout
 	Used uint32
-	Pad  uint32
+	At   uint32
 }
 
 type loupeTableState struct {
@@ -665,6 +665,7 @@ const (
 	loupeMapDnsStats               = "dns_stats"
 	loupeMapEventLayout            = "event_layout"
 	loupeMapFlowEvents             = "flow_events"
+	loupeMapFlowSlotList           = "flow_slot_list"
 	loupeMapFlowSlotsA             = "flow_slots_a"
 	loupeMapFlowSlotsB             = "flow_slots_b"
 	loupeMapFlowSlotsFill          = "flow_slots_fill"
@@ -825,6 +826,7 @@ type loupeMapSpecs struct {
 	DnsStats           *ebpf.MapSpec `ebpf:"dns_stats"`
 	EventLayout        *ebpf.MapSpec `ebpf:"event_layout"`
 	FlowEvents         *ebpf.MapSpec `ebpf:"flow_events"`
+	FlowSlotList       *ebpf.MapSpec `ebpf:"flow_slot_list"`
 	FlowSlotsA         *ebpf.MapSpec `ebpf:"flow_slots_a"`
 	FlowSlotsB         *ebpf.MapSpec `ebpf:"flow_slots_b"`
 	FlowSlotsFill      *ebpf.MapSpec `ebpf:"flow_slots_fill"`
@@ -955,6 +957,7 @@ type loupeMaps struct {
 	DnsStats           *ebpf.Map `ebpf:"dns_stats"`
 	EventLayout        *ebpf.Map `ebpf:"event_layout"`
 	FlowEvents         *ebpf.Map `ebpf:"flow_events"`
+	FlowSlotList       *ebpf.Map `ebpf:"flow_slot_list"`
 	FlowSlotsA         *ebpf.Map `ebpf:"flow_slots_a"`
 	FlowSlotsB         *ebpf.Map `ebpf:"flow_slots_b"`
 	FlowSlotsFill      *ebpf.Map `ebpf:"flow_slots_fill"`
@@ -1021,6 +1024,7 @@ func (m *loupeMaps) Close() error {
 		m.DnsStats,
 		m.EventLayout,
 		m.FlowEvents,
+		m.FlowSlotList,
 		m.FlowSlotsA,
 		m.FlowSlotsB,
 		m.FlowSlotsFill,

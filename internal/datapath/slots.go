@@ -13,12 +13,12 @@ import (
 // Per-CPU flow tables are slot arrays (bpf/flows/slots.h): each CPU owns a
 // region of perCPU slots in each half's array, a flow sits at its home
 // slot (a hash of its key) or at most slotProbes-1 slots after it, and a
-// flow seen on several CPUs has a slot in each of their regions. Reading a
-// half merges those slots by key, one window of home slots at a time: a
-// flow belongs to the window its home slot is in, and its slots on every
-// CPU lie between its home and slotProbes slots later, so a window read
-// with slotProbes slots past its end holds every slot of its flows, and
-// the memory a read needs is a window's, whatever the table's size.
+// flow seen on several CPUs has a slot in each of their regions. The
+// program lists the slots each CPU filled (flow_slot_list), so reading a
+// half reads the slots listed, through the array's memory mapping, and
+// merges them by key: a drain costs the flows there are, not the regions'
+// size (twice the budget, and at the default budget 16 MiB a CPU and
+// half), and clearing frees those slots alone.
 
 const (
 	// slotHashVersion names slotHash in layout names: a pinned half is
@@ -26,10 +26,10 @@ const (
 	slotHashVersion = 1
 	// slotProbes is SLOT_PROBES: how far past its home a flow may sit.
 	slotProbes = 64
-	// slotWindow is the home slots a read merges at a time, per CPU.
-	slotWindow = 4096
+	// slotSize is a slot's bytes, in the array and its mapping.
+	slotSize = int(unsafe.Sizeof(loupeFlowSlot{}))
 	// slotsPerPage is the slots in a page: regions start on one.
-	slotsPerPage = 4096 / int(unsafe.Sizeof(loupeFlowSlot{}))
+	slotsPerPage = 4096 / slotSize
 )
 
 // slotsFor is the slots each CPU's region has for a flow budget: twice as
@@ -64,6 +64,11 @@ func sizeSlots(spec *ebpf.CollectionSpec, kind TableKind, budget, ncpu int) erro
 	for _, name := range []string{loupeMapFlowSlotsA, loupeMapFlowSlotsB} {
 		spec.Maps[name].MaxEntries = uint32(max(slots*ncpu, 1))
 	}
+	list := 1
+	if slots > 0 {
+		list = ncpu * 2 * budget
+	}
+	spec.Maps[loupeMapFlowSlotList].MaxEntries = uint32(list)
 	if err := spec.Variables[loupeVarCfgSlots].Set(uint32(slots)); err != nil {
 		return fmt.Errorf("set slots: %w", err)
 	}
@@ -97,164 +102,146 @@ func slotHome(h uint64, n int) int { return int((h >> 32) * uint64(n) >> 32) }
 // slotHalf reads and clears one half of the per-CPU slot tables.
 type slotHalf struct {
 	m      *ebpf.Map
-	fill   *ebpf.Map // flow_slots_fill
-	idx    uint32    // the half: 0 (flow_slots_a) or 1
+	mem    *ebpf.Memory // m, mapped
+	fill   *ebpf.Map    // flow_slots_fill
+	list   *ebpf.Map    // flow_slot_list
+	idx    uint32       // the half: 0 (flow_slots_a) or 1
 	ncpu   int
-	perCPU int
+	perCPU int // slots in a CPU's region
+	budget int // flows a CPU holds: the length of its list
 }
 
-// slotBuf is what reading a half reuses: a window of slots of every CPU,
-// and the window's flows merged by key.
+func newSlotHalf(m, fill, list *ebpf.Map, idx uint32, ncpu, budget int) (*slotHalf, error) {
+	mem, err := m.Memory()
+	if err != nil {
+		return nil, fmt.Errorf("map the flow slots: %w", err)
+	}
+	h := &slotHalf{m: m, mem: mem, fill: fill, list: list, idx: idx, ncpu: ncpu, perCPU: slotsFor(budget), budget: budget}
+	if want := uint32(ncpu * 2 * budget); list.MaxEntries() != want {
+		return nil, fmt.Errorf("flow slot list of %d entries, want %d", list.MaxEntries(), want)
+	}
+	if want := uint32(ncpu * h.perCPU); m.MaxEntries() != want {
+		return nil, fmt.Errorf("flow slots of %d entries, want %d", m.MaxEntries(), want)
+	}
+	return h, nil
+}
+
+// slotBuf is what reading a half reuses: every CPU's fill and list, and
+// the half's flows merged by key.
 type slotBuf struct {
+	fills []loupeSlotFill
 	keys  []byte // array indexes, for the batch syscall
-	slots []loupeFlowSlot
-	pos   []int // where the guard's slots are in the region
+	refs  []byte // a CPU's list: slot indexes
+	slot  loupeFlowSlot
 	seen  map[loupeFlowKey]int
 	flows []loupeFlowKey
 	per   []loupeFlowStats // len(flows) × ncpu
 	stats []flow.Stats
 }
 
-func newSlotBuf(ncpu int) *slotBuf {
-	n := slotWindow + slotProbes
-	return &slotBuf{keys: make([]byte, 4*n), slots: make([]loupeFlowSlot, n), pos: make([]int, 0, slotProbes),
+func newSlotBuf(ncpu, budget int) *slotBuf {
+	return &slotBuf{fills: make([]loupeSlotFill, ncpu), keys: make([]byte, 4*budget), refs: make([]byte, 4*budget),
 		seen: make(map[loupeFlowKey]int), stats: make([]flow.Stats, ncpu)}
 }
 
-// readRange reads the n slots from index start of the array into
-// b.slots[at:at+n].
-func (h *slotHalf) readRange(b *slotBuf, start, n, at int) error {
-	vals := unsafe.Slice((*byte)(unsafe.Pointer(&b.slots[at])), n*int(unsafe.Sizeof(loupeFlowSlot{})))
+// readSlot copies slot i of the half into s.
+func (h *slotHalf) readSlot(i uint32, s *loupeFlowSlot) error {
+	b := unsafe.Slice((*byte)(unsafe.Pointer(s)), slotSize)
+	if _, err := h.mem.ReadAt(b, int64(i)*int64(slotSize)); err != nil {
+		return fmt.Errorf("read flow slot %d: %w", i, err)
+	}
+	return nil
+}
+
+// listed returns the slots CPU c filled in the half, in b.refs.
+func (h *slotHalf) listed(b *slotBuf, c int) ([]byte, error) {
+	n := int(b.fills[c].Used)
+	if n > h.budget {
+		return nil, fmt.Errorf("CPU %d filled %d flow slots, more than its budget %d", c, n, h.budget)
+	}
+	start := (c*2 + int(h.idx)) * h.budget
 	for done := 0; done < n; {
-		got, err := arrayLookupBatch(h.m, uint32(start+done), b.keys[:4*(n-done)],
-			vals[done*int(unsafe.Sizeof(loupeFlowSlot{})):])
+		got, err := arrayLookupBatch(h.list, uint32(start+done), b.keys[:4*(n-done)], b.refs[4*done:])
 		if err != nil {
-			return fmt.Errorf("read flow slots: %w", err)
+			return nil, fmt.Errorf("read flow slot list: %w", err)
 		}
 		if got == 0 {
-			return fmt.Errorf("read flow slots: %d of %d from %d", done, n, start)
+			return nil, fmt.Errorf("read flow slot list: %d of %d from %d", done, n, start)
 		}
 		done += got
 	}
-	return nil
+	return b.refs[:4*n], nil
 }
 
 // read calls fn once for every flow of the half with its counters on
-// every CPU (zero where a CPU has no slot for it), and records the
-// indexes of the slots it read in used.
+// every CPU (zero where a CPU has no slot for it), and records the slots
+// it read in used.
 func (h *slotHalf) read(b *slotBuf, used *[]uint32, fn func(k *flow.Key, perCPU []flow.Stats)) (int, error) {
 	*used = (*used)[:0]
-	total := 0
-	for w := 0; w < h.perCPU; w += slotWindow {
-		end := min(w+slotWindow, h.perCPU)
-		clear(b.seen)
-		b.flows, b.per = b.flows[:0], b.per[:0]
+	clear(b.seen)
+	b.flows, b.per = b.flows[:0], b.per[:0]
+	if err := h.fill.Lookup(h.idx, &b.fills); err != nil {
+		return 0, fmt.Errorf("read flow slot counts: %w", err)
+	}
+	for c := range h.ncpu {
+		refs, err := h.listed(b, c)
+		if err != nil {
+			return 0, err
+		}
+		lo, hi := uint32(c*h.perCPU), uint32((c+1)*h.perCPU)
+		for i := 0; i < len(refs); i += 4 {
+			at := binary.NativeEndian.Uint32(refs[i:])
+			if at < lo || at >= hi {
+				return 0, fmt.Errorf("CPU %d listed flow slot %d, outside its region [%d, %d)", c, at, lo, hi)
+			}
+			s := &b.slot
+			if err := h.readSlot(at, s); err != nil {
+				return 0, err
+			}
+			*used = append(*used, at)
+			if s.Tag == 0 {
+				continue // a slot listed but not filled: never written so
+			}
+			j, ok := b.seen[s.Key]
+			if !ok {
+				j = len(b.flows)
+				b.seen[s.Key] = j
+				b.flows = append(b.flows, s.Key)
+				for range h.ncpu {
+					b.per = append(b.per, loupeFlowStats{})
+				}
+			}
+			b.per[j*h.ncpu+c] = s.Stats
+		}
+	}
+	for i := range b.flows {
+		var k flow.Key
+		keyFromBPF(&k, &b.flows[i])
 		for c := range h.ncpu {
-			if err := h.window(b, c, w, end, used); err != nil {
-				return total, err
-			}
+			statsFromBPF(&b.stats[c], &b.per[i*h.ncpu+c])
 		}
-		for i := range b.flows {
-			var k flow.Key
-			keyFromBPF(&k, &b.flows[i])
-			for c := range h.ncpu {
-				statsFromBPF(&b.stats[c], &b.per[i*h.ncpu+c])
-			}
-			fn(&k, b.stats)
-		}
-		total += len(b.flows)
+		fn(&k, b.stats)
 	}
-	return total, nil
-}
-
-// window reads CPU c's slots from w to end, and the slotProbes after end
-// (wrapping at the region's end) where a flow whose home is in [w, end)
-// may sit, and merges the flows whose home is in [w, end).
-func (h *slotHalf) window(b *slotBuf, c, w, end int, used *[]uint32) error {
-	base := c * h.perCPU
-	n := end - w
-	if err := h.readRange(b, base+w, n, 0); err != nil {
-		return err
-	}
-	// The guard: positions end.. end+slotProbes-1 of the region, those
-	// not already read in [w, end) (a window that is the whole region).
-	pos := b.pos[:0]
-	for j := range slotProbes {
-		p := (end + j) % h.perCPU
-		if p >= w && p < end {
-			break
-		}
-		pos = append(pos, p)
-	}
-	b.pos = pos
-	for i := 0; i < len(pos); {
-		run := 1
-		for i+run < len(pos) && pos[i+run] == pos[i]+run {
-			run++
-		}
-		if err := h.readRange(b, base+pos[i], run, n+i); err != nil {
-			return err
-		}
-		i += run
-	}
-	for i := range n + len(pos) {
-		s := &b.slots[i]
-		if s.Tag == 0 {
-			continue
-		}
-		at := w + i
-		if i >= n {
-			at = pos[i-n]
-		}
-		if home := slotHome(slotHash(&s.Key), h.perCPU); home < w || home >= end {
-			continue // another window's flow
-		}
-		j, ok := b.seen[s.Key]
-		if !ok {
-			j = len(b.flows)
-			b.seen[s.Key] = j
-			b.flows = append(b.flows, s.Key)
-			for range h.ncpu {
-				b.per = append(b.per, loupeFlowStats{})
-			}
-		}
-		b.per[j*h.ncpu+c] = s.Stats
-		*used = append(*used, uint32(base+at))
-	}
-	return nil
+	return len(b.flows), nil
 }
 
 // clear frees the slots in used, or, with all, every slot of the half;
-// then sets every CPU's fill of the half to zero.
+// then sets every CPU's fill of the half to zero. A slot is free when its
+// tag is: an insert writes all of it.
 func (h *slotHalf) clear(used []uint32, all bool) error {
-	const chunk = 4096
-	zero := make([]byte, chunk*int(unsafe.Sizeof(loupeFlowSlot{})))
-	keys := make([]byte, 4*chunk)
-	write := func(idx []uint32) error {
-		for i, x := range idx {
-			binary.NativeEndian.PutUint32(keys[4*i:], x)
-		}
-		return arrayUpdateBatch(h.m, keys, zero, len(idx))
-	}
+	var zero [slotSize]byte
 	if all {
-		idx := make([]uint32, 0, chunk)
-		for i := range h.ncpu * h.perCPU {
-			idx = append(idx, uint32(i))
-			if len(idx) == chunk {
-				if err := write(idx); err != nil {
-					return fmt.Errorf("clear flow slots: %w", err)
-				}
-				idx = idx[:0]
+		for off := int64(0); off < int64(h.mem.Size()); off += int64(len(zero)) {
+			if _, err := h.mem.WriteAt(zero[:], off); err != nil {
+				return fmt.Errorf("clear flow slots: %w", err)
 			}
 		}
-		used = idx
-	}
-	for len(used) > 0 {
-		n := min(len(used), chunk)
-		if err := write(used[:n]); err != nil {
-			return fmt.Errorf("clear flow slots: %w", err)
+	} else {
+		for _, at := range used {
+			if _, err := h.mem.WriteAt(zero[:], int64(at)*int64(slotSize)); err != nil {
+				return fmt.Errorf("clear flow slot %d: %w", at, err)
+			}
 		}
-		used = used[n:]
 	}
 	if err := h.fill.Update(h.idx, make([]loupeSlotFill, h.ncpu), ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("clear flow slot counts: %w", err)

@@ -58,26 +58,22 @@ func TestSlotHashMatchesProgram(t *testing.T) {
 		}
 	})
 	h := dp.slots[0]
-	b := newSlotBuf(h.ncpu)
 	found := 0
-	for at := 0; at < h.perCPU; at += slotWindow {
-		n := min(slotWindow, h.perCPU-at)
-		if err := h.readRange(b, at, n, 0); err != nil {
+	var s loupeFlowSlot
+	for at := 0; at < h.perCPU; at++ {
+		if err := h.readSlot(uint32(at), &s); err != nil {
 			t.Fatal(err)
 		}
-		for i := range n {
-			s := &b.slots[i]
-			if s.Tag == 0 {
-				continue
-			}
-			found++
-			hash := slotHash(&s.Key)
-			if want := uint32(hash) | 1; s.Tag != want {
-				t.Fatalf("slot %d: tag %#x, the Go hash gives %#x", at+i, s.Tag, want)
-			}
-			if d := (at + i - slotHome(hash, h.perCPU) + h.perCPU) % h.perCPU; d >= slotProbes {
-				t.Fatalf("slot %d: %d past its home slot, more than the %d probes", at+i, d, slotProbes)
-			}
+		if s.Tag == 0 {
+			continue
+		}
+		found++
+		hash := slotHash(&s.Key)
+		if want := uint32(hash) | 1; s.Tag != want {
+			t.Fatalf("slot %d: tag %#x, the Go hash gives %#x", at, s.Tag, want)
+		}
+		if d := (at - slotHome(hash, h.perCPU) + h.perCPU) % h.perCPU; d >= slotProbes {
+			t.Fatalf("slot %d: %d past its home slot, more than the %d probes", at, d, slotProbes)
 		}
 	}
 	if found != 1000 {
@@ -86,16 +82,13 @@ func TestSlotHashMatchesProgram(t *testing.T) {
 }
 
 // TestSlotsMergeAcrossCPUs: flows counted on two CPUs come out of a drain
-// once each, with each CPU's counts, over a region several read windows
-// long (so flows sit at windows' ends and past the region's end).
+// once each, with each CPU's counts, at the budget (every CPU's list full,
+// flows past the region's end), and the cleared table holds nothing.
 func TestSlotsMergeAcrossCPUs(t *testing.T) {
 	testutil.RequirePrivileged(t)
 	requireCPUs(t, 2)
-	const flows = 9000 // a budget of 9000: 13 504 slots per CPU, 4 windows
+	const flows = 9000
 	dp := loadForTest(t, Options{FlowBudget: flows, RingBufSize: 1 << 20})
-	if dp.slots[0].perCPU <= 3*slotWindow {
-		t.Fatalf("%d slots per CPU: not several windows", dp.slots[0].perCPU)
-	}
 	// CPU 0 sees every flow once; CPU 1 every third flow twice.
 	frames := make([][]byte, flows)
 	for i := range frames {
@@ -112,31 +105,35 @@ func TestSlotsMergeAcrossCPUs(t *testing.T) {
 			runProg(t, dp, flow.Ingress, frames[i])
 		}
 	})
-	for round := range 2 {
-		got := drainAll(t, dp)
-		if round == 1 {
-			if len(got) != 0 {
-				t.Fatalf("the cleared table still holds %d flows", len(got))
-			}
-			break
+	got := drainAll(t, dp)
+	if len(got) != flows {
+		t.Fatalf("drained %d flows, want %d", len(got), flows)
+	}
+	seen := make(map[uint16]bool)
+	for _, d := range got {
+		i := int(d.key.SrcPort) - 1
+		if seen[d.key.SrcPort] {
+			t.Fatalf("flow %d drained twice", i)
 		}
-		if len(got) != flows {
-			t.Fatalf("drained %d flows, want %d", len(got), flows)
+		seen[d.key.SrcPort] = true
+		wantPk, wantCPUs := uint64(1), 1
+		if i%3 == 0 {
+			wantPk, wantCPUs = 3, 2
 		}
-		seen := make(map[uint16]bool)
-		for _, d := range got {
-			i := int(d.key.SrcPort) - 1
-			if seen[d.key.SrcPort] {
-				t.Fatalf("flow %d drained twice", i)
+		if d.stats.Packets != wantPk || d.stats.Bytes != wantPk*uint64(len(frames[i])) || d.cpus != wantCPUs {
+			t.Fatalf("flow %d: %d packets %d bytes on %d CPUs, want %d, %d on %d",
+				i, d.stats.Packets, d.stats.Bytes, d.cpus, wantPk, wantPk*uint64(len(frames[i])), wantCPUs)
+		}
+	}
+	// Clearing freed every slot the drain read: none is left taken.
+	var sl loupeFlowSlot
+	for _, h := range dp.slots {
+		for at := range h.ncpu * h.perCPU {
+			if err := h.readSlot(uint32(at), &sl); err != nil {
+				t.Fatal(err)
 			}
-			seen[d.key.SrcPort] = true
-			wantPk, wantCPUs := uint64(1), 1
-			if i%3 == 0 {
-				wantPk, wantCPUs = 3, 2
-			}
-			if d.stats.Packets != wantPk || d.stats.Bytes != wantPk*uint64(len(frames[i])) || d.cpus != wantCPUs {
-				t.Fatalf("flow %d: %d packets %d bytes on %d CPUs, want %d, %d on %d",
-					i, d.stats.Packets, d.stats.Bytes, d.cpus, wantPk, wantPk*uint64(len(frames[i])), wantCPUs)
+			if sl.Tag != 0 {
+				t.Fatalf("half %d: slot %d still taken after the drain", h.idx, at)
 			}
 		}
 	}
