@@ -8,13 +8,20 @@
 // bounded (Options.MaxPending bytes); past it new records are dropped and
 // counted by reason, so every record is written, pending or counted as
 // dropped (Accounting), in records and in packets.
+//
+// An agent killed in the middle of a write (SIGKILL cuts a write to a file
+// short) leaves a torn last line. Its records were not committed, so the
+// next agent exports them again; Open removes the torn tail first, so that
+// the file stays whole lines.
 package jsonl
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 
 	"loupe/internal/export"
@@ -50,18 +57,55 @@ type lineEnd struct {
 	packets uint64
 }
 
-// Open opens the target: "-" is stdout; anything else a file, appended to.
-func Open(path string) (*Sink, error) {
+// Open opens the target: "-" is stdout; anything else a file, appended to,
+// whose torn last line, if any, is removed first (and logged).
+func Open(path string, log *slog.Logger) (*Sink, error) {
 	if path == "-" {
 		return New("json:-", os.Stdout), nil
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o640)
 	if err != nil {
 		return nil, fmt.Errorf("open json sink: %w", err)
+	}
+	torn, err := cutTornLine(f)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("open json sink %s: %w", path, err)
+	}
+	if torn > 0 {
+		log.Warn("removed the torn last line of the JSON file: a writer stopped in the middle of it, and its records are exported again",
+			"path", path, "bytes", torn)
 	}
 	s := New("json:"+path, f)
 	s.c = f
 	return s, nil
+}
+
+// cutTornLine truncates f after its last newline when it does not end with
+// one, and returns the bytes removed. Only regular files are touched.
+func cutTornLine(f *os.File) (int64, error) {
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() || st.Size() == 0 {
+		return 0, err
+	}
+	size := st.Size()
+	buf := make([]byte, 64<<10)
+	for end := size; end > 0; {
+		start := max(end-int64(len(buf)), 0)
+		b := buf[:end-start]
+		if _, err := f.ReadAt(b, start); err != nil {
+			return 0, fmt.Errorf("read its tail: %w", err)
+		}
+		if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
+			keep := start + int64(i) + 1
+			if keep == size {
+				return 0, nil
+			}
+			return size - keep, f.Truncate(keep)
+		}
+		end = start
+	}
+	return size, f.Truncate(0)
 }
 
 // New writes to w (for tests and embedding).

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -98,7 +99,7 @@ func balanced(t *testing.T, s *Sink, written export.Count) export.Accounting {
 func TestFullDiskHeldRetriedAndCounted(t *testing.T) {
 	mnt := testutil.Tmpfs(t, "1m")
 	path := filepath.Join(mnt, "flows.jsonl")
-	s, err := Open(path)
+	s, err := Open(path, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,4 +234,41 @@ func TestCoverage(t *testing.T) {
 		},
 		IDs: func(f *flow.Field) []string { return []string{f.Name} },
 	}.Check(t)
+}
+
+// TestOpenCutsTornLine: a file left with a torn last line (an agent killed
+// in the middle of a write) is cut back to its last whole line on open,
+// so the lines written next parse; a file of whole lines is left alone.
+func TestOpenCutsTornLine(t *testing.T) {
+	whole := `{"a":1}` + "\n" + `{"a":2}` + "\n"
+	for _, tc := range []struct {
+		name, before, after string
+	}{
+		{"torn", whole + `{"a":3,"b`, whole},
+		{"whole", whole, whole},
+		{"only torn", `{"a":`, ""},
+		{"empty", "", ""},
+		{"long torn tail", whole + `{"x":"` + string(bytes.Repeat([]byte("y"), 200<<10)), whole},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "flows.jsonl")
+			if err := os.WriteFile(path, []byte(tc.before), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			s, err := Open(path, slog.New(slog.DiscardHandler))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			got, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != tc.after {
+				t.Fatalf("after open: %q, want %q", got, tc.after)
+			}
+		})
+	}
 }

@@ -63,7 +63,7 @@ type scheme struct {
 	// client opens a network exporter; nil for a sink that writes
 	// synchronously (json), which open makes.
 	client func(target string, e *Exporters, log *slog.Logger) (delivery.Client, error)
-	open   func(target string) (export.Sink, error)
+	open   func(target string, log *slog.Logger) (export.Sink, error)
 }
 
 // schemes is the table of export schemes. To add an exporter, add a row
@@ -96,12 +96,12 @@ func schemes() []scheme {
 	}
 }
 
-func openJSON(target string) (export.Sink, error) {
+func openJSON(target string, log *slog.Logger) (export.Sink, error) {
 	path, err := jsonl.ParseTarget(target)
 	if err != nil {
 		return nil, err
 	}
-	return jsonl.Open(path)
+	return jsonl.Open(path, log)
 }
 
 // lookup returns the row of target's scheme.
@@ -164,7 +164,7 @@ func Open(target string, e Exporters, log *slog.Logger) (s export.Sink, q *deliv
 		return nil, nil, fmt.Errorf("export %s: unsupported sink", check.Quote(target))
 	}
 	if sc.client == nil {
-		s, err := sc.open(target)
+		s, err := sc.open(target, log)
 		if err != nil {
 			return nil, nil, fmt.Errorf("export %s: %w", check.Cut(target), err)
 		}
