@@ -217,6 +217,19 @@ func (d *tcpdump) stop(t *testing.T) {
 	}
 }
 
+// dropped is what a stopped tcpdump said it lost: the packets its
+// statistics count as dropped by the kernel or by the interface.
+func (d *tcpdump) dropped() uint64 {
+	var total uint64
+	for _, l := range strings.Split(d.out.String(), "\n") {
+		var n uint64
+		if _, err := fmt.Sscanf(strings.TrimSpace(l), "%d packets dropped by", &n); err == nil {
+			total += n
+		}
+	}
+	return total
+}
+
 // pkt is a TCP packet as tshark reads it from a capture file.
 type pkt struct {
 	srcPort, dstPort uint16
