@@ -136,7 +136,7 @@ func TestUIInBrowser(t *testing.T) {
 	top := map[string][]map[string]any{}
 	for _, by := range []string{"src", "dst", "pair", "port"} {
 		var rows []map[string]any
-		for _, l := range strings.Split(strings.TrimSpace(a.run(append([]string{"top", "--json", "--by", by, "-n", "10"}, window...)...)), "\n") {
+		for _, l := range strings.Split(strings.TrimSpace(a.run(append([]string{"top", "--json", "--by", by, "-n", "10", "--flows=false"}, window...)...)), "\n") {
 			var r map[string]any
 			if err := json.Unmarshal([]byte(l), &r); err != nil {
 				t.Fatal(err)

@@ -78,7 +78,7 @@ for (const by of ["src", "dst", "pair", "port"]) {
     const n = by === "pair" || by === "port" ? 2 : 1;
     eq(`top ${by} row ${i} bytes`, r[n], w.bytes);
     eq(`top ${by} row ${i} packets`, r[n + 1], w.packets);
-    eq(`top ${by} row ${i} flows`, r[n + 2], w.flows);
+    eq(`top ${by} row ${i} share`, r[n + 2], `${((100 * w.bytes) / want.totals.bytes).toFixed(1)} %`);
   });
 }
 if (!(await page.$("#chart-bytes .uplot"))) fail("overview: no traffic chart");

@@ -18,7 +18,6 @@ interface TopRow {
   proto?: number;
   bytes: number;
   packets: number;
-  flows: number;
 }
 
 interface Metric {
@@ -52,7 +51,11 @@ function chart(el: HTMLElement, tr: Traffic, col: 1 | 2, title: string): void {
   new uPlot(opts, data as uPlot.AlignedData, el);
 }
 
-function topTable(by: string, rows: TopRow[]): HTMLElement {
+// topTable shows a grouping's top rows: bytes, packets and their share of
+// the window's bytes. No flow count: the store need not count distinct
+// flows for it (flows=false), most of a top's time over millions of
+// records; the Flows page and `loupe top` give it.
+function topTable(by: string, rows: TopRow[], total: number): HTMLElement {
   const head = by === "pair" ? ["source", "destination"] : by === "port" ? ["port", "proto"] : [by === "src" ? "source" : "destination"];
   const body = rows.map((r) => {
     const keys =
@@ -62,10 +65,11 @@ function topTable(by: string, rows: TopRow[]): HTMLElement {
           ? [String(r.port), proto(r.proto!)]
           : [(by === "src" ? r.src_addr : r.dst_addr)!];
     // data-value keeps the address as the API gave it ("" for non-IP).
-    return h("tr", {}, ...keys.map((k) => h("td", { "data-value": k }, k || "non-IP")), num(r.bytes, bytes(r.bytes)), num(r.packets), num(r.flows));
+    return h("tr", {}, ...keys.map((k) => h("td", { "data-value": k }, k || "non-IP")), num(r.bytes, bytes(r.bytes)), num(r.packets),
+      h("td", { class: "num" }, total ? `${((100 * r.bytes) / total).toFixed(1)} %` : "-"));
   });
   return h("section", { class: "card" }, h("h3", {}, `Top ${by === "pair" ? "pairs" : by === "port" ? "ports" : by === "src" ? "sources" : "destinations"}`),
-    table([...head, "bytes", "packets", "flows"], body, `top-${by}`));
+    table([...head, "bytes", "packets", "share"], body, `top-${by}`));
 }
 
 function health(st: Status, metrics: Metric[]): HTMLElement {
@@ -114,7 +118,7 @@ export async function overview(root: HTMLElement, params: URLSearchParams): Prom
     getJSON<Traffic>("/api/v1/traffic" + query({ since, until })),
     status(),
     getJSON<{ metrics: Metric[] }>("/api/v1/metrics"),
-    ...["src", "dst", "pair", "port"].map((by) => getJSON<TopRow[]>("/api/v1/top" + query({ by, since, until, n: 10 }))),
+    ...["src", "dst", "pair", "port"].map((by) => getJSON<TopRow[]>("/api/v1/top" + query({ by, since, until, n: 10, flows: "false" }))),
   ]);
   const totals = h("section", { class: "card wide totals" },
     h("div", {}, h("span", { class: "big", id: "total-bytes", "data-value": tr.totals.bytes }, bytes(tr.totals.bytes)), " bytes"),
@@ -131,7 +135,7 @@ export async function overview(root: HTMLElement, params: URLSearchParams): Prom
     totals,
     h("section", { class: "card wide" }, h("h3", {}, "Traffic by interface and direction"), bytesChart, packetsChart),
     h("section", { class: "card" }, h("h3", {}, "Protocol mix"), table(["proto", "bytes", "packets", "flows", "share"], protoRows, "protocols")),
-    ...["src", "dst", "pair", "port"].map((by, i) => topTable(by, tops[i] as TopRow[])),
+    ...["src", "dst", "pair", "port"].map((by, i) => topTable(by, tops[i] as TopRow[], tr.totals.bytes)),
     health(st, metrics.metrics),
   );
   if (tr.series.length) {

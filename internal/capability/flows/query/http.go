@@ -258,14 +258,14 @@ func (h handlers) top(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	rows, err := rd.TopBy(r.Context(), sq, group, sort, *t.n)
+	rows, err := t.rows(r.Context(), rd, sq, group, sort)
 	if err != nil {
 		api.WriteError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
 	out := api.NewLines(w, r)
 	for i := range rows {
-		if out.Add(appendTopJSON(nil, group, &rows[i])) != nil {
+		if out.Add(appendTopJSON(nil, group, &rows[i], *t.flows)) != nil {
 			return
 		}
 	}

@@ -369,6 +369,59 @@ func TestTopologyEdgesArePairs(t *testing.T) {
 	}
 }
 
+// TestTopWithoutFlows: `loupe top --flows=false` and GET /api/v1/top with
+// flows=false give each grouping's rows with their sums and no flows
+// field, the groups the counted ranking gives where bytes decide it; a
+// ranking by a signal needs the flows counted.
+func TestTopWithoutFlows(t *testing.T) {
+	dir, h := testStore(t, 500)
+	type row struct {
+		Src     string `json:"src_addr"`
+		Dst     string `json:"dst_addr"`
+		Port    uint16 `json:"port"`
+		Bytes   uint64 `json:"bytes"`
+		Packets uint64 `json:"packets"`
+	}
+	rows := func(out string) []row {
+		var rs []row
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+			var r row
+			if err := json.Unmarshal([]byte(l), &r); err != nil {
+				t.Fatalf("%q: %v", l, err)
+			}
+			rs = append(rs, r)
+		}
+		return rs
+	}
+	for _, by := range []string{"src", "dst", "pair", "port"} {
+		counted := runCLI(t, topCmd, "--store", dir, "--json", "--by", by, "-n", "5")
+		bare := runCLI(t, topCmd, "--store", dir, "--json", "--by", by, "-n", "5", "--flows=false")
+		_, body := get(t, h, TopPath+"?n=5&flows=false&by="+by)
+		if strings.Contains(bare, `"flows"`) || strings.Contains(body, `"flows"`) || !strings.Contains(counted, `"flows"`) {
+			t.Fatalf("by %s: flows field: counted %q, uncounted %q, API %q", by, counted, bare, body)
+		}
+		if body != bare {
+			t.Errorf("by %s: API %q, CLI %q", by, body, bare)
+		}
+		want, got := rows(counted), rows(bare)
+		if len(want) != 5 || len(got) != 5 {
+			t.Fatalf("by %s: %d and %d rows, want 5", by, len(want), len(got))
+		}
+		for i := range want {
+			// A tie in bytes and packets may order differently.
+			if got[i].Bytes != want[i].Bytes || got[i].Packets != want[i].Packets {
+				t.Errorf("by %s row %d: %+v, counted %+v", by, i, got[i], want[i])
+			}
+		}
+	}
+	if resp, body := get(t, h, TopPath+"?flows=false&sort=rtt"); resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "--flows=false ranks by bytes") {
+		t.Errorf("flows=false&sort=rtt: %d %s", resp.StatusCode, body)
+	}
+	if out := runCLI(t, topCmd, "--store", dir, "--by", "pair", "-n", "3", "--flows=false"); strings.Contains(out, "FLOWS") || !strings.Contains(out, "PACKETS") {
+		t.Errorf("table without flows:\n%s", out)
+	}
+}
+
 // TestBadParameters: an unknown or CLI-only parameter, or a bad value, is
 // a 400 that names it.
 func TestBadParameters(t *testing.T) {

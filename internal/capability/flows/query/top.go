@@ -18,7 +18,7 @@ import (
 
 const topSynopsis = "[--by src|dst|pair|port|src-port|dst-port|namespace|workload|service] [--sort bytes|rtt|drops|retransmits|dns_latency] [-n N] " +
 	"[--since D|TIME] [--until D|TIME] [--src CIDR] [--dst CIDR] [--port N] [--proto P] [--iface GLOB] " +
-	"[--direction ingress|egress] [--namespace NS] [--workload [NS/]NAME] [--min-rtt D] [--has SIGNAL] [--accuracy A] [--raw] [--json] [--store PATH]"
+	"[--direction ingress|egress] [--namespace NS] [--workload [NS/]NAME] [--min-rtt D] [--has SIGNAL] [--accuracy A] [--flows=false] [--raw] [--json] [--store PATH]"
 
 // topRequest is a parsed `loupe top`: the filters, the grouping, the
 // ranking and how many rows.
@@ -27,6 +27,7 @@ type topRequest struct {
 	by     *string
 	sort   *string
 	n      *int
+	flows  *bool
 	asJSON *bool
 	raw    *bool
 }
@@ -45,7 +46,9 @@ func bindTop(fs *flag.FlagSet) topRequest {
 		sort: fs.String("sort", "bytes", "rank the groups by `WHAT`: bytes (then packets and flows); rtt (the largest RTT a record "+
 			"of the group saw), drops (packets dropped), retransmits (segments retransmitted), dns_latency (the slowest DNS answer), "+
 			"among the groups whose records measured it"),
-		n:      fs.Int("n", 10, "how many rows"),
+		n: fs.Int("n", 10, "how many rows"),
+		flows: fs.Bool("flows", true, "count each group's distinct flows; false leaves them out (no FLOWS column, no flows field), "+
+			"which is faster over many records; it ranks by bytes alone, and groups of equal bytes and packets by their keys"),
 		asJSON: fs.Bool("json", false, "print one JSON object per row, with named fields"),
 		raw:    fs.Bool("raw", false, "exact numbers: bytes in bytes"),
 	}
@@ -64,14 +67,26 @@ func (t topRequest) parse() (store.GroupBy, store.Sort, error) {
 	if *t.n < 1 {
 		return 0, 0, fmt.Errorf("-n %d: want at least 1", *t.n)
 	}
+	if !*t.flows && sort != store.SortBytes {
+		return 0, 0, fmt.Errorf("--sort %s needs the flows counted: --flows=false ranks by bytes alone", *t.sort)
+	}
 	return group, sort, nil
+}
+
+// rows runs the request on rd: its groups with their flows counted, or
+// without (--flows=false).
+func (t topRequest) rows(ctx context.Context, rd *store.Reader, sq store.Query, group store.GroupBy, sort store.Sort) ([]store.TopEntry, error) {
+	if !*t.flows {
+		return rd.TopUncounted(ctx, sq, group, *t.n)
+	}
+	return rd.TopBy(ctx, sq, group, sort, *t.n)
 }
 
 func topCmd(args []string, stdout, stderr io.Writer) error {
 	ctx := context.Background()
 	fs := cli.NewFlagSet("top", topSynopsis, stdout, stderr)
 	t := bindTop(fs)
-	q, n, asJSON, raw := t.q, t.n, t.asJSON, t.raw
+	q, asJSON, raw := t.q, t.asJSON, t.raw
 	if err := cli.Parse(fs, args, stdout); err != nil {
 		return err
 	}
@@ -84,7 +99,7 @@ func topCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	rows, err := rd.TopBy(ctx, sq, group, sort, *n)
+	rows, err := t.rows(ctx, rd, sq, group, sort)
 	if err != nil {
 		return err
 	}
@@ -92,11 +107,11 @@ func topCmd(args []string, stdout, stderr io.Writer) error {
 	if *asJSON {
 		var b []byte
 		for i := range rows {
-			b = append(appendTopJSON(b[:0], group, &rows[i]), '\n')
+			b = append(appendTopJSON(b[:0], group, &rows[i], *t.flows), '\n')
 			w.Write(b)
 		}
 	} else if len(rows) > 0 {
-		printTopTable(w, group, rows, format{raw: *raw})
+		printTopTable(w, group, rows, format{raw: *raw}, *t.flows)
 	}
 	if err := w.Flush(); err != nil {
 		return err
@@ -112,7 +127,7 @@ func topCmd(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-func printTopTable(w io.Writer, group store.GroupBy, rows []store.TopEntry, f format) {
+func printTopTable(w io.Writer, group store.GroupBy, rows []store.TopEntry, f format, counted bool) {
 	var head []string
 	switch group {
 	case store.BySrc:
@@ -138,8 +153,11 @@ func printTopTable(w io.Writer, group store.GroupBy, rows []store.TopEntry, f fo
 	if len(head) == 2 && head[1] == "PROTO" {
 		right[0] = true
 	}
-	head = append(head, "BYTES", "PACKETS", "FLOWS")
-	right = append(right, true, true, true)
+	head = append(head, "BYTES", "PACKETS")
+	right = append(right, true, true)
+	if counted {
+		head, right = append(head, "FLOWS"), append(right, true)
+	}
 	// ACCURACY when a group's sums are not all exact: its estimates'
 	// bounds, summed.
 	withAccuracy := slices.ContainsFunc(rows, func(e store.TopEntry) bool { return e.Error.Accuracy != flow.Exact })
@@ -178,7 +196,10 @@ func printTopTable(w io.Writer, group store.GroupBy, rows []store.TopEntry, f fo
 		}
 		e := &r.Error
 		est := e.Accuracy == flow.Estimated
-		cells = append(cells, approx(f.bytes(r.Bytes), est), approx(strconv.FormatUint(r.Packets, 10), est), strconv.FormatUint(r.Flows, 10))
+		cells = append(cells, approx(f.bytes(r.Bytes), est), approx(strconv.FormatUint(r.Packets, 10), est))
+		if counted {
+			cells = append(cells, strconv.FormatUint(r.Flows, 10))
+		}
 		if withAccuracy {
 			cells = append(cells, f.accuracy(e.Accuracy, e.MaxErrorPackets, e.MaxErrorBytes, e.Confidence()))
 		}
@@ -192,10 +213,11 @@ func printTopTable(w io.Writer, group store.GroupBy, rows []store.TopEntry, f fo
 
 // appendTopJSON appends one row of `top --json`: the grouping's fields,
 // named as in a record's JSON (src_addr, dst_addr, src_port, dst_port,
-// proto; port for the service port), then bytes, packets and flows, and
-// the accuracy of the sums as a record says it: accuracy, and for an
-// estimate max_error_packets, max_error_bytes and error_confidence.
-func appendTopJSON(b []byte, group store.GroupBy, e *store.TopEntry) []byte {
+// proto; port for the service port), then bytes, packets and flows (if
+// counted), and the accuracy of the sums as a record says it: accuracy,
+// and for an estimate max_error_packets, max_error_bytes and
+// error_confidence.
+func appendTopJSON(b []byte, group store.GroupBy, e *store.TopEntry, counted bool) []byte {
 	addr := func(b []byte, name string, a netip.Addr) []byte {
 		b = append(b, '"')
 		b = append(b, name...)
@@ -236,7 +258,9 @@ func appendTopJSON(b []byte, group store.GroupBy, e *store.TopEntry) []byte {
 	}
 	b = num(b, "bytes", e.Bytes)
 	b = num(b, "packets", e.Packets)
-	b = num(b, "flows", e.Flows)
+	if counted {
+		b = num(b, "flows", e.Flows)
+	}
 	b = append(b, `"accuracy":"`...)
 	b = append(b, e.Error.Accuracy.String()...)
 	b = append(b, `",`...)
