@@ -192,8 +192,11 @@ func TestSignalsRTT(t *testing.T) {
 func TestSignalsTracepointUnavailable(t *testing.T) {
 	testutil.RequirePrivileged(t)
 	s, err := LoadSignals(SignalsOptions{
-		On:          map[Signal]bool{SignalRTT: true, SignalRetransmits: true, SignalDrops: true},
-		TableSize:   64,
+		On: map[Signal]bool{SignalRTT: true, SignalRetransmits: true, SignalDrops: true},
+		// The tracepoints see every connection of the machine: a table
+		// as large as the other tests' keeps others' from crowding
+		// this one's out.
+		TableSize:   4096,
 		Tracepoints: map[Signal]string{SignalDrops: "lsg_no_such_tracepoint"},
 	})
 	if err != nil {
