@@ -293,8 +293,8 @@ static __noinline void spill(__u32 half, struct sketch_slot *hdr, const struct f
 /* slot_hit counts p, whose flow key is key, into its flow's slot in this
  * CPU's region of half (slots.h), if the flow has one, and returns 0.
  * Otherwise it returns where the flow goes: its tag in the high 32 bits,
- * and in the low ones the index of the free slot that ended its probe
- * sequence, SLOT_NONE if none did.
+ * and in the low ones the free index entry that ended its probe sequence,
+ * SLOT_NONE if none did.
  *
  * A global function: the verifier checks its probe loop once, on its own,
  * where inlined at every place a packet is accounted (two tables, and the
@@ -305,46 +305,57 @@ static __noinline void spill(__u32 half, struct sketch_slot *hdr, const struct f
 __noinline __u64 slot_hit(__u32 half, const struct flow_key *key, const struct pkt *p, __u32 sampling)
 {
 	__u64 h;
-	__u32 base, home, tag;
+	__u32 cpu, home, tag;
 
 	if (!key || !p)
 		return SLOT_NONE;
 	h = slot_hash(key);
-	base = bpf_get_smp_processor_id() * cfg_slots;
-	/* The hash's high half picks the home slot, its low half is the tag:
-	 * two flows that share a home rarely share a tag too, so a probe
-	 * past another flow's slot compares 4 bytes, not the key. */
+	cpu = bpf_get_smp_processor_id();
+	/* The hash's high half picks the home entry, its low half is the
+	 * tag: two flows that share a home rarely share a tag too, so a
+	 * probe past another flow's entry compares 4 bytes, not the key. */
 	home = (__u32)(((h >> 32) * (__u64)cfg_slots) >> 32);
 	tag = (__u32)h | 1;
 	for (__u32 i = 0; i < SLOT_PROBES; i++) {
 		__u32 at = home + i, idx;
 		struct flow_slot *s;
+		__u64 *e, v;
 
 		if (at >= cfg_slots)
 			at -= cfg_slots;
-		idx = base + at;
+		idx = cpu * cfg_slots + at;
+		if (half & 1)
+			e = bpf_map_lookup_elem(&flow_index_b, &idx);
+		else
+			e = bpf_map_lookup_elem(&flow_index_a, &idx);
+		if (!e)
+			break;
+		v = *e;
+		if (v == 0)
+			return (__u64)tag << 32 | (cpu * cfg_slots + at);
+		if ((__u32)(v >> 32) != tag)
+			continue;
+		/* The slot: the key stays idx's, whose value is spent. */
+		idx = cpu * cfg_slot_budget + (__u32)v - 1;
 		if (half & 1)
 			s = bpf_map_lookup_elem(&flow_slots_b, &idx);
 		else
 			s = bpf_map_lookup_elem(&flow_slots_a, &idx);
-		if (!s)
-			break;
-		if (s->tag == tag && slot_key_eq(&s->key, key)) {
+		if (s && slot_key_eq(&s->key, key)) {
 			stats_add(&s->stats, p, sampling);
 			return 0;
 		}
-		if (s->tag == 0)
-			return (__u64)tag << 32 | idx;
 	}
 	return (__u64)tag << 32 | SLOT_NONE;
 }
 
-/* account_in counts p into the flow table of half (0: flows_a and
- * flow_slots_a, 1: flows_b and flow_slots_b; constants at each call site):
+/* account_in counts p into the flow table of half (0: flows_a, and
+ * flow_slots_a with flow_index_a; 1: the _b maps; constants at each call
+ * site):
  * this CPU's slots (slots.h) with per-CPU tables, the hash table with a
  * shared one; in sketch mode into the half's sketch when the table is
  * full. */
-static __always_inline void account_in(void *table, void *slots, __u32 half, const struct flow_key *key,
+static __always_inline void account_in(void *table, void *slots, void *index, __u32 half, const struct flow_key *key,
 				       const struct pkt *p, __u16 sampling)
 {
 	struct sketch_slot *hdr = 0;
@@ -397,7 +408,7 @@ static __always_inline void account_in(void *table, void *slots, __u32 half, con
 
 	if (cfg_slots) {
 		/* This CPU's region: nobody else inserts there. */
-		err = slot_insert(slots, half, (__u32)place, place >> 32, key, &fresh);
+		err = slot_insert(slots, index, half, (__u32)place, place >> 32, key, &fresh);
 		if (err == 0)
 			return;
 	} else {
@@ -450,9 +461,9 @@ static __always_inline void account(const struct pkt *p, const struct flow_key *
 	 * rewrites the whole value at a swap; only the low bit of active
 	 * changes, so even a torn read picks one table or the other. */
 	if (ts && (*(volatile __u32 *)&ts->active & 1))
-		account_in(&flows_b, &flow_slots_b, 1, key, p, sampling);
+		account_in(&flows_b, &flow_slots_b, &flow_index_b, 1, key, p, sampling);
 	else
-		account_in(&flows_a, &flow_slots_a, 0, key, p, sampling);
+		account_in(&flows_a, &flow_slots_a, &flow_index_a, 0, key, p, sampling);
 }
 
 /* flows_interval is the table of a pair the programs write in this

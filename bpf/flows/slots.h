@@ -1,40 +1,51 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* The per-CPU flow tables: open addressing in an array map.
+/* The per-CPU flow tables: an open-addressing index over dense slots, in
+ * array maps.
  *
- * Each CPU owns a region of cfg_slots slots in flow_slots_a (and one in
- * flow_slots_b, the other half of the swap). A slot holds a flow's key and
- * its counters in 128 bytes: two cache lines, aligned (the array is
- * mmapable, so its values start on a page), which the CPU's adjacent-line
- * prefetch fetches together. A flow's place is a hash of its key reduced
+ * Each CPU owns, in each half of the swap (the _a and _b maps), a region
+ * of cfg_slot_budget slots in flow_slots_* and a region of cfg_slots
+ * 8-byte entries in flow_index_*. A slot holds a flow's key and counters
+ * in 128 bytes: two cache lines, which the CPU's adjacent-line prefetch
+ * fetches together. Slots are handed out in order (the CPU's fill counter
+ * in flow_slots_fill), so a CPU's flows are the first slots of its region.
+ * The index finds them: a flow's home entry is a hash of its key reduced
  * to the region (multiply-shift, no power of two needed), then the next
- * slots in turn (linear probing) up to SLOT_PROBES of them.
+ * entries in turn (linear probing) up to SLOT_PROBES of them; an entry is
+ * 0 (free) or the key's tag (32 bits of its hash) and the slot's number.
  *
  * Why not the kernel's per-CPU hash: a hit there is a call into the map,
  * a jhash of the 60-byte key, a walk of its bucket and a memcmp, then the
  * per-CPU pointer; it touches the bucket array, the element (48 bytes of
  * header before the key: two lines) and the per-CPU value elsewhere. Here
- * the lookup is inlined by the verifier (an array: a bounds check and a
- * multiply), the hash is eight multiplies, and a hit touches one slot.
- * Measured (bench/RESULTS.md, section 2; docs/architecture.md): the flow
- * program's own cost per packet on one flow fell by about a third.
+ * the lookups are inlined by the verifier (arrays: a bounds check and a
+ * multiply), the hash is eight multiplies, and a hit touches an index
+ * entry and one slot; a probe past another flow's entry compares tags,
+ * not keys.
  *
- * Why per CPU: only this CPU's programs write its region, and programs at
- * the TC hooks do not preempt one another on a CPU (softirq, or bottom
- * halves disabled), so a hit is plain loads and stores, an insert needs no
- * lock, and userspace, which reads a half only after the swap's grace
+ * Why dense slots behind an index, not the slots themselves probed: the
+ * index is a sixteenth of the slots' size for as many places, so a flood
+ * of flows spreads over few pages (a TLB miss per packet costs more than
+ * the lookup, measured with slots probed in place: docs/architecture.md),
+ * and userspace reads a half's flows as one run of slots per CPU, costing
+ * the flows there are and not the regions' size.
+ *
+ * Why per CPU: only this CPU's programs write its regions, and programs
+ * at the TC hooks do not preempt one another on a CPU (softirq, or bottom
+ * halves disabled), so a hit is plain loads and stores, an insert needs
+ * no lock, and userspace, which reads a half only after the swap's grace
  * period, sees every slot whole. The price is a key per CPU that sees the
  * flow, where the per-CPU hash kept one key and a value per possible CPU:
  * userspace merges a flow's slots of the CPUs by key (internal/datapath).
  *
- * Nothing is deleted within an interval (userspace frees the slots of a
- * half it drained, which flow_slot_list names), so a free slot ends every
- * probe sequence: a lookup stops at the flow's slot or at the first free
- * one, where the flow is then inserted. A CPU holds at most cfg_slot_budget flows (the flow
- * budget, counted in flow_slots_fill); cfg_slots is twice that, so that
- * probe sequences stay short. A flow that finds no place (the
- * budget reached, or SLOT_PROBES slots taken by others) is refused like a
- * full hash table's insert (-E2BIG): flows.h sends it to the sketch or the
- * ring buffer.
+ * Nothing is deleted within an interval (userspace frees the index
+ * entries and slots of a half it drained), so a free entry ends every
+ * probe sequence: a lookup stops at the flow's entry or at the first free
+ * one, where the flow is then inserted. A CPU holds at most
+ * cfg_slot_budget flows; cfg_slots is twice that, so that probe sequences
+ * stay short. A flow that finds no place (the budget reached, or
+ * SLOT_PROBES entries taken by others) is refused like a full hash
+ * table's insert (-E2BIG): flows.h sends it to the sketch or the ring
+ * buffer.
  */
 #ifndef LOUPE_FLOWS_SLOTS_H
 #define LOUPE_FLOWS_SLOTS_H
@@ -48,30 +59,41 @@
 /* One flow on one CPU: 128 bytes (shared with Go, internal/datapath). */
 struct flow_slot {
 	struct flow_key key;     /* 60 bytes */
-	__u32 tag;               /* 0: free; else the key's hash, its low bit set */
+	__u32 tag;               /* the key's hash, its low bit set; 0: a free slot */
 	struct flow_stats stats; /* 56 bytes */
-	__u64 pad;
+	__u32 entry;             /* the index entry of this slot: cpu * cfg_slots + place */
+	__u32 pad;
 };
 
 /* Flows each CPU holds in each half: one per half, per CPU. */
 struct slot_fill {
 	__u32 used;
-	__u32 at; /* scratch: the key of an insert's flow_slot_list entry,
-		   * in map memory rather than on the stack, which the
-		   * programs' deepest call chain has none of to spare */
+	__u32 at; /* scratch: the key of an insert's slot, in map memory
+		   * rather than on the stack, which the programs' deepest
+		   * call chain has none of to spare */
 };
 
-/* The slots of both halves: [cpu * cfg_slots, (cpu + 1) * cfg_slots) is
- * CPU cpu's region. max_entries (possible CPUs × cfg_slots) is set from Go;
- * in the other table kinds (shared, ring buffer) the array has one slot
- * and cfg_slots is 0. */
+/* The slots of both halves: [cpu * cfg_slot_budget, (cpu + 1) *
+ * cfg_slot_budget) is CPU cpu's region, its first flow_slots_fill.used
+ * slots its flows. max_entries (possible CPUs × cfg_slot_budget) is set
+ * from Go; in the other table kinds (shared, ring buffer) the arrays have
+ * one entry and cfg_slots is 0. */
 struct slot_table {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, 1);
-	__type(key, __u32);              /* Key: cpu * cfg_slots + slot */
-	__type(value, struct flow_slot); /* Value: a flow, or a free slot */
+	__type(key, __u32);              /* Key: cpu * cfg_slot_budget + n */
+	__type(value, struct flow_slot); /* Value: the CPU's n-th flow */
 } flow_slots_a SEC(".maps"), flow_slots_b SEC(".maps");
+
+/* The index of both halves: [cpu * cfg_slots, (cpu + 1) * cfg_slots) is
+ * CPU cpu's region; max_entries (possible CPUs × cfg_slots) is set from
+ * Go. */
+struct slot_index {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);   /* Key: cpu * cfg_slots + place */
+	__type(value, __u64); /* Value: 0 free, else tag << 32 | (n + 1): the flow in slot n */
+} flow_index_a SEC(".maps"), flow_index_b SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -80,29 +102,16 @@ struct {
 	__type(value, struct slot_fill); /* Value: this CPU's flows in it */
 } flow_slots_fill SEC(".maps");
 
-/* Where the flows are: the slots each CPU filled in each half, in the
- * order it filled them, at [(cpu * 2 + half) * cfg_slot_budget, + its
- * fill). Userspace reads a half's flows from these, never the whole of a
- * region (twice the budget, mostly free), so a drain costs the flows
- * there are. max_entries (possible CPUs × 2 × cfg_slot_budget) is set
- * from Go. */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);   /* Key: (cpu * 2 + half) * cfg_slot_budget + n */
-	__type(value, __u32); /* Value: the n-th slot filled, an index into the half's table */
-} flow_slot_list SEC(".maps");
-
-/* Set from Go before load: slots per CPU (0: per-CPU slot tables off), and
- * the flows a CPU holds per half (at most cfg_slots). */
+/* Set from Go before load: index entries per CPU (0: per-CPU slot tables
+ * off), and the flows a CPU holds per half (its slots). */
 volatile const __u32 cfg_slots = 0;
 volatile const __u32 cfg_slot_budget = 0;
 
-/* Slots a flow may sit past its home slot. Go sizes the regions at twice
- * the budget (datapath.slotsFor): a table at its budget is then half full,
- * where linear probing finds a flow at its home slot or the next on
+/* How far past its home entry a flow's entry may sit. Go sizes the index at
+ * twice the budget (datapath.slotsFor): a full CPU's index is then half
+ * full, where linear probing finds a flow at its home entry or the next on
  * average, and, simulated, no insert of a full table of 65 536 flows ran
- * past 31 slots (internal/datapath/slots.go). */
+ * past 31 entries (internal/datapath/slots.go). */
 #define SLOT_PROBES 64
 #define SLOT_NONE 0xffffffff
 #define E2BIG 7 /* as flows.h: a full table's refusal */
@@ -143,33 +152,36 @@ static __always_inline int slot_key_eq(const struct flow_key *a, const struct fl
 		(x[5] ^ y[5]) | (x[6] ^ y[6]) | (__u64)(*(const __u32 *)&x[7] ^ *(const __u32 *)&y[7])) == 0;
 }
 
-/* slot_insert puts key with its first counters st into the free slot idx
- * that slot_hit (flows.h) returned, on this CPU's fill of half; -E2BIG when
- * the CPU holds its budget or the probe sequence had no free slot. */
-static __always_inline long slot_insert(void *table, __u32 half, __u32 idx, __u32 tag,
+/* slot_insert puts key with its first counters st into this CPU's next
+ * free slot of half (table: flow_slots_a or _b, index: flow_index_a or
+ * _b, as half), and points the free index entry idx that slot_hit
+ * (flows.h) returned at it; -E2BIG when the CPU holds its budget or the
+ * probe sequence had no free entry. */
+static __always_inline long slot_insert(void *table, void *index, __u32 half, __u32 idx, __u32 tag,
 					const struct flow_key *key, const struct flow_stats *st)
 {
 	struct slot_fill *fill;
 	struct flow_slot *s;
-	__u32 *ref;
+	__u64 *e;
 
 	if (idx == SLOT_NONE)
 		return -E2BIG;
 	half &= 1;
 	fill = bpf_map_lookup_elem(&flow_slots_fill, &half);
-	s = bpf_map_lookup_elem(table, &idx);
-	if (!fill || !s || fill->used >= cfg_slot_budget)
+	if (!fill || fill->used >= cfg_slot_budget)
 		return -E2BIG;
-	/* idx is in the region of CPU idx / cfg_slots: this CPU's. */
-	fill->at = (idx / cfg_slots * 2 + half) * cfg_slot_budget + fill->used;
-	ref = bpf_map_lookup_elem(&flow_slot_list, &fill->at);
-	if (!ref)
+	/* idx is in the index region of CPU idx / cfg_slots: this CPU's. */
+	fill->at = idx / cfg_slots * cfg_slot_budget + fill->used;
+	s = bpf_map_lookup_elem(table, &fill->at);
+	e = bpf_map_lookup_elem(index, &idx);
+	if (!s || !e)
 		return -E2BIG;
-	*ref = idx;
-	fill->used++;
 	__builtin_memcpy(&s->key, key, sizeof(*key));
 	s->stats = *st;
 	s->tag = tag;
+	s->entry = idx;
+	*e = (__u64)tag << 32 | (fill->used + 1);
+	fill->used++;
 	return 0;
 }
 

@@ -189,32 +189,23 @@ func mapBytes(m *ebpf.MapSpec, ncpu int) uint64 {
 func pageAlign(n uint64) uint64 { return (n + 4095) &^ 4095 }
 
 // tableShape is what one flow table of the datapath is made of: the hash
-// table (shared tables), the slot array and its half of the slot list
-// (per-CPU tables; slots.go), and the tunnel table beside them that holds
-// at most one entry a flow.
+// table (shared tables), the slots and their index (per-CPU tables;
+// slots.go), and the tunnel table beside them that holds at most one entry
+// a flow.
 type tableShape struct {
-	table, slots, list, tunnels *ebpf.MapSpec
+	table, slots, index, tunnels *ebpf.MapSpec
 }
 
 // tableBytes estimates one flow table of n flows per table (shared) or
 // per CPU (per-CPU), the tunnel table beside it counted full (every flow
 // tunnelled). The kind's other table is there too, at its smallest.
 func tableBytes(shape tableShape, kind TableKind, n, ncpu int) uint64 {
-	t, sl := *shape.table, *shape.slots
-	t.Type, t.MaxEntries, sl.MaxEntries = ebpf.Hash, uint32(n), 1
+	t, sl, ix := *shape.table, *shape.slots, *shape.index
+	t.Type, t.MaxEntries, sl.MaxEntries, ix.MaxEntries = ebpf.Hash, uint32(n), 1, 1
 	if kind == PerCPU {
-		t.MaxEntries, sl.MaxEntries = 1, uint32(slotsFor(n)*ncpu)
+		t.MaxEntries, sl.MaxEntries, ix.MaxEntries = 1, uint32(n*ncpu), uint32(slotsFor(n)*ncpu)
 	}
-	total := mapBytes(&t, ncpu) + mapBytes(&sl, ncpu)
-	if shape.list != nil {
-		// One map for both tables: each has half, and its header.
-		l := *shape.list
-		l.MaxEntries = 1
-		if kind == PerCPU {
-			l.MaxEntries = uint32(n * ncpu)
-		}
-		total += mapBytes(&l, ncpu)
-	}
+	total := mapBytes(&t, ncpu) + mapBytes(&sl, ncpu) + mapBytes(&ix, ncpu)
 	if shape.tunnels != nil {
 		tun := *shape.tunnels
 		tun.MaxEntries = uint32(n)
@@ -243,7 +234,7 @@ func planFor(spec *ebpf.CollectionSpec, opts Options, ncpu int) (MemoryPlan, err
 	var other uint64
 	for name, m := range spec.Maps {
 		switch name {
-		case loupeMapFlowsA, loupeMapFlowsB, loupeMapFlowSlotsA, loupeMapFlowSlotsB, loupeMapFlowSlotList, loupeMapTunnelsA, loupeMapTunnelsB, loupeMapFlowEvents,
+		case loupeMapFlowsA, loupeMapFlowsB, loupeMapFlowSlotsA, loupeMapFlowSlotsB, loupeMapFlowIndexA, loupeMapFlowIndexB, loupeMapTunnelsA, loupeMapTunnelsB, loupeMapFlowEvents,
 			loupeMapSketchCells, loupeMapSketchFilter, loupeMapSketchCm:
 			continue
 		}
@@ -268,7 +259,7 @@ func planFor(spec *ebpf.CollectionSpec, opts Options, ncpu int) (MemoryPlan, err
 		}
 		other += sketchMapBytes(spec, p, ncpu)
 	}
-	shape := tableShape{table: spec.Maps[loupeMapFlowsA], slots: spec.Maps[loupeMapFlowSlotsA], list: spec.Maps[loupeMapFlowSlotList],
+	shape := tableShape{table: spec.Maps[loupeMapFlowsA], slots: spec.Maps[loupeMapFlowSlotsA], index: spec.Maps[loupeMapFlowIndexA],
 		tunnels: spec.Maps[loupeMapTunnelsA]}
 	p, err := planMemory(opts.Memory, other, ring, opts.FlowBudget, shape, opts.Tables, ncpu, cost)
 	p.Reserved = opts.Reserved

@@ -322,8 +322,9 @@ func Load(opts Options) (*Datapath, error) {
 	}
 	d.tables = [2]*ebpf.Map{d.objs.FlowsA, d.objs.FlowsB}
 	if opts.Tables == PerCPU {
+		index := []*ebpf.Map{d.objs.FlowIndexA, d.objs.FlowIndexB}
 		for i, m := range []*ebpf.Map{d.objs.FlowSlotsA, d.objs.FlowSlotsB} {
-			if d.slots[i], err = newSlotHalf(m, d.objs.FlowSlotsFill, d.objs.FlowSlotList, uint32(i), ncpu, opts.FlowBudget); err != nil {
+			if d.slots[i], err = newSlotHalf(m, index[i], d.objs.FlowSlotsFill, uint32(i), ncpu, opts.FlowBudget); err != nil {
 				d.Close()
 				return nil, err
 			}
@@ -515,7 +516,7 @@ func (d *Datapath) MemoryBytes() (total, tables uint64, err error) {
 		}
 		n, _ := info.Memlock()
 		total += n
-		if m == d.tables[0] || m == d.tables[1] || m == d.objs.FlowSlotsA || m == d.objs.FlowSlotsB || m == d.objs.FlowSlotList {
+		if m == d.tables[0] || m == d.tables[1] || m == d.objs.FlowSlotsA || m == d.objs.FlowSlotsB || m == d.objs.FlowIndexA || m == d.objs.FlowIndexB {
 			tables += n
 		}
 	}

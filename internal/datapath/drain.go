@@ -103,7 +103,7 @@ func (t *tableDrain) Clear() error {
 	d, m := t.d, t.d.tables[t.idx]
 	if h := d.slots[t.idx]; h != nil {
 		// The slots Read found, or, if it did not go through, all.
-		if err := h.clear(t.used, !t.read); err != nil {
+		if err := h.clear(t.d.slotBuf, t.used, !t.read); err != nil {
 			return err
 		}
 		t.used, t.read = t.used[:0], false

@@ -19,7 +19,7 @@ import (
 const layoutVersion = 1
 
 // pinnedMaps are the maps a pin set holds: what outlives the agent.
-var pinnedMaps = []string{loupeMapFlowsA, loupeMapFlowsB, loupeMapFlowSlotsA, loupeMapFlowSlotsB, loupeMapFlowSlotsFill, loupeMapFlowSlotList, loupeMapFlowState, loupeMapCounters, loupeMapFlowEvents, loupeMapEventLayout,
+var pinnedMaps = []string{loupeMapFlowsA, loupeMapFlowsB, loupeMapFlowSlotsA, loupeMapFlowSlotsB, loupeMapFlowSlotsFill, loupeMapFlowIndexA, loupeMapFlowIndexB, loupeMapFlowState, loupeMapCounters, loupeMapFlowEvents, loupeMapEventLayout,
 	loupeMapSketchCells, loupeMapSketchFilter, loupeMapSketchCm, loupeMapSketchSpill, loupeMapSketchConf,
 	loupeMapTunnelsA, loupeMapTunnelsB}
 

@@ -73,8 +73,8 @@ func (d *Datapath) pinnable() map[string]*ebpf.Map {
 	return map[string]*ebpf.Map{
 		loupeMapFlowsA: d.objs.FlowsA, loupeMapFlowsB: d.objs.FlowsB, loupeMapFlowState: d.objs.FlowState,
 		loupeMapFlowSlotsA: d.objs.FlowSlotsA, loupeMapFlowSlotsB: d.objs.FlowSlotsB, loupeMapFlowSlotsFill: d.objs.FlowSlotsFill,
-		loupeMapFlowSlotList: d.objs.FlowSlotList,
-		loupeMapCounters:     d.objs.Counters, loupeMapFlowEvents: d.objs.FlowEvents, loupeMapEventLayout: d.objs.EventLayout,
+		loupeMapFlowIndexA: d.objs.FlowIndexA, loupeMapFlowIndexB: d.objs.FlowIndexB,
+		loupeMapCounters: d.objs.Counters, loupeMapFlowEvents: d.objs.FlowEvents, loupeMapEventLayout: d.objs.EventLayout,
 		loupeMapSketchCells: d.objs.SketchCells, loupeMapSketchFilter: d.objs.SketchFilter, loupeMapSketchCm: d.objs.SketchCm,
 		loupeMapSketchSpill: d.objs.SketchSpill, loupeMapSketchConf: d.objs.SketchConf,
 		loupeMapTunnelsA: d.objs.TunnelsA, loupeMapTunnelsB: d.objs.TunnelsB,

@@ -296,7 +296,8 @@ type loupeFlowSlot struct {
 	Key   loupeFlowKey
 	Tag   uint32
 	Stats loupeFlowStats
-	Pad   uint64
+	Entry uint32
+	Pad   uint32
 }
 
 type loupeFlowStats struct {
@@ -665,7 +666,8 @@ const (
 	loupeMapDnsStats               = "dns_stats"
 	loupeMapEventLayout            = "event_layout"
 	loupeMapFlowEvents             = "flow_events"
-	loupeMapFlowSlotList           = "flow_slot_list"
+	loupeMapFlowIndexA             = "flow_index_a"
+	loupeMapFlowIndexB             = "flow_index_b"
 	loupeMapFlowSlotsA             = "flow_slots_a"
 	loupeMapFlowSlotsB             = "flow_slots_b"
 	loupeMapFlowSlotsFill          = "flow_slots_fill"
@@ -826,7 +828,8 @@ type loupeMapSpecs struct {
 	DnsStats           *ebpf.MapSpec `ebpf:"dns_stats"`
 	EventLayout        *ebpf.MapSpec `ebpf:"event_layout"`
 	FlowEvents         *ebpf.MapSpec `ebpf:"flow_events"`
-	FlowSlotList       *ebpf.MapSpec `ebpf:"flow_slot_list"`
+	FlowIndexA         *ebpf.MapSpec `ebpf:"flow_index_a"`
+	FlowIndexB         *ebpf.MapSpec `ebpf:"flow_index_b"`
 	FlowSlotsA         *ebpf.MapSpec `ebpf:"flow_slots_a"`
 	FlowSlotsB         *ebpf.MapSpec `ebpf:"flow_slots_b"`
 	FlowSlotsFill      *ebpf.MapSpec `ebpf:"flow_slots_fill"`
@@ -957,7 +960,8 @@ type loupeMaps struct {
 	DnsStats           *ebpf.Map `ebpf:"dns_stats"`
 	EventLayout        *ebpf.Map `ebpf:"event_layout"`
 	FlowEvents         *ebpf.Map `ebpf:"flow_events"`
-	FlowSlotList       *ebpf.Map `ebpf:"flow_slot_list"`
+	FlowIndexA         *ebpf.Map `ebpf:"flow_index_a"`
+	FlowIndexB         *ebpf.Map `ebpf:"flow_index_b"`
 	FlowSlotsA         *ebpf.Map `ebpf:"flow_slots_a"`
 	FlowSlotsB         *ebpf.Map `ebpf:"flow_slots_b"`
 	FlowSlotsFill      *ebpf.Map `ebpf:"flow_slots_fill"`
@@ -1024,7 +1028,8 @@ func (m *loupeMaps) Close() error {
 		m.DnsStats,
 		m.EventLayout,
 		m.FlowEvents,
-		m.FlowSlotList,
+		m.FlowIndexA,
+		m.FlowIndexB,
 		m.FlowSlotsA,
 		m.FlowSlotsB,
 		m.FlowSlotsFill,

@@ -10,49 +10,51 @@ import (
 	"loupe/internal/flow"
 )
 
-// Per-CPU flow tables are slot arrays (bpf/flows/slots.h): each CPU owns a
-// region of perCPU slots in each half's array, a flow sits at its home
-// slot (a hash of its key) or at most slotProbes-1 slots after it, and a
-// flow seen on several CPUs has a slot in each of their regions. The
-// program lists the slots each CPU filled (flow_slot_list), so reading a
-// half reads the slots listed, through the array's memory mapping, and
-// merges them by key: a drain costs the flows there are, not the regions'
-// size (twice the budget, and at the default budget 16 MiB a CPU and
-// half), and clearing frees those slots alone.
+// Per-CPU flow tables are dense slot arrays behind an open-addressing
+// index (bpf/flows/slots.h): in each half, each CPU owns a region of
+// budget slots, filled in order, and a region of slotsFor(budget) index
+// entries; a flow's entry sits at its home (a hash of its key) or at most
+// slotProbes-1 entries after it, and a flow seen on several CPUs has a
+// slot in each of their regions. Reading a half reads each CPU's filled
+// slots, one run of them, and merges them by key: it costs the flows there
+// are, not the regions' size. Clearing zeroes those slots and the index
+// entries they name.
 
 const (
 	// slotHashVersion names slotHash in layout names: a pinned half is
 	// read only by a build that hashes as the one that wrote it.
 	slotHashVersion = 1
-	// slotProbes is SLOT_PROBES: how far past its home a flow may sit.
+	// slotProbes is SLOT_PROBES: how far past its home a flow's index
+	// entry may sit.
 	slotProbes = 64
-	// slotSize is a slot's bytes, in the array and its mapping.
+	// slotSize is a slot's bytes.
 	slotSize = int(unsafe.Sizeof(loupeFlowSlot{}))
-	// slotsPerPage is the slots in a page: regions start on one.
-	slotsPerPage = 4096 / slotSize
 )
 
-// slotsFor is the slots each CPU's region has for a flow budget: twice as
-// many, so that a table at its budget is half full, where a lookup finds
-// its flow at its home slot or the next on average (linear probing), and
-// an insert finds a free slot within slotProbes. Simulated (a full table,
-// keys placed at random, 5 tables a case): at 65 536 flows, twice the
-// slots put no flow past 31 slots; one and a half times needed 101, and
-// refused 36 inserts a table at 32 probes. Rounded up to a page of slots.
+// slotsFor is the index entries each CPU's region has for a flow budget:
+// twice as many, so that a CPU at its budget has its index half full,
+// where a lookup finds its flow at its home entry or the next on average
+// (linear probing), and an insert finds a free entry within slotProbes.
+// Simulated (a full table, keys placed at random, 5 tables a case): at
+// 65 536 flows, twice the entries put no flow past 31 entries; one and a
+// half times needed 101, and refused 36 inserts a table at 32 probes.
+// Rounded up to 32.
 func slotsFor(budget int) int {
 	n := max(2*budget, slotProbes)
-	return (n + slotsPerPage - 1) / slotsPerPage * slotsPerPage
+	return (n + 31) / 32 * 32
 }
 
-// sizeSlots sizes the flow tables for kind: per-CPU slot arrays holding
-// budget flows per CPU, or shared hash tables of budget flows (the ring
-// buffer's kind writes neither). The tables a kind does not use are
-// created at their smallest.
+// sizeSlots sizes the flow tables for kind: per-CPU slots holding budget
+// flows per CPU and their index, or shared hash tables of budget flows
+// (the ring buffer's kind writes neither). The tables a kind does not use
+// are created at their smallest.
 func sizeSlots(spec *ebpf.CollectionSpec, kind TableKind, budget, ncpu int) error {
-	hashEntries, slots := budget, 0
+	hashEntries, slots, index := budget, 1, 1
+	cfgSlots := 0
 	switch kind {
 	case PerCPU:
-		hashEntries, slots = 1, slotsFor(budget)
+		cfgSlots = slotsFor(budget)
+		hashEntries, slots, index = 1, budget*ncpu, cfgSlots*ncpu
 	case RingBuf:
 		hashEntries = 1
 	}
@@ -62,14 +64,12 @@ func sizeSlots(spec *ebpf.CollectionSpec, kind TableKind, budget, ncpu int) erro
 		t.Type = ebpf.Hash
 	}
 	for _, name := range []string{loupeMapFlowSlotsA, loupeMapFlowSlotsB} {
-		spec.Maps[name].MaxEntries = uint32(max(slots*ncpu, 1))
+		spec.Maps[name].MaxEntries = uint32(slots)
 	}
-	list := 1
-	if slots > 0 {
-		list = ncpu * 2 * budget
+	for _, name := range []string{loupeMapFlowIndexA, loupeMapFlowIndexB} {
+		spec.Maps[name].MaxEntries = uint32(index)
 	}
-	spec.Maps[loupeMapFlowSlotList].MaxEntries = uint32(list)
-	if err := spec.Variables[loupeVarCfgSlots].Set(uint32(slots)); err != nil {
+	if err := spec.Variables[loupeVarCfgSlots].Set(uint32(cfgSlots)); err != nil {
 		return fmt.Errorf("set slots: %w", err)
 	}
 	if err := spec.Variables[loupeVarCfgSlotBudget].Set(uint32(budget)); err != nil {
@@ -96,43 +96,38 @@ func slotHash(k *loupeFlowKey) uint64 {
 	return slotMix(h, uint64(binary.NativeEndian.Uint32(b[56:])))
 }
 
-// slotHome is the home slot of a key of hash h in a region of n slots.
+// slotHome is the home index entry of a key of hash h in a region of n
+// entries.
 func slotHome(h uint64, n int) int { return int((h >> 32) * uint64(n) >> 32) }
 
 // slotHalf reads and clears one half of the per-CPU slot tables.
 type slotHalf struct {
-	m      *ebpf.Map
-	mem    *ebpf.Memory // m, mapped
-	fill   *ebpf.Map    // flow_slots_fill
-	list   *ebpf.Map    // flow_slot_list
-	idx    uint32       // the half: 0 (flow_slots_a) or 1
+	m      *ebpf.Map // flow_slots_a or _b
+	index  *ebpf.Map // flow_index_a or _b
+	fill   *ebpf.Map // flow_slots_fill
+	idx    uint32    // the half: 0 (_a) or 1
 	ncpu   int
-	perCPU int // slots in a CPU's region
-	budget int // flows a CPU holds: the length of its list
+	perCPU int // index entries in a CPU's region
+	budget int // slots in a CPU's region: the flows it holds
 }
 
-func newSlotHalf(m, fill, list *ebpf.Map, idx uint32, ncpu, budget int) (*slotHalf, error) {
-	mem, err := m.Memory()
-	if err != nil {
-		return nil, fmt.Errorf("map the flow slots: %w", err)
-	}
-	h := &slotHalf{m: m, mem: mem, fill: fill, list: list, idx: idx, ncpu: ncpu, perCPU: slotsFor(budget), budget: budget}
-	if want := uint32(ncpu * 2 * budget); list.MaxEntries() != want {
-		return nil, fmt.Errorf("flow slot list of %d entries, want %d", list.MaxEntries(), want)
-	}
-	if want := uint32(ncpu * h.perCPU); m.MaxEntries() != want {
+func newSlotHalf(m, index, fill *ebpf.Map, idx uint32, ncpu, budget int) (*slotHalf, error) {
+	h := &slotHalf{m: m, index: index, fill: fill, idx: idx, ncpu: ncpu, perCPU: slotsFor(budget), budget: budget}
+	if want := uint32(ncpu * budget); m.MaxEntries() != want {
 		return nil, fmt.Errorf("flow slots of %d entries, want %d", m.MaxEntries(), want)
+	}
+	if want := uint32(ncpu * h.perCPU); index.MaxEntries() != want {
+		return nil, fmt.Errorf("flow index of %d entries, want %d", index.MaxEntries(), want)
 	}
 	return h, nil
 }
 
-// slotBuf is what reading a half reuses: every CPU's fill and list, and
-// the half's flows merged by key.
+// slotBuf is what reading a half reuses: every CPU's fill, a CPU's slots,
+// and the half's flows merged by key.
 type slotBuf struct {
 	fills []loupeSlotFill
-	keys  []byte // array indexes, for the batch syscall
-	refs  []byte // a CPU's list: slot indexes
-	slot  loupeFlowSlot
+	keys  []byte // array indexes, for the batch syscalls
+	slots []loupeFlowSlot
 	seen  map[loupeFlowKey]int
 	flows []loupeFlowKey
 	per   []loupeFlowStats // len(flows) × ncpu
@@ -140,68 +135,67 @@ type slotBuf struct {
 }
 
 func newSlotBuf(ncpu, budget int) *slotBuf {
-	return &slotBuf{fills: make([]loupeSlotFill, ncpu), keys: make([]byte, 4*budget), refs: make([]byte, 4*budget),
+	return &slotBuf{fills: make([]loupeSlotFill, ncpu), keys: make([]byte, 4*budget), slots: make([]loupeFlowSlot, budget),
 		seen: make(map[loupeFlowKey]int), stats: make([]flow.Stats, ncpu)}
 }
 
-// readSlot copies slot i of the half into s.
-func (h *slotHalf) readSlot(i uint32, s *loupeFlowSlot) error {
-	b := unsafe.Slice((*byte)(unsafe.Pointer(s)), slotSize)
-	if _, err := h.mem.ReadAt(b, int64(i)*int64(slotSize)); err != nil {
-		return fmt.Errorf("read flow slot %d: %w", i, err)
+// filled returns how many slots each CPU filled in the half, in b.fills.
+func (h *slotHalf) filled(b *slotBuf) error {
+	if err := h.fill.Lookup(h.idx, &b.fills); err != nil {
+		return fmt.Errorf("read flow slot counts: %w", err)
+	}
+	for c := range b.fills {
+		if n := int(b.fills[c].Used); n > h.budget {
+			return fmt.Errorf("CPU %d filled %d flow slots, more than its budget %d", c, n, h.budget)
+		}
 	}
 	return nil
 }
 
-// listed returns the slots CPU c filled in the half, in b.refs.
-func (h *slotHalf) listed(b *slotBuf, c int) ([]byte, error) {
-	n := int(b.fills[c].Used)
-	if n > h.budget {
-		return nil, fmt.Errorf("CPU %d filled %d flow slots, more than its budget %d", c, n, h.budget)
-	}
-	start := (c*2 + int(h.idx)) * h.budget
+// readSlots reads CPU c's first n slots into b.slots.
+func (h *slotHalf) readSlots(b *slotBuf, c, n int) ([]loupeFlowSlot, error) {
+	start := c * h.budget
+	vals := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(b.slots))), n*slotSize)
 	for done := 0; done < n; {
-		got, err := arrayLookupBatch(h.list, uint32(start+done), b.keys[:4*(n-done)], b.refs[4*done:])
+		got, err := arrayLookupBatch(h.m, uint32(start+done), b.keys[:4*(n-done)], vals[done*slotSize:])
 		if err != nil {
-			return nil, fmt.Errorf("read flow slot list: %w", err)
+			return nil, fmt.Errorf("read flow slots: %w", err)
 		}
 		if got == 0 {
-			return nil, fmt.Errorf("read flow slot list: %d of %d from %d", done, n, start)
+			return nil, fmt.Errorf("read flow slots: %d of %d from %d", done, n, start)
 		}
 		done += got
 	}
-	return b.refs[:4*n], nil
+	return b.slots[:n], nil
 }
 
 // read calls fn once for every flow of the half with its counters on
-// every CPU (zero where a CPU has no slot for it), and records the slots
-// it read in used.
+// every CPU (zero where a CPU has no slot for it), and records the index
+// entries of the slots it read in used.
 func (h *slotHalf) read(b *slotBuf, used *[]uint32, fn func(k *flow.Key, perCPU []flow.Stats)) (int, error) {
 	*used = (*used)[:0]
 	clear(b.seen)
 	b.flows, b.per = b.flows[:0], b.per[:0]
-	if err := h.fill.Lookup(h.idx, &b.fills); err != nil {
-		return 0, fmt.Errorf("read flow slot counts: %w", err)
+	if err := h.filled(b); err != nil {
+		return 0, err
 	}
 	for c := range h.ncpu {
-		refs, err := h.listed(b, c)
+		slots, err := h.readSlots(b, c, int(b.fills[c].Used))
 		if err != nil {
 			return 0, err
 		}
 		lo, hi := uint32(c*h.perCPU), uint32((c+1)*h.perCPU)
-		for i := 0; i < len(refs); i += 4 {
-			at := binary.NativeEndian.Uint32(refs[i:])
-			if at < lo || at >= hi {
-				return 0, fmt.Errorf("CPU %d listed flow slot %d, outside its region [%d, %d)", c, at, lo, hi)
-			}
-			s := &b.slot
-			if err := h.readSlot(at, s); err != nil {
-				return 0, err
-			}
-			*used = append(*used, at)
+		for i := range slots {
+			s := &slots[i]
 			if s.Tag == 0 {
-				continue // a slot listed but not filled: never written so
+				// Zeroed by a clear that an agent's end cut short:
+				// its flows were committed before it began.
+				continue
 			}
+			if s.Entry < lo || s.Entry >= hi {
+				return 0, fmt.Errorf("CPU %d: flow slot %d names index entry %d, outside its region [%d, %d)", c, i, s.Entry, lo, hi)
+			}
+			*used = append(*used, s.Entry)
 			j, ok := b.seen[s.Key]
 			if !ok {
 				j = len(b.flows)
@@ -225,21 +219,44 @@ func (h *slotHalf) read(b *slotBuf, used *[]uint32, fn func(k *flow.Key, perCPU 
 	return len(b.flows), nil
 }
 
-// clear frees the slots in used, or, with all, every slot of the half;
-// then sets every CPU's fill of the half to zero. A slot is free when its
-// tag is: an insert writes all of it.
-func (h *slotHalf) clear(used []uint32, all bool) error {
-	var zero [slotSize]byte
+// clear frees the index entries in used and every CPU's filled slots, or,
+// with all, every entry and slot of the half; then sets every CPU's fill
+// of the half to zero.
+func (h *slotHalf) clear(b *slotBuf, used []uint32, all bool) error {
+	const chunk = 4096
+	keys := make([]byte, 4*chunk)
+	zero := make([]byte, chunk*slotSize)
+	// write zeroes the n entries of m from idx(0), idx(1), ...
+	write := func(m *ebpf.Map, n int, idx func(i int) uint32) error {
+		for done := 0; done < n; {
+			k := min(n-done, chunk)
+			for i := range k {
+				binary.NativeEndian.PutUint32(keys[4*i:], idx(done+i))
+			}
+			if err := arrayUpdateBatch(m, keys, zero, k); err != nil {
+				return err
+			}
+			done += k
+		}
+		return nil
+	}
 	if all {
-		for off := int64(0); off < int64(h.mem.Size()); off += int64(len(zero)) {
-			if _, err := h.mem.WriteAt(zero[:], off); err != nil {
+		for _, m := range []*ebpf.Map{h.index, h.m} {
+			if err := write(m, int(m.MaxEntries()), func(i int) uint32 { return uint32(i) }); err != nil {
 				return fmt.Errorf("clear flow slots: %w", err)
 			}
 		}
 	} else {
-		for _, at := range used {
-			if _, err := h.mem.WriteAt(zero[:], int64(at)*int64(slotSize)); err != nil {
-				return fmt.Errorf("clear flow slot %d: %w", at, err)
+		if err := write(h.index, len(used), func(i int) uint32 { return used[i] }); err != nil {
+			return fmt.Errorf("clear flow index: %w", err)
+		}
+		if err := h.filled(b); err != nil {
+			return err
+		}
+		for c := range h.ncpu {
+			start := uint32(c * h.budget)
+			if err := write(h.m, int(b.fills[c].Used), func(i int) uint32 { return start + uint32(i) }); err != nil {
+				return fmt.Errorf("clear flow slots: %w", err)
 			}
 		}
 	}

@@ -1,10 +1,12 @@
 package datapath
 
 import (
+	"bytes"
 	"runtime"
 	"testing"
 	"unsafe"
 
+	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
 	"loupe/internal/flow"
@@ -40,9 +42,10 @@ func requireCPUs(t *testing.T, n int) {
 	}
 }
 
-// TestSlotHashMatchesProgram: every flow the program put in a slot sits
-// where the Go reader looks for it (slotHash, slotHome): at its home slot
-// or at most slotProbes-1 after it, under the tag the hash gives.
+// TestSlotHashMatchesProgram: every flow the program put in a slot has
+// its index entry where the Go side computes it (slotHash, slotHome): at
+// its home entry or at most slotProbes-1 after it, holding the tag the
+// hash gives and the slot's number; the slots are filled in order.
 func TestSlotHashMatchesProgram(t *testing.T) {
 	testutil.RequirePrivileged(t)
 	if s := unsafe.Sizeof(loupeFlowSlot{}); s != 128 {
@@ -51,33 +54,49 @@ func TestSlotHashMatchesProgram(t *testing.T) {
 	if s := unsafe.Sizeof(loupeFlowKey{}); s != 60 {
 		t.Fatalf("struct flow_key is %d bytes, want 60 (slotHash reads 60)", s)
 	}
-	dp := loadForTest(t, Options{FlowBudget: 1000, RingBufSize: 1 << 16})
+	const flows = 1000
+	dp := loadForTest(t, Options{FlowBudget: flows, RingBufSize: 1 << 16})
 	onCPU(t, 0, func() {
-		for i := range 1000 {
+		for i := range flows {
 			runProg(t, dp, flow.Ingress, udpFrame(t, uint16(1+i), 10))
 		}
 	})
 	h := dp.slots[0]
-	found := 0
-	var s loupeFlowSlot
-	for at := 0; at < h.perCPU; at++ {
-		if err := h.readSlot(uint32(at), &s); err != nil {
-			t.Fatal(err)
-		}
-		if s.Tag == 0 {
-			continue
-		}
-		found++
+	b := newSlotBuf(h.ncpu, h.budget)
+	if err := h.filled(b); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.fills[0].Used; n != flows {
+		t.Fatalf("CPU 0 filled %d slots, want %d", n, flows)
+	}
+	slots, err := h.readSlots(b, 0, flows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[uint16]bool{}
+	for n, s := range slots {
 		hash := slotHash(&s.Key)
 		if want := uint32(hash) | 1; s.Tag != want {
-			t.Fatalf("slot %d: tag %#x, the Go hash gives %#x", at, s.Tag, want)
+			t.Fatalf("slot %d: tag %#x, the Go hash gives %#x", n, s.Tag, want)
+		}
+		at := int(s.Entry)
+		if at >= h.perCPU {
+			t.Fatalf("slot %d: index entry %d, outside CPU 0's %d", n, at, h.perCPU)
 		}
 		if d := (at - slotHome(hash, h.perCPU) + h.perCPU) % h.perCPU; d >= slotProbes {
-			t.Fatalf("slot %d: %d past its home slot, more than the %d probes", at, d, slotProbes)
+			t.Fatalf("slot %d: its entry is %d past its home, more than the %d probes", n, d, slotProbes)
 		}
+		var e uint64
+		if err := h.index.Lookup(uint32(at), &e); err != nil {
+			t.Fatal(err)
+		}
+		if want := uint64(s.Tag)<<32 | uint64(n+1); e != want {
+			t.Fatalf("slot %d: index entry %d holds %#x, want %#x", n, at, e, want)
+		}
+		seen[s.Key.SrcPort] = true
 	}
-	if found != 1000 {
-		t.Fatalf("%d flows in CPU 0's slots, want 1000", found)
+	if len(seen) != flows {
+		t.Fatalf("%d distinct flows in CPU 0's slots, want %d", len(seen), flows)
 	}
 }
 
@@ -125,15 +144,15 @@ func TestSlotsMergeAcrossCPUs(t *testing.T) {
 				i, d.stats.Packets, d.stats.Bytes, d.cpus, wantPk, wantPk*uint64(len(frames[i])), wantCPUs)
 		}
 	}
-	// Clearing freed every slot the drain read: none is left taken.
-	var sl loupeFlowSlot
+	// Clearing freed every slot and index entry: none is left taken.
 	for _, h := range dp.slots {
-		for at := range h.ncpu * h.perCPU {
-			if err := h.readSlot(uint32(at), &sl); err != nil {
-				t.Fatal(err)
-			}
-			if sl.Tag != 0 {
-				t.Fatalf("half %d: slot %d still taken after the drain", h.idx, at)
+		for _, m := range []*ebpf.Map{h.m, h.index} {
+			var k uint32
+			v := make([]byte, m.ValueSize())
+			for it := m.Iterate(); it.Next(&k, &v); {
+				if !bytes.Equal(v, make([]byte, len(v))) {
+					t.Fatalf("half %d: %v entry %d still taken after the drain", h.idx, m, k)
+				}
 			}
 		}
 	}

@@ -105,9 +105,12 @@ func loadFlowObject(path, tables string, budget int) (*ebpf.Collection, error) {
 }
 
 // sizeSlots sizes an object's per-CPU slot tables as datapath.Load does,
-// if it has them (the objects since they replaced the per-CPU hash):
-// budget flows a CPU in twice as many slots, the hash tables at one entry.
-// An object of an earlier commit keeps its per-CPU hash.
+// if it has them (the objects since they replaced the per-CPU hash),
+// whichever of their layouts the object has: budget flows a CPU in dense
+// slots behind an index of twice as many entries (flow_index_*), or in
+// slots probed in place, twice as many, with or without a list of them
+// (flow_slot_list); the hash tables at one entry. An object of an earlier
+// commit keeps its per-CPU hash.
 func sizeSlots(spec *ebpf.CollectionSpec, percpu bool, budget int) error {
 	a, ok := spec.Maps["flow_slots_a"]
 	if !ok {
@@ -124,8 +127,19 @@ func sizeSlots(spec *ebpf.CollectionSpec, percpu bool, budget int) error {
 			spec.Maps[name].MaxEntries = 1
 		}
 	}
-	for _, m := range []*ebpf.MapSpec{a, spec.Maps["flow_slots_b"]} {
-		m.MaxEntries = uint32(max(slots*ncpu, 1))
+	size := func(n int, names ...string) {
+		for _, name := range names {
+			if m, ok := spec.Maps[name]; ok {
+				m.MaxEntries = uint32(max(n, 1))
+			}
+		}
+	}
+	if _, dense := spec.Maps["flow_index_a"]; dense {
+		size(min(slots, 1)*budget*ncpu, "flow_slots_a", "flow_slots_b")
+		size(slots*ncpu, "flow_index_a", "flow_index_b")
+	} else {
+		size(slots*ncpu, a.Name, "flow_slots_b")
+		size(min(slots, 1)*2*budget*ncpu, "flow_slot_list")
 	}
 	if err := spec.Variables["cfg_slots"].Set(uint32(slots)); err != nil {
 		return err
