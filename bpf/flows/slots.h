@@ -87,9 +87,12 @@ struct slot_table {
 
 /* The index of both halves: [cpu * cfg_slots, (cpu + 1) * cfg_slots) is
  * CPU cpu's region; max_entries (possible CPUs × cfg_slots) is set from
- * Go. */
+ * Go. Userspace maps it (a sixteenth of the slots' size) to tell, while it
+ * reads a CPU's slots, whether another CPU may hold the same flow: only
+ * those flows wait to be merged. */
 struct slot_index {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, 1);
 	__type(key, __u32);   /* Key: cpu * cfg_slots + place */
 	__type(value, __u64); /* Value: 0 free, else tag << 32 | (n + 1): the flow in slot n */

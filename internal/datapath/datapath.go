@@ -329,7 +329,7 @@ func Load(opts Options) (*Datapath, error) {
 				return nil, err
 			}
 		}
-		d.slotBuf = newSlotBuf(ncpu, opts.FlowBudget)
+		d.slotBuf = newSlotBuf(ncpu)
 	}
 	if err := d.initHTTPOther(); err != nil {
 		d.Close()
@@ -527,7 +527,7 @@ func (d *Datapath) MemoryBytes() (total, tables uint64, err error) {
 // them alive in the kernel until they are closed too, and pinned maps stay
 // pinned for the next agent: only Unpin removes them.
 func (d *Datapath) Close() error {
-	errs := []error{d.grace.close(), d.objs.Close()}
+	errs := []error{d.grace.close(), d.slots[0].close(), d.slots[1].close(), d.objs.Close()}
 	if d.pins != nil {
 		d.pins.close(false)
 		d.pins = nil

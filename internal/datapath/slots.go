@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"loupe/internal/flow"
 )
@@ -16,9 +17,12 @@ import (
 // entries; a flow's entry sits at its home (a hash of its key) or at most
 // slotProbes-1 entries after it, and a flow seen on several CPUs has a
 // slot in each of their regions. Reading a half reads each CPU's filled
-// slots, one run of them, and merges them by key: it costs the flows there
-// are, not the regions' size. Clearing zeroes those slots and the index
-// entries they name.
+// slots, a chunk at a time: it costs the flows there are, not the regions'
+// size. A flow no other CPU's index has its tag for (looked up in the
+// index, mapped) is passed on at once; only the others wait to be merged
+// by key, so that the memory a read needs is the flows several CPUs saw,
+// not all the half's. Clearing zeroes the slots read and the index entries
+// they name.
 
 const (
 	// slotHashVersion names slotHash in layout names: a pinned half is
@@ -29,6 +33,8 @@ const (
 	slotProbes = 64
 	// slotSize is a slot's bytes.
 	slotSize = int(unsafe.Sizeof(loupeFlowSlot{}))
+	// slotChunk is the slots a read takes at a time: what it buffers.
+	slotChunk = 4096
 )
 
 // slotsFor is the index entries each CPU's region has for a flow budget:
@@ -104,6 +110,8 @@ func slotHome(h uint64, n int) int { return int((h >> 32) * uint64(n) >> 32) }
 type slotHalf struct {
 	m      *ebpf.Map // flow_slots_a or _b
 	index  *ebpf.Map // flow_index_a or _b
+	imap   []byte    // index, mapped
+	imem   []uint64  // imap's entries
 	fill   *ebpf.Map // flow_slots_fill
 	idx    uint32    // the half: 0 (_a) or 1
 	ncpu   int
@@ -119,14 +127,35 @@ func newSlotHalf(m, index, fill *ebpf.Map, idx uint32, ncpu, budget int) (*slotH
 	if want := uint32(ncpu * h.perCPU); index.MaxEntries() != want {
 		return nil, fmt.Errorf("flow index of %d entries, want %d", index.MaxEntries(), want)
 	}
+	// Read-only: the program alone writes it, and clear through the
+	// map's syscalls.
+	size := (ncpu*h.perCPU*8 + unix.Getpagesize() - 1) &^ (unix.Getpagesize() - 1)
+	b, err := unix.Mmap(index.FD(), 0, size, unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("map the flow index: %w", err)
+	}
+	h.imap = b
+	h.imem = unsafe.Slice((*uint64)(unsafe.Pointer(&b[0])), ncpu*h.perCPU)
 	return h, nil
 }
 
-// slotBuf is what reading a half reuses: every CPU's fill, a CPU's slots,
-// and the half's flows merged by key.
+// close unmaps the index.
+func (h *slotHalf) close() error {
+	if h == nil || h.imap == nil {
+		return nil
+	}
+	h.imem = nil
+	b := h.imap
+	h.imap = nil
+	return unix.Munmap(b)
+}
+
+// slotBuf is what reading a half reuses: every CPU's fill, a chunk of a
+// CPU's slots, and the half's flows merged by key.
 type slotBuf struct {
 	fills []loupeSlotFill
 	keys  []byte // array indexes, for the batch syscalls
+	zero  []byte // a chunk of zeroed slots, for clearing
 	slots []loupeFlowSlot
 	seen  map[loupeFlowKey]int
 	flows []loupeFlowKey
@@ -134,9 +163,10 @@ type slotBuf struct {
 	stats []flow.Stats
 }
 
-func newSlotBuf(ncpu, budget int) *slotBuf {
-	return &slotBuf{fills: make([]loupeSlotFill, ncpu), keys: make([]byte, 4*budget), slots: make([]loupeFlowSlot, budget),
-		seen: make(map[loupeFlowKey]int), stats: make([]flow.Stats, ncpu)}
+func newSlotBuf(ncpu int) *slotBuf {
+	return &slotBuf{fills: make([]loupeSlotFill, ncpu), keys: make([]byte, 4*slotChunk), zero: make([]byte, slotChunk*slotSize),
+		slots: make([]loupeFlowSlot, slotChunk),
+		seen:  make(map[loupeFlowKey]int), stats: make([]flow.Stats, ncpu)}
 }
 
 // filled returns how many slots each CPU filled in the half, in b.fills.
@@ -152,9 +182,10 @@ func (h *slotHalf) filled(b *slotBuf) error {
 	return nil
 }
 
-// readSlots reads CPU c's first n slots into b.slots.
-func (h *slotHalf) readSlots(b *slotBuf, c, n int) ([]loupeFlowSlot, error) {
-	start := c * h.budget
+// readSlots reads n (at most slotChunk) of CPU c's slots, from its
+// from-th, into b.slots.
+func (h *slotHalf) readSlots(b *slotBuf, c, from, n int) ([]loupeFlowSlot, error) {
+	start := c*h.budget + from
 	vals := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(b.slots))), n*slotSize)
 	for done := 0; done < n; {
 		got, err := arrayLookupBatch(h.m, uint32(start+done), b.keys[:4*(n-done)], vals[done*slotSize:])
@@ -169,9 +200,32 @@ func (h *slotHalf) readSlots(b *slotBuf, c, n int) ([]loupeFlowSlot, error) {
 	return b.slots[:n], nil
 }
 
+// elsewhere reports whether a CPU other than c has, in its index, an
+// entry of tag within the probe sequence from home: whether it may hold
+// the flow (a tag can be another flow's too, rarely).
+func (h *slotHalf) elsewhere(c, home int, tag uint32) bool {
+	for o := range h.ncpu {
+		if o == c {
+			continue
+		}
+		region := h.imem[o*h.perCPU : (o+1)*h.perCPU]
+		for i := range slotProbes {
+			e := region[(home+i)%h.perCPU]
+			if e == 0 {
+				break // the end of the probe sequence: not there
+			}
+			if uint32(e>>32) == tag {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // read calls fn once for every flow of the half with its counters on
 // every CPU (zero where a CPU has no slot for it), and records the index
-// entries of the slots it read in used.
+// entries of the slots it read in used. The index must not change
+// meanwhile: the half is swapped out.
 func (h *slotHalf) read(b *slotBuf, used *[]uint32, fn func(k *flow.Key, perCPU []flow.Stats)) (int, error) {
 	*used = (*used)[:0]
 	clear(b.seen)
@@ -179,33 +233,47 @@ func (h *slotHalf) read(b *slotBuf, used *[]uint32, fn func(k *flow.Key, perCPU 
 	if err := h.filled(b); err != nil {
 		return 0, err
 	}
+	total := 0
 	for c := range h.ncpu {
-		slots, err := h.readSlots(b, c, int(b.fills[c].Used))
-		if err != nil {
-			return 0, err
-		}
 		lo, hi := uint32(c*h.perCPU), uint32((c+1)*h.perCPU)
-		for i := range slots {
-			s := &slots[i]
-			if s.Tag == 0 {
-				// Zeroed by a clear that an agent's end cut short:
-				// its flows were committed before it began.
-				continue
+		for from, n := 0, int(b.fills[c].Used); from < n; from += slotChunk {
+			slots, err := h.readSlots(b, c, from, min(slotChunk, n-from))
+			if err != nil {
+				return 0, err
 			}
-			if s.Entry < lo || s.Entry >= hi {
-				return 0, fmt.Errorf("CPU %d: flow slot %d names index entry %d, outside its region [%d, %d)", c, i, s.Entry, lo, hi)
-			}
-			*used = append(*used, s.Entry)
-			j, ok := b.seen[s.Key]
-			if !ok {
-				j = len(b.flows)
-				b.seen[s.Key] = j
-				b.flows = append(b.flows, s.Key)
-				for range h.ncpu {
-					b.per = append(b.per, loupeFlowStats{})
+			for i := range slots {
+				s := &slots[i]
+				if s.Tag == 0 {
+					// Zeroed by a clear that an agent's end cut
+					// short: its flows were committed before it
+					// began.
+					continue
 				}
+				if s.Entry < lo || s.Entry >= hi {
+					return 0, fmt.Errorf("CPU %d: flow slot %d names index entry %d, outside its region [%d, %d)", c, from+i, s.Entry, lo, hi)
+				}
+				*used = append(*used, s.Entry)
+				if !h.elsewhere(c, slotHome(slotHash(&s.Key), h.perCPU), s.Tag) {
+					// This CPU's alone: passed on now.
+					var k flow.Key
+					keyFromBPF(&k, &s.Key)
+					clear(b.stats)
+					statsFromBPF(&b.stats[c], &s.Stats)
+					fn(&k, b.stats)
+					total++
+					continue
+				}
+				j, ok := b.seen[s.Key]
+				if !ok {
+					j = len(b.flows)
+					b.seen[s.Key] = j
+					b.flows = append(b.flows, s.Key)
+					for range h.ncpu {
+						b.per = append(b.per, loupeFlowStats{})
+					}
+				}
+				b.per[j*h.ncpu+c] = s.Stats
 			}
-			b.per[j*h.ncpu+c] = s.Stats
 		}
 	}
 	for i := range b.flows {
@@ -216,24 +284,27 @@ func (h *slotHalf) read(b *slotBuf, used *[]uint32, fn func(k *flow.Key, perCPU 
 		}
 		fn(&k, b.stats)
 	}
-	return len(b.flows), nil
+	total += len(b.flows)
+	if len(b.seen) > slotChunk {
+		// A read that merged many leaves no large map behind.
+		b.seen = make(map[loupeFlowKey]int)
+		b.flows, b.per = nil, nil
+	}
+	return total, nil
 }
 
 // clear frees the index entries in used and every CPU's filled slots, or,
 // with all, every entry and slot of the half; then sets every CPU's fill
 // of the half to zero.
 func (h *slotHalf) clear(b *slotBuf, used []uint32, all bool) error {
-	const chunk = 4096
-	keys := make([]byte, 4*chunk)
-	zero := make([]byte, chunk*slotSize)
 	// write zeroes the n entries of m from idx(0), idx(1), ...
 	write := func(m *ebpf.Map, n int, idx func(i int) uint32) error {
 		for done := 0; done < n; {
-			k := min(n-done, chunk)
+			k := min(n-done, slotChunk)
 			for i := range k {
-				binary.NativeEndian.PutUint32(keys[4*i:], idx(done+i))
+				binary.NativeEndian.PutUint32(b.keys[4*i:], idx(done+i))
 			}
-			if err := arrayUpdateBatch(m, keys, zero, k); err != nil {
+			if err := arrayUpdateBatch(m, b.keys, b.zero, k); err != nil {
 				return err
 			}
 			done += k

@@ -62,14 +62,14 @@ func TestSlotHashMatchesProgram(t *testing.T) {
 		}
 	})
 	h := dp.slots[0]
-	b := newSlotBuf(h.ncpu, h.budget)
+	b := newSlotBuf(h.ncpu)
 	if err := h.filled(b); err != nil {
 		t.Fatal(err)
 	}
 	if n := b.fills[0].Used; n != flows {
 		t.Fatalf("CPU 0 filled %d slots, want %d", n, flows)
 	}
-	slots, err := h.readSlots(b, 0, flows)
+	slots, err := h.readSlots(b, 0, 0, flows)
 	if err != nil {
 		t.Fatal(err)
 	}
