@@ -16,7 +16,7 @@ import (
 //	go test -run '^$' -bench Drain ./internal/datapath
 func BenchmarkDrain(b *testing.B) {
 	testutil.RequirePrivileged(b)
-	for _, flows := range []int{0, 100, 10000} {
+	for _, flows := range []int{0, 100, 10000, 65536} {
 		b.Run(fmt.Sprintf("flows=%d", flows), func(b *testing.B) {
 			dp := loadForTest(b, Options{FlowBudget: 65536, RingBufSize: 1 << 20})
 			frames := make([][]byte, flows)
