@@ -157,16 +157,43 @@ type slotBuf struct {
 	keys  []byte // array indexes, for the batch syscalls
 	zero  []byte // a chunk of zeroed slots, for clearing
 	slots []loupeFlowSlot
-	seen  map[loupeFlowKey]int
+	// The flows that wait to be merged: flows and per (len(flows) ×
+	// ncpu counters), found by their slotHash in seen, or by key in dup
+	// when two of them share a hash (never seen: 64 bits).
+	seen  map[uint64]int32
+	dup   map[loupeFlowKey]int32
 	flows []loupeFlowKey
-	per   []loupeFlowStats // len(flows) × ncpu
+	per   []loupeFlowStats
 	stats []flow.Stats
 }
 
 func newSlotBuf(ncpu int) *slotBuf {
 	return &slotBuf{fills: make([]loupeSlotFill, ncpu), keys: make([]byte, 4*slotChunk), zero: make([]byte, slotChunk*slotSize),
 		slots: make([]loupeFlowSlot, slotChunk),
-		seen:  make(map[loupeFlowKey]int), stats: make([]flow.Stats, ncpu)}
+		seen:  make(map[uint64]int32), dup: make(map[loupeFlowKey]int32), stats: make([]flow.Stats, ncpu)}
+}
+
+// place returns where the waiting flow of key, of hash, is in b.flows,
+// added if new.
+func (b *slotBuf) place(hash uint64, key *loupeFlowKey, ncpu int) int {
+	add := func() int32 {
+		b.flows = append(b.flows, *key)
+		for range ncpu {
+			b.per = append(b.per, loupeFlowStats{})
+		}
+		return int32(len(b.flows) - 1)
+	}
+	j, ok := b.seen[hash]
+	if !ok {
+		j = add()
+		b.seen[hash] = j
+	} else if b.flows[j] != *key {
+		if j, ok = b.dup[*key]; !ok {
+			j = add()
+			b.dup[*key] = j
+		}
+	}
+	return int(j)
 }
 
 // filled returns how many slots each CPU filled in the half, in b.fills.
@@ -229,6 +256,7 @@ func (h *slotHalf) elsewhere(c, home int, tag uint32) bool {
 func (h *slotHalf) read(b *slotBuf, used *[]uint32, fn func(k *flow.Key, perCPU []flow.Stats)) (int, error) {
 	*used = (*used)[:0]
 	clear(b.seen)
+	clear(b.dup)
 	b.flows, b.per = b.flows[:0], b.per[:0]
 	if err := h.filled(b); err != nil {
 		return 0, err
@@ -253,7 +281,8 @@ func (h *slotHalf) read(b *slotBuf, used *[]uint32, fn func(k *flow.Key, perCPU 
 					return 0, fmt.Errorf("CPU %d: flow slot %d names index entry %d, outside its region [%d, %d)", c, from+i, s.Entry, lo, hi)
 				}
 				*used = append(*used, s.Entry)
-				if !h.elsewhere(c, slotHome(slotHash(&s.Key), h.perCPU), s.Tag) {
+				hash := slotHash(&s.Key)
+				if !h.elsewhere(c, slotHome(hash, h.perCPU), s.Tag) {
 					// This CPU's alone: passed on now.
 					var k flow.Key
 					keyFromBPF(&k, &s.Key)
@@ -263,16 +292,7 @@ func (h *slotHalf) read(b *slotBuf, used *[]uint32, fn func(k *flow.Key, perCPU 
 					total++
 					continue
 				}
-				j, ok := b.seen[s.Key]
-				if !ok {
-					j = len(b.flows)
-					b.seen[s.Key] = j
-					b.flows = append(b.flows, s.Key)
-					for range h.ncpu {
-						b.per = append(b.per, loupeFlowStats{})
-					}
-				}
-				b.per[j*h.ncpu+c] = s.Stats
+				b.per[b.place(hash, &s.Key, h.ncpu)*h.ncpu+c] = s.Stats
 			}
 		}
 	}
@@ -284,13 +304,7 @@ func (h *slotHalf) read(b *slotBuf, used *[]uint32, fn func(k *flow.Key, perCPU 
 		}
 		fn(&k, b.stats)
 	}
-	total += len(b.flows)
-	if len(b.seen) > slotChunk {
-		// A read that merged many leaves no large map behind.
-		b.seen = make(map[loupeFlowKey]int)
-		b.flows, b.per = nil, nil
-	}
-	return total, nil
+	return total + len(b.flows), nil
 }
 
 // clear frees the index entries in used and every CPU's filled slots, or,

@@ -218,3 +218,25 @@ func TestSlotBudgetIsPerCPU(t *testing.T) {
 		t.Fatalf("%d events in the ring buffer, want the 2 refused packets", events)
 	}
 }
+
+// TestSlotPlaceSharedHash: two waiting flows of the same 64-bit hash (a
+// collision forced here) keep places of their own, each found again.
+func TestSlotPlaceSharedHash(t *testing.T) {
+	b := newSlotBuf(2)
+	var k1, k2 loupeFlowKey
+	k1.SrcPort, k2.SrcPort = 1, 2
+	a := b.place(7, &k1, 2)
+	c := b.place(7, &k2, 2)
+	if a == c {
+		t.Fatalf("two keys of one hash share place %d", a)
+	}
+	if got := b.place(7, &k1, 2); got != a {
+		t.Fatalf("the first key found at %d, placed at %d", got, a)
+	}
+	if got := b.place(7, &k2, 2); got != c {
+		t.Fatalf("the second key found at %d, placed at %d", got, c)
+	}
+	if len(b.flows) != 2 || len(b.per) != 4 {
+		t.Fatalf("%d flows and %d counters, want 2 and 4", len(b.flows), len(b.per))
+	}
+}
