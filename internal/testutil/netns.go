@@ -5,12 +5,16 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
+	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // UniqueName returns prefix followed by random hex, short enough for an
@@ -44,11 +48,15 @@ func NewNS(t testing.TB) *NS {
 }
 
 // NewNSPrefix is NewNS with a name that starts with prefix, for a test
-// whose namespaces must be told apart from the others'.
+// whose namespaces must be told apart from the others'. The name carries
+// the test process's pid (PREFIX PID . HEX): t.Cleanup cannot run in a
+// process that was killed, so each new namespace first removes those its
+// owner left behind, once that owner is gone.
 func NewNSPrefix(t testing.TB, prefix string) *NS {
 	t.Helper()
 	RequirePrivileged(t)
-	ns := &NS{Name: UniqueName(prefix)}
+	removeOrphanNS(t)
+	ns := &NS{Name: UniqueName(prefix + strconv.Itoa(os.Getpid()) + ".")}
 	IP(t, "netns", "add", ns.Name)
 	t.Cleanup(func() {
 		if out, err := exec.Command("ip", "netns", "del", ns.Name).CombinedOutput(); err != nil {
@@ -57,6 +65,35 @@ func NewNSPrefix(t testing.TB, prefix string) *NS {
 	})
 	ns.IP(t, "link", "set", "lo", "up")
 	return ns
+}
+
+// orphanNS matches the names NewNSPrefix gives: the owner's pid, then
+// ".", then 8 hex digits.
+var orphanNS = regexp.MustCompile(`([0-9]+)\.[0-9a-f]{8}$`)
+
+// removeOrphanNS deletes the namespaces that NewNSPrefix made in a test
+// process that no longer runs.
+func removeOrphanNS(t testing.TB) {
+	t.Helper()
+	names, err := os.ReadDir("/run/netns")
+	if err != nil {
+		return // none yet
+	}
+	for _, e := range names {
+		m := orphanNS.FindStringSubmatch(e.Name())
+		if m == nil {
+			continue
+		}
+		pid, err := strconv.Atoi(m[1])
+		if err != nil || pid <= 0 || unix.Kill(pid, 0) != unix.ESRCH {
+			continue // its owner runs (or cannot be told)
+		}
+		if out, err := exec.Command("ip", "netns", "del", e.Name()).CombinedOutput(); err != nil {
+			t.Logf("delete netns %s left by process %d: %v: %s", e.Name(), pid, err, out)
+			continue
+		}
+		t.Logf("deleted netns %s, left by process %d, which is gone", e.Name(), pid)
+	}
 }
 
 // IP runs `ip args...` inside the namespace.
