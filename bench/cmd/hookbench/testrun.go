@@ -120,9 +120,9 @@ func sizeSlots(spec *ebpf.CollectionSpec, percpu bool, budget int) error {
 	if err != nil {
 		return err
 	}
-	slots := 0
+	slots, flows := 0, 0 // index entries (or slots in place) and flows a CPU
 	if percpu {
-		slots = (2*budget + 31) / 32 * 32 // datapath.slotsFor
+		slots, flows = (2*budget+31)/32*32, budget // datapath.slotsFor
 		for _, name := range []string{"flows_a", "flows_b"} {
 			spec.Maps[name].MaxEntries = 1
 		}
@@ -135,11 +135,11 @@ func sizeSlots(spec *ebpf.CollectionSpec, percpu bool, budget int) error {
 		}
 	}
 	if _, dense := spec.Maps["flow_index_a"]; dense {
-		size(min(slots, 1)*budget*ncpu, "flow_slots_a", "flow_slots_b")
+		size(flows*ncpu, "flow_slots_a", "flow_slots_b")
 		size(slots*ncpu, "flow_index_a", "flow_index_b")
 	} else {
 		size(slots*ncpu, a.Name, "flow_slots_b")
-		size(min(slots, 1)*2*budget*ncpu, "flow_slot_list")
+		size(2*flows*ncpu, "flow_slot_list")
 	}
 	if err := spec.Variables["cfg_slots"].Set(uint32(slots)); err != nil {
 		return err
