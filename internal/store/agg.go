@@ -1,6 +1,7 @@
 package store
 
 import (
+	"container/heap"
 	"math/bits"
 	"slices"
 	"sync"
@@ -441,4 +442,23 @@ func (m *u64Map) find(k uint64) uint32 {
 			return sl.v - 1
 		}
 	}
+}
+
+// nthBytes returns the n-th biggest bytes of the groups (0 if there are
+// fewer than n); no flush may run concurrently.
+func (p *partTable) nthBytes(n int) uint64 {
+	h := &volumeHeap{}
+	p.each(func(_ uint64, a *agg) {
+		switch v := (volume{bytes: a.bytes}); {
+		case h.Len() < n:
+			heap.Push(h, v)
+		case (*h)[0].less(v):
+			(*h)[0] = v
+			heap.Fix(h, 0)
+		}
+	})
+	if h.Len() < n {
+		return 0
+	}
+	return (*h)[0].bytes
 }

@@ -88,8 +88,56 @@ func (b *bigRecords) pairFloor(n int) uint64 {
 
 // pairPass sums the pairs whose source and destination totals reach the
 // floor into st.table, and returns their error and signal sums.
+//
+// It raises the floor as it goes. It reads the segments in rounds, the
+// first a small share of the records: after a round, the sums of the pairs
+// so far are each at most the pair's total, so the n-th biggest of them is
+// a floor too, and far higher than the biggest records' on a busy network.
+// Every pair that passes a raised floor passed the lower ones, so the
+// table holds all of its records; a pair summed in an early round that
+// fails a later floor keeps a partial sum, under that floor and so under
+// the n-th biggest pair's: it is no candidate.
 func (r *Reader) pairPass(ctx context.Context, st *topState, sm *sums, n int) (errSums, sigSums, error) {
 	floor := sm.big.pairFloor(n)
+	ws := make([]*pairWorker, maxWorkers())
+	for i := range ws {
+		ws[i] = &pairWorker{est: errSums{}, sig: sigSums{}}
+	}
+	var total, done int64
+	for _, sf := range sm.files {
+		total += sf.e.size
+	}
+	files := sm.files
+	for share := int64(8); len(files) > 0; share /= 2 {
+		// This round's segments: the next 1/share of the bytes (at
+		// least one segment), all of them once share is 1 or the
+		// groups are not pruned.
+		k := len(files)
+		if n > 0 && share > 1 {
+			for k = 0; k < len(files) && done < total/share; k++ {
+				done += files[k].e.size
+			}
+			k = max(k, 1)
+		}
+		round := files[:k]
+		files = files[k:]
+		if err := r.pairRound(ctx, st, sm, ws, round, floor); err != nil {
+			return nil, nil, err
+		}
+		if len(files) > 0 && n > 0 {
+			floor = max(floor, st.table.nthBytes(n))
+		}
+	}
+	for _, w := range ws[1:] {
+		ws[0].est.merge(w.est)
+		ws[0].sig.merge(w.sig)
+	}
+	return ws[0].est, ws[0].sig, nil
+}
+
+// pairRound sums the pairs of files whose source and destination totals
+// reach floor into st.table.
+func (r *Reader) pairRound(ctx context.Context, st *topState, sm *sums, ws []*pairWorker, files []snapFile, floor uint64) error {
 	// The addresses whose totals reach the floor, as source or
 	// destination, by global id: 1 as source, 2 as destination.
 	role := make([]uint8, len(sm.direct))
@@ -101,11 +149,7 @@ func (r *Reader) pairPass(ctx context.Context, st *topState, sm *sums, n int) (e
 			role[id] |= 2
 		}
 	}
-	ws := make([]*pairWorker, maxWorkers())
-	for i := range ws {
-		ws[i] = &pairWorker{est: errSums{}, sig: sigSums{}}
-	}
-	_, err := r.pass(ctx, st, sm.files, nil, func(wi int, s *segment, f *segFilter, ok bool) (bool, error) {
+	_, err := r.pass(ctx, st, files, nil, func(wi int, s *segment, f *segFilter, ok bool) (bool, error) {
 		if !ok {
 			return false, nil
 		}
@@ -143,14 +187,7 @@ func (r *Reader) pairPass(ctx context.Context, st *topState, sm *sums, n int) (e
 		w.sig.segment(s, f, group)
 		return false, nil
 	})
-	if err != nil {
-		return nil, nil, err
-	}
-	for _, w := range ws[1:] {
-		ws[0].est.merge(w.est)
-		ws[0].sig.merge(w.sig)
-	}
-	return ws[0].est, ws[0].sig, nil
+	return err
 }
 
 // pairWorker is one goroutine of pairPass.

@@ -245,9 +245,10 @@ func (r *Reader) resolveServices(ctx context.Context, st *topState, sc *synScan)
 	if len(up.m) == 0 {
 		return sv, nil
 	}
-	up.bits = newHashBits(len(up.m))
+	up.bits, up.ports = newHashBits(len(up.m)), newHashBits(len(up.m))
 	for id := range up.m {
 		up.bits.set(id.hash())
+		up.ports.set(portsHash(id.lp, id.hp))
 	}
 	_, err := r.pass(ctx, st, sc.files, nil, func(wi int, s *segment, _ *segFilter, _ bool) (bool, error) {
 		f, ok, err := sc.win.forSegment(s)
@@ -287,9 +288,19 @@ func (id *connID) hash() uint64 {
 }
 
 // synSet is the connections with a SYN from the lower port to the higher.
+// Most SYNs the other way are of other connections, and most of those
+// have other ports: ports says so from the ports alone, before bits
+// needs the addresses' hashes.
 type synSet struct {
-	m    map[connID]synInfo
-	bits hashBits
+	m     map[connID]synInfo
+	bits  hashBits // connHash
+	ports hashBits // portsHash
+}
+
+// portsHash hashes a connection's ports.
+func portsHash(lp, hp uint16) uint64 {
+	x := (uint64(lp)<<16 | uint64(hp)) * hashMul
+	return x ^ x>>32
 }
 
 // synWorker is one goroutine of the service pass.
@@ -328,7 +339,7 @@ func (w *synWorker) scan(s *segment, f *segFilter, up *synSet) {
 		lo, hi, lp, hp, side := le.Uint32(c[cSrcAddr][4*i:]), le.Uint32(c[cDstAddr][4*i:]), sp, dp, 0
 		if up != nil {
 			lo, hi, lp, hp, side = hi, lo, dp, sp, 1
-			if !up.bits.has(connHash(w.conns.hash(s, lo), w.conns.hash(s, hi), lp, hp)) {
+			if !up.ports.has(portsHash(lp, hp)) || !up.bits.has(connHash(w.conns.hash(s, lo), w.conns.hash(s, hi), lp, hp)) {
 				continue
 			}
 		}

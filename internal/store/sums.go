@@ -5,6 +5,8 @@ import (
 	"context"
 	"slices"
 	"sync"
+
+	"loupe/internal/flow"
 )
 
 // Top's first pass (top.go): bytes, packets and records per group, and
@@ -16,7 +18,8 @@ import (
 type sumWorker struct {
 	st      *topState
 	direct  []agg    // BySrc, ByDst, ByPair (as source): indexed by global address id
-	buf     partBuf  // the port groupings: folded into st.table
+	buf     partBuf  // the port groupings' other groups, and the name groupings: folded into st.table
+	ports   portSums // the port groupings' TCP and UDP groups: folded into st.table at the end
 	remap   []uint32 // the segment's global address ids: read-only
 	conns   connCache
 	names   nameCache // the name groupings
@@ -74,6 +77,9 @@ func (r *Reader) sumPass(ctx context.Context, st *topState, files []snapFile, re
 	})
 	if err != nil {
 		return nil, err
+	}
+	for _, w := range ws {
+		w.ports.fold(st.table, &w.buf)
 	}
 	total := ws[0]
 	total.grow()
@@ -174,6 +180,20 @@ func (w *sumWorker) segment(s *segment, f *segFilter) bool {
 			if matched > 0 {
 				w.buf.add(w.names.group, b, p, matched)
 			}
+		} else if by.byPort() {
+			w.ports.init()
+			for i := range s.n {
+				if !simple && !f.match(s, i) {
+					continue
+				}
+				g, b, p := st.group(s, i, &w.conns, &w.names), le.Uint64(bytes[8*i:]), le.Uint64(packets[8*i:])
+				if a := w.ports.at(g); a != nil {
+					a.bytes, a.packets, a.flows = a.bytes+b, a.packets+p, a.flows+1
+				} else {
+					w.buf.add(g, b, p, 1)
+				}
+				matched++
+			}
 		} else {
 			for i := range s.n {
 				if !simple && !f.match(s, i) {
@@ -190,6 +210,45 @@ func (w *sumWorker) segment(s *segment, f *segFilter) bool {
 	}
 	w.matched += matched
 	return matched > 0
+}
+
+// portSums sums the groups of a port grouping whose protocol is TCP or
+// UDP, most records on any network, in an array indexed by protocol and
+// port: a record costs an add, where a group key of another protocol is
+// hashed into a buffer and folded into a shared table.
+type portSums []agg
+
+// init allocates the array on first use.
+func (p *portSums) init() {
+	if *p == nil {
+		*p = make(portSums, 2<<16)
+	}
+}
+
+// at returns the sums of group key g (protocol << 16 | port), or nil if
+// its protocol is neither TCP nor UDP.
+func (p portSums) at(g uint64) *agg {
+	switch uint8(g >> 16) {
+	case flow.ProtoTCP:
+		return &p[uint16(g)]
+	case flow.ProtoUDP:
+		return &p[1<<16|int(uint16(g))]
+	}
+	return nil
+}
+
+// fold adds the groups that have a record to t, through b.
+func (p portSums) fold(t *partTable, b *partBuf) {
+	for i := range p {
+		if a := &p[i]; a.flows > 0 {
+			proto := uint64(flow.ProtoTCP)
+			if i>>16 != 0 {
+				proto = flow.ProtoUDP
+			}
+			b.add(proto<<16|uint64(uint16(i)), a.bytes, a.packets, a.flows)
+		}
+	}
+	t.flush(b)
 }
 
 // group returns the group key of row i of s for the port and name

@@ -374,6 +374,51 @@ func TestTopPairs(t *testing.T) {
 	}
 }
 
+// TestTopPairsRaisedFloor: ByPair reads the segments in rounds and raises
+// its floor to the n-th biggest pair summed so far. The biggest segment,
+// read first, holds most of one pair's records; the pair that beats it
+// comes in the small segments after, and the first pair's last records
+// too: both must be summed whole, ahead of pairs whose ends reach the
+// first floor only.
+func TestTopPairsRaisedFloor(t *testing.T) {
+	rec := func(src, dst string, at time.Duration) flow.Record {
+		return tcpRec(src, dst, 40000, 443, flow.TCPAck, t0.Add(at), 100)
+	}
+	dir := t.TempDir()
+	s := openStore(t, dir, store.Options{NoBackground: true})
+	defer s.Close()
+	var recs []flow.Record
+	first := []flow.Record{}
+	for i := range 50 {
+		first = append(first, rec("10.0.0.1", "10.0.0.2", time.Duration(i)*time.Second))
+	}
+	for i := range 10 {
+		first = append(first, rec("10.0.3."+strconv.Itoa(i), "10.0.0.2", 0))
+	}
+	writeAll(t, s, first, len(first))
+	recs = append(recs, first...)
+	for w := range 19 {
+		var batch []flow.Record
+		for i := range 10 {
+			batch = append(batch, rec("10.0.0.3", "10.0.0.4", time.Duration(w*10+i)*time.Second))
+		}
+		batch = append(batch, rec("10.0.0.1", "10.0.0.2", time.Minute+time.Duration(w)*time.Second))
+		// Pairs whose ends are busy, each small.
+		batch = append(batch, rec("10.0.0.3", "10.0.0.2", time.Duration(w)*time.Second), rec("10.0.0.1", "10.0.0.4", time.Duration(w)*time.Second))
+		writeAll(t, s, batch, len(batch))
+		recs = append(recs, batch...)
+	}
+	r := openReader(t, dir)
+	for n := range 5 {
+		got := top(t, r, store.NewQuery(), store.ByPair, n)
+		want := bruteTop(recs, store.NewQuery(), store.ByPair, n)
+		sameTop(t, fmt.Sprintf("n %d", n), got, want)
+		if n > 1 && (got[1].Src != netip.MustParseAddr("10.0.0.1") || got[1].Bytes != 6900) {
+			t.Fatalf("n %d: second pair %+v, want 10.0.0.1 -> 10.0.0.2 with 6900 bytes", n, got[1])
+		}
+	}
+}
+
 // TestTopUncounted: TopUncounted is Top's groups and sums, without flows,
 // ties in bytes and packets broken by the group key alone.
 func TestTopUncounted(t *testing.T) {
