@@ -32,6 +32,10 @@ type sumWorker struct {
 	// (pairs.go).
 	dstDirect []agg
 	big       bigRecords
+	// ByPair with st.addrs: the error and signal sums of each address as
+	// a source and as a destination, for BySrc and ByDst (TopUncountedMany).
+	addrEst [2]errSums
+	addrSig [2]sigSums
 }
 
 // sums is the answer of the first pass.
@@ -48,7 +52,8 @@ func (r *Reader) sumPass(ctx context.Context, st *topState, files []snapFile, re
 	first := st.first
 	ws := make([]*sumWorker, maxWorkers())
 	for i := range ws {
-		ws[i] = &sumWorker{st: st, syn: synWorker{syns: make(map[connID]synInfo)}, big: bigRecords{max: bigRecordsKept(n)}, est: errSums{}, sig: sigSums{}}
+		ws[i] = &sumWorker{st: st, syn: synWorker{syns: make(map[connID]synInfo)}, big: bigRecords{max: bigRecordsKept(n)}, est: errSums{}, sig: sigSums{},
+			addrEst: [2]errSums{{}, {}}, addrSig: [2]sigSums{{}, {}}}
 	}
 	out := &sums{}
 	var win compiled
@@ -94,6 +99,10 @@ func (r *Reader) sumPass(ctx context.Context, st *topState, files []snapFile, re
 		total.big.h = append(total.big.h, w.big.h...)
 		total.est.merge(w.est)
 		total.sig.merge(w.sig)
+		for end := range 2 {
+			total.addrEst[end].merge(w.addrEst[end])
+			total.addrSig[end].merge(w.addrSig[end])
+		}
 	}
 	out.sumWorker, out.files = total, matching
 	if out.syns != nil {
@@ -162,6 +171,13 @@ func (w *sumWorker) segment(s *segment, f *segFilter) bool {
 				w.big.add(b, uint64(sa)<<32|uint64(da))
 			}
 			matched++
+		}
+		if st.addrs {
+			for end, col := range [2][]byte{src, dst} {
+				group := func(i int) (uint64, bool) { return uint64(remap[le.Uint32(col[4*i:])]), true }
+				w.addrEst[end].segment(s, f, group)
+				w.addrSig[end].segment(s, f, group)
+			}
 		}
 	default:
 		if by.isNames() {

@@ -133,6 +133,8 @@ type topState struct {
 	names *nameGroups
 	segs  *querySegs // the segments every pass reads, mapped once
 	first bool
+	// addrs asks ByPair's first pass for the sums of BySrc and ByDst too.
+	addrs bool
 }
 
 func newTopState(cq *compiled, by GroupBy, sort Sort, in *interner, segs *querySegs) *topState {
@@ -164,14 +166,14 @@ func newTopState(cq *compiled, by GroupBy, sort Sort, in *interner, segs *queryS
 // may be among the first n only; memory grows with the number of groups
 // and with the distinct flows of those.
 func (r *Reader) Top(ctx context.Context, q Query, by GroupBy, n int) ([]TopEntry, error) {
-	return r.top(ctx, q, by, SortBytes, n, keyLimits{flushEvery: flushEvery, budget: deferBudget}, true)
+	return r.top(ctx, q, by, SortBytes, n, keyLimits{flushEvery: flushEvery, budget: deferBudget}, true, nil)
 }
 
 // TopBy is Top ranking its groups by sort: by bytes, as Top, or by one of
 // the kernel signals or DNS (Sort), among the groups whose records
 // measured it; ties are broken as Top breaks them.
 func (r *Reader) TopBy(ctx context.Context, q Query, by GroupBy, sort Sort, n int) ([]TopEntry, error) {
-	return r.top(ctx, q, by, sort, n, keyLimits{flushEvery: flushEvery, budget: deferBudget}, true)
+	return r.top(ctx, q, by, sort, n, keyLimits{flushEvery: flushEvery, budget: deferBudget}, true, nil)
 }
 
 // TopUncounted is Top without the flows counted: every entry's Flows is
@@ -180,13 +182,44 @@ func (r *Reader) TopBy(ctx context.Context, q Query, by GroupBy, sort Sort, n in
 // of Top's time saved where most records are flows of their own: for views
 // that show no flow count (the UI's topology).
 func (r *Reader) TopUncounted(ctx context.Context, q Query, by GroupBy, n int) ([]TopEntry, error) {
-	return r.top(ctx, q, by, SortBytes, n, keyLimits{}, false)
+	return r.top(ctx, q, by, SortBytes, n, keyLimits{}, false, nil)
+}
+
+// TopUncountedMany is TopUncounted for each of bys over one query, the
+// answers in the order of bys. Where bys holds ByPair, whose first pass
+// sums every address as a source and as a destination, BySrc and ByDst
+// are taken from those sums rather than read again: what a view that
+// shows the top talkers of every kind at once asks for.
+func (r *Reader) TopUncountedMany(ctx context.Context, q Query, bys []GroupBy, n int) ([][]TopEntry, error) {
+	out := make([][]TopEntry, len(bys))
+	var fromPair map[GroupBy][]TopEntry
+	order := bys
+	if p := slices.Index(bys, ByPair); p >= 0 && (slices.Contains(bys, BySrc) || slices.Contains(bys, ByDst)) {
+		fromPair = map[GroupBy][]TopEntry{}
+		// ByPair first, which answers the others.
+		order = append([]GroupBy{ByPair}, slices.Delete(slices.Clone(bys), p, p+1)...)
+	}
+	for _, by := range order {
+		i := slices.Index(bys, by)
+		if es, ok := fromPair[by]; ok {
+			out[i] = es
+			continue
+		}
+		es, err := r.top(ctx, q, by, SortBytes, n, keyLimits{}, false, fromPair)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = es
+	}
+	return out, nil
 }
 
 // top is TopBy with the thresholds of its set of flow keys (keyset.go);
 // lim.paths, if set, is told which ways the set took. Flows are counted
-// if counted is set.
-func (r *Reader) top(ctx context.Context, q Query, by GroupBy, sort Sort, n int, lim keyLimits, counted bool) ([]TopEntry, error) {
+// if counted is set. If addrs is not nil, by is ByPair and flows are not
+// counted, addrs is given the answers of BySrc and ByDst from ByPair's
+// first pass.
+func (r *Reader) top(ctx context.Context, q Query, by GroupBy, sort Sort, n int, lim keyLimits, counted bool, addrs map[GroupBy][]TopEntry) ([]TopEntry, error) {
 	if by < 0 || by >= numGroupBy {
 		return nil, fmt.Errorf("store: top: unknown grouping %d", by)
 	}
@@ -221,9 +254,21 @@ func (r *Reader) top(ctx context.Context, q Query, by GroupBy, sort Sort, n int,
 	in, raw := r.cache.interners()
 	st := newTopState(&cq, by, sort, in, segs)
 	st.raw = raw
+	st.addrs = addrs != nil && by == ByPair && !counted
 	sums, err := r.sumPass(ctx, st, files, rep, pruneN)
 	if err != nil {
 		return nil, err
+	}
+	if st.addrs {
+		for end, g := range [2]GroupBy{BySrc, ByDst} {
+			as := *st
+			as.by = g
+			w := &sumWorker{st: &as, direct: sums.direct}
+			if g == ByDst {
+				w.direct = sums.dstDirect
+			}
+			addrs[g] = as.entries(w.candidates(n), nil, sums.addrEst[end], sums.addrSig[end], n)
+		}
 	}
 	est, sig := sums.est, sums.sig
 	if by == ByPair {
@@ -252,21 +297,31 @@ func (r *Reader) top(ctx context.Context, q Query, by GroupBy, sort Sort, n int,
 	} else {
 		cands = sums.signalCandidates(n, sig, sort)
 	}
-	flows := make([]uint64, len(cands))
+	var flows []uint64
 	if counted {
 		if flows, err = r.flowPass(ctx, st, sums.files, cands, lim); err != nil {
 			return nil, err
 		}
 	}
+	return st.entries(cands, flows, est, sig, n), nil
+}
+
+// entries returns the first n of the candidates (all if n <= 0) in the
+// order of st.sort, with their flows (none counted if flows is nil),
+// errors and signals.
+func (st *topState) entries(cands []topCand, flows []uint64, est errSums, sig sigSums, n int) []TopEntry {
 	out := make([]TopEntry, len(cands))
 	for i := range cands {
-		cands[i].flows = flows[i]
+		cands[i].flows = 0
+		if flows != nil {
+			cands[i].flows = flows[i]
+		}
 		out[i] = st.entryOf(cands[i].g, &cands[i].agg)
 		out[i].Error = est[cands[i].g]
 		out[i].Signals = sig[cands[i].g]
 	}
 	less := topLess
-	if sort != SortBytes {
+	if sort := st.sort; sort != SortBytes {
 		less = func(a, b *TopEntry) bool { return signalLess(a, b, sort) }
 	}
 	slices.SortFunc(out, func(a, b TopEntry) int {
@@ -281,7 +336,7 @@ func (r *Reader) top(ctx context.Context, q Query, by GroupBy, sort Sort, n int,
 	if n > 0 && len(out) > n {
 		out = out[:n]
 	}
-	return out, nil
+	return out
 }
 
 // pass runs fn on each of files, in parallel. The query's first pass

@@ -453,5 +453,28 @@ func TestTopUncounted(t *testing.T) {
 				sameTop(t, fmt.Sprintf("uncounted %v, n %d", by, n), got, want)
 			}
 		}
+		// Several groupings at once, src and dst from pair's first pass:
+		// each the answer of its own.
+		for _, bys := range [][]store.GroupBy{{store.BySrc, store.ByDst, store.ByPair, store.ByPort}, {store.ByPair, store.ByDst}, {store.BySrc}} {
+			for _, n := range []int{0, 1, 10} {
+				many, err := r.TopUncountedMany(context.Background(), q, bys, n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(many) != len(bys) {
+					t.Fatalf("%v: %d answers", bys, len(many))
+				}
+				for i, by := range bys {
+					want, err := r.TopUncounted(context.Background(), q, by, n)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if len(want) == 0 {
+						t.Fatalf("%v: no groups", by)
+					}
+					sameTop(t, fmt.Sprintf("many %v: %v, n %d", bys, by, n), many[i], want)
+				}
+			}
+		}
 	}
 }

@@ -249,7 +249,7 @@ func (h handlers) top(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, err)
 		return
 	}
-	group, sort, err := t.parse()
+	groups, sort, err := t.parse()
 	if err != nil {
 		badRequest(w, err)
 		return
@@ -258,15 +258,17 @@ func (h handlers) top(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	rows, err := t.rows(r.Context(), rd, sq, group, sort)
+	answers, err := t.rows(r.Context(), rd, sq, groups, sort)
 	if err != nil {
 		api.WriteError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
 	out := api.NewLines(w, r)
-	for i := range rows {
-		if out.Add(appendTopJSON(nil, group, &rows[i], *t.flows)) != nil {
-			return
+	for g, group := range groups {
+		for i := range answers[g] {
+			if out.Add(appendTopJSON(nil, group, &answers[g][i], *t.flows, len(groups) > 1)) != nil {
+				return
+			}
 		}
 	}
 	out.End()

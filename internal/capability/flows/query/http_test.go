@@ -414,6 +414,29 @@ func TestTopWithoutFlows(t *testing.T) {
 			}
 		}
 	}
+	// Several groupings at once: each grouping's rows in turn, each row
+	// naming its own, the rows of the grouping asked alone.
+	for _, flows := range []string{"true", "false"} {
+		var want strings.Builder
+		for _, by := range []string{"src", "dst", "pair", "port"} {
+			alone := runCLI(t, topCmd, "--store", dir, "--json", "--by", by, "-n", "4", "--flows="+flows)
+			if strings.Count(alone, "\n") != 4 {
+				t.Fatalf("by %s: %q, want 4 rows", by, alone)
+			}
+			want.WriteString(strings.ReplaceAll(alone, "{", `{"by":"`+by+`",`))
+		}
+		many := runCLI(t, topCmd, "--store", dir, "--json", "--by", "src,dst,pair,port", "-n", "4", "--flows="+flows)
+		_, body := get(t, h, TopPath+"?n=4&by=src,dst,pair,port&flows="+flows)
+		if many != want.String() || body != many {
+			t.Errorf("flows=%s: by src,dst,pair,port:\nCLI %s\nAPI %s\nwant %s", flows, many, body, want.String())
+		}
+	}
+	if out := runCLI(t, topCmd, "--store", dir, "--by", "src,pair", "-n", "2", "--flows=false"); !strings.HasPrefix(out, "by src:\n") || !strings.Contains(out, "\n\nby pair:\nSOURCE") {
+		t.Errorf("tables of several groupings:\n%s", out)
+	}
+	if resp, body := get(t, h, TopPath+"?by=src,src"); resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "src twice") {
+		t.Errorf("by=src,src: %d %s", resp.StatusCode, body)
+	}
 	if resp, body := get(t, h, TopPath+"?flows=false&sort=rtt"); resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "--flows=false ranks by bytes") {
 		t.Errorf("flows=false&sort=rtt: %d %s", resp.StatusCode, body)
 	}

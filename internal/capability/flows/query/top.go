@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"loupe/internal/cli"
@@ -16,7 +17,7 @@ import (
 	"loupe/internal/store"
 )
 
-const topSynopsis = "[--by src|dst|pair|port|src-port|dst-port|namespace|workload|service] [--sort bytes|rtt|drops|retransmits|dns_latency] [-n N] " +
+const topSynopsis = "[--by src|dst|pair|port|src-port|dst-port|namespace|workload|service[,...]] [--sort bytes|rtt|drops|retransmits|dns_latency] [-n N] " +
 	"[--since D|TIME] [--until D|TIME] [--src CIDR] [--dst CIDR] [--port N] [--proto P] [--iface GLOB] " +
 	"[--direction ingress|egress] [--namespace NS] [--workload [NS/]NAME] [--min-rtt D] [--has SIGNAL] [--accuracy A] [--flows=false] [--raw] [--json] [--store PATH]"
 
@@ -42,7 +43,8 @@ func bindTop(fs *flag.FlagSet) topRequest {
 		by: fs.String("by", "src", "group by `WHAT`: src, dst, pair (addresses); port (the service port: the port of the side that "+
 			"accepted the connection, from the SYNs in the window, else the lower port); src-port or dst-port; "+
 			"namespace, workload or service (the Kubernetes names of the source and the destination, as a pair; an end without "+
-			"that name under its namespace and kind, host and external ends under (host) and (external))"),
+			"that name under its namespace and kind, host and external ends under (host) and (external)); several, separated by commas "+
+			"(src,dst,pair,port), give each grouping's rows in turn, a JSON row naming its own (by), in one reading of the store where they share one"),
 		sort: fs.String("sort", "bytes", "rank the groups by `WHAT`: bytes (then packets and flows); rtt (the largest RTT a record "+
 			"of the group saw), drops (packets dropped), retransmits (segments retransmitted), dns_latency (the slowest DNS answer), "+
 			"among the groups whose records measured it"),
@@ -54,32 +56,49 @@ func bindTop(fs *flag.FlagSet) topRequest {
 	}
 }
 
-// parse checks the grouping, the ranking and the row count.
-func (t topRequest) parse() (store.GroupBy, store.Sort, error) {
-	group, err := store.ParseGroupBy(*t.by)
-	if err != nil {
-		return 0, 0, fmt.Errorf("--by: %w", err)
+// parse checks the groupings (one, or several separated by commas), the
+// ranking and the row count.
+func (t topRequest) parse() ([]store.GroupBy, store.Sort, error) {
+	var groups []store.GroupBy
+	for name := range strings.SplitSeq(*t.by, ",") {
+		group, err := store.ParseGroupBy(name)
+		if err != nil {
+			return nil, 0, fmt.Errorf("--by: %w", err)
+		}
+		if slices.Contains(groups, group) {
+			return nil, 0, fmt.Errorf("--by: %s twice", group)
+		}
+		groups = append(groups, group)
 	}
 	sort, err := store.ParseSort(*t.sort)
 	if err != nil {
-		return 0, 0, fmt.Errorf("--sort: %w", err)
+		return nil, 0, fmt.Errorf("--sort: %w", err)
 	}
 	if *t.n < 1 {
-		return 0, 0, fmt.Errorf("-n %d: want at least 1", *t.n)
+		return nil, 0, fmt.Errorf("-n %d: want at least 1", *t.n)
 	}
 	if !*t.flows && sort != store.SortBytes {
-		return 0, 0, fmt.Errorf("--sort %s needs the flows counted: --flows=false ranks by bytes alone", *t.sort)
+		return nil, 0, fmt.Errorf("--sort %s needs the flows counted: --flows=false ranks by bytes alone", *t.sort)
 	}
-	return group, sort, nil
+	return groups, sort, nil
 }
 
-// rows runs the request on rd: its groups with their flows counted, or
-// without (--flows=false).
-func (t topRequest) rows(ctx context.Context, rd *store.Reader, sq store.Query, group store.GroupBy, sort store.Sort) ([]store.TopEntry, error) {
+// rows runs the request on rd: the groups of each grouping, with their
+// flows counted, or without (--flows=false), in one reading of the store
+// where the groupings share one (Reader.TopUncountedMany).
+func (t topRequest) rows(ctx context.Context, rd *store.Reader, sq store.Query, groups []store.GroupBy, sort store.Sort) ([][]store.TopEntry, error) {
 	if !*t.flows {
-		return rd.TopUncounted(ctx, sq, group, *t.n)
+		return rd.TopUncountedMany(ctx, sq, groups, *t.n)
 	}
-	return rd.TopBy(ctx, sq, group, sort, *t.n)
+	out := make([][]store.TopEntry, len(groups))
+	for i, group := range groups {
+		rows, err := rd.TopBy(ctx, sq, group, sort, *t.n)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = rows
+	}
+	return out, nil
 }
 
 func topCmd(args []string, stdout, stderr io.Writer) error {
@@ -90,7 +109,7 @@ func topCmd(args []string, stdout, stderr io.Writer) error {
 	if err := cli.Parse(fs, args, stdout); err != nil {
 		return err
 	}
-	group, sort, err := t.parse()
+	groups, sort, err := t.parse()
 	if err != nil {
 		return err
 	}
@@ -99,25 +118,37 @@ func topCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	rows, err := t.rows(ctx, rd, sq, group, sort)
+	answers, err := t.rows(ctx, rd, sq, groups, sort)
 	if err != nil {
 		return err
 	}
 	w := bufio.NewWriter(stdout)
-	if *asJSON {
-		var b []byte
-		for i := range rows {
-			b = append(appendTopJSON(b[:0], group, &rows[i], *t.flows), '\n')
-			w.Write(b)
+	named := len(groups) > 1
+	for g, group := range groups {
+		rows := answers[g]
+		if *asJSON {
+			var b []byte
+			for i := range rows {
+				b = append(appendTopJSON(b[:0], group, &rows[i], *t.flows, named), '\n')
+				w.Write(b)
+			}
+			continue
 		}
-	} else if len(rows) > 0 {
-		printTopTable(w, group, rows, format{raw: *raw}, *t.flows)
+		if named {
+			if g > 0 {
+				fmt.Fprintln(w)
+			}
+			fmt.Fprintf(w, "by %s:\n", group)
+		}
+		if len(rows) > 0 {
+			printTopTable(w, group, rows, format{raw: *raw}, *t.flows)
+		}
 	}
 	if err := w.Flush(); err != nil {
 		return err
 	}
 	reportSkipped(stderr, rep)
-	if len(rows) == 0 {
+	if !slices.ContainsFunc(answers, func(rows []store.TopEntry) bool { return len(rows) > 0 }) {
 		if sort != store.SortBytes && rep.Matched > 0 {
 			fmt.Fprintf(stderr, "no record of the %d that matched measured %s (is that signal on? loupe status says)\n", rep.Matched, sort)
 			return nil
@@ -211,13 +242,14 @@ func printTopTable(w io.Writer, group store.GroupBy, rows []store.TopEntry, f fo
 	t.flush()
 }
 
-// appendTopJSON appends one row of `top --json`: the grouping's fields,
+// appendTopJSON appends one row of `top --json`: its grouping's name (by)
+// if named, when a request asked for several; the grouping's fields,
 // named as in a record's JSON (src_addr, dst_addr, src_port, dst_port,
 // proto; port for the service port), then bytes, packets and flows (if
 // counted), and the accuracy of the sums as a record says it: accuracy,
 // and for an estimate max_error_packets, max_error_bytes and
 // error_confidence.
-func appendTopJSON(b []byte, group store.GroupBy, e *store.TopEntry, counted bool) []byte {
+func appendTopJSON(b []byte, group store.GroupBy, e *store.TopEntry, counted, named bool) []byte {
 	addr := func(b []byte, name string, a netip.Addr) []byte {
 		b = append(b, '"')
 		b = append(b, name...)
@@ -235,6 +267,11 @@ func appendTopJSON(b []byte, group store.GroupBy, e *store.TopEntry, counted boo
 		return append(b, ',')
 	}
 	b = append(b, '{')
+	if named {
+		b = append(b, `"by":"`...)
+		b = append(b, group.String()...)
+		b = append(b, `",`...)
+	}
 	switch group {
 	case store.BySrc:
 		b = addr(b, "src_addr", e.Src)
