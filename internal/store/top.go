@@ -191,25 +191,27 @@ func (r *Reader) TopUncounted(ctx context.Context, q Query, by GroupBy, n int) (
 // are taken from those sums rather than read again: what a view that
 // shows the top talkers of every kind at once asks for.
 func (r *Reader) TopUncountedMany(ctx context.Context, q Query, bys []GroupBy, n int) ([][]TopEntry, error) {
-	out := make([][]TopEntry, len(bys))
+	answers := map[GroupBy][]TopEntry{}
 	var fromPair map[GroupBy][]TopEntry
-	order := bys
-	if p := slices.Index(bys, ByPair); p >= 0 && (slices.Contains(bys, BySrc) || slices.Contains(bys, ByDst)) {
-		fromPair = map[GroupBy][]TopEntry{}
+	order := slices.Clone(bys)
+	if slices.Contains(bys, ByPair) && (slices.Contains(bys, BySrc) || slices.Contains(bys, ByDst)) {
+		fromPair = answers
 		// ByPair first, which answers the others.
-		order = append([]GroupBy{ByPair}, slices.Delete(slices.Clone(bys), p, p+1)...)
+		order = append([]GroupBy{ByPair}, order...)
 	}
 	for _, by := range order {
-		i := slices.Index(bys, by)
-		if es, ok := fromPair[by]; ok {
-			out[i] = es
+		if _, ok := answers[by]; ok {
 			continue
 		}
 		es, err := r.top(ctx, q, by, SortBytes, n, keyLimits{}, false, fromPair)
 		if err != nil {
 			return nil, err
 		}
-		out[i] = es
+		answers[by] = es
+	}
+	out := make([][]TopEntry, len(bys))
+	for i, by := range bys {
+		out[i] = answers[by]
 	}
 	return out, nil
 }

@@ -455,7 +455,7 @@ func TestTopUncounted(t *testing.T) {
 		}
 		// Several groupings at once, src and dst from pair's first pass:
 		// each the answer of its own.
-		for _, bys := range [][]store.GroupBy{{store.BySrc, store.ByDst, store.ByPair, store.ByPort}, {store.ByPair, store.ByDst}, {store.BySrc}} {
+		for _, bys := range [][]store.GroupBy{{store.BySrc, store.ByDst, store.ByPair, store.ByPort}, {store.ByPair, store.ByDst}, {store.BySrc}, {store.ByDst, store.ByDst, store.ByPair}} {
 			for _, n := range []int{0, 1, 10} {
 				many, err := r.TopUncountedMany(context.Background(), q, bys, n)
 				if err != nil {
