@@ -12,6 +12,10 @@
 //	    "DIRECTIONS PROG_ID NAME RUN_CNT RUN_TIME_NS RECURSION_MISSES"
 //	    (DIRECTIONS is "ingress", "egress" or "ingress,egress").
 //	    The counters only move while kernel.bpf_stats_enabled is 1.
+//	hookbench progs -prefix NAME
+//	    Print one line per loaded program whose name (the kernel keeps its
+//	    first 15 bytes) starts with NAME, whatever it is attached to:
+//	    "PROG_ID NAME RUN_CNT RUN_TIME_NS RECURSION_MISSES".
 //	hookbench signals [-table-size N] [-empty]
 //	    Load and attach the kernel signals' programs (datapath.LoadSignals,
 //	    every signal on), print "attached", drain their tables every second
@@ -50,12 +54,14 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"log"
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -69,7 +75,7 @@ import (
 func main() {
 	log.SetFlags(0)
 	if len(os.Args) < 2 {
-		log.Fatal("usage: hookbench attach|stats|signals|mem|testrun|replay [flags]")
+		log.Fatal("usage: hookbench attach|stats|progs|signals|mem|testrun|replay [flags]")
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
 	iface := fs.String("iface", "", "interface")
@@ -93,6 +99,7 @@ func main() {
 	fs.StringVar(&rp.caps, "caps", "", "capabilities besides flows, comma-separated (replay, loupe_ingress)")
 	tableSize := fs.Int("table-size", 16384, "5-tuples per signal table (signals)")
 	empty := fs.Bool("empty", false, "attach empty programs to the signals' tracepoints (signals)")
+	prefix := fs.String("prefix", "", "program name prefix (progs)")
 	_ = fs.Parse(os.Args[2:])
 	var err error
 	switch os.Args[1] {
@@ -100,6 +107,8 @@ func main() {
 		err = attach(*iface)
 	case "stats":
 		err = stats(*iface)
+	case "progs":
+		err = progs(*prefix)
 	case "signals":
 		if *empty {
 			err = emptySignals()
@@ -204,6 +213,40 @@ func stats(name string) error {
 		fmt.Printf("%s %d %s %d %d %d\n", dirs[id], id, info.Name, st.RunCount, st.Runtime.Nanoseconds(), st.RecursionMisses)
 	}
 	return nil
+}
+
+func progs(prefix string) error {
+	if prefix == "" {
+		return errors.New("progs needs -prefix")
+	}
+	for id := ebpf.ProgramID(0); ; {
+		next, err := ebpf.ProgramGetNextID(id)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("list programs: %w", err)
+		}
+		id = next
+		p, err := ebpf.NewProgramFromID(id)
+		if errors.Is(err, os.ErrNotExist) {
+			continue // unloaded meanwhile
+		}
+		if err != nil {
+			return fmt.Errorf("open program %d: %w", id, err)
+		}
+		info, err := p.Info()
+		if err == nil && strings.HasPrefix(info.Name, prefix) {
+			var st *ebpf.ProgramStats
+			if st, err = p.Stats(); err == nil {
+				fmt.Printf("%d %s %d %d %d\n", id, info.Name, st.RunCount, st.Runtime.Nanoseconds(), st.RecursionMisses)
+			}
+		}
+		p.Close()
+		if err != nil {
+			return err
+		}
+	}
 }
 
 func signals(tableSize int) error {
