@@ -363,13 +363,20 @@ func TestTopPairs(t *testing.T) {
 	s := openStore(t, dir, store.Options{NoBackground: true})
 	defer s.Close()
 	writeAll(t, s, recs, 40)
-	r := openReader(t, dir)
-	for n := range 8 {
+	samePairs(t, openReader(t, dir), recs, 8, 0, "10.0.0.5", 5000)
+}
+
+// samePairs checks Top by pair against the brute force for n up to ns
+// (excluded), and that the pair at place at, where there is one, is from
+// src with bytes.
+func samePairs(t *testing.T, r *store.Reader, recs []flow.Record, ns, at int, src string, bytes uint64) {
+	t.Helper()
+	for n := range ns {
 		got := top(t, r, store.NewQuery(), store.ByPair, n)
 		want := bruteTop(recs, store.NewQuery(), store.ByPair, n)
 		sameTop(t, fmt.Sprintf("n %d", n), got, want)
-		if n > 0 && (got[0].Src != netip.MustParseAddr("10.0.0.5") || got[0].Bytes != 5000) {
-			t.Fatalf("n %d: first pair %v, want 10.0.0.5 -> 10.0.0.6 with 5000 bytes", n, got[0])
+		if n > at && (got[at].Src != netip.MustParseAddr(src) || got[at].Bytes != bytes) {
+			t.Fatalf("n %d: pair %d %+v, want from %s with %d bytes", n, at, got[at], src, bytes)
 		}
 	}
 }
@@ -408,15 +415,7 @@ func TestTopPairsRaisedFloor(t *testing.T) {
 		writeAll(t, s, batch, len(batch))
 		recs = append(recs, batch...)
 	}
-	r := openReader(t, dir)
-	for n := range 5 {
-		got := top(t, r, store.NewQuery(), store.ByPair, n)
-		want := bruteTop(recs, store.NewQuery(), store.ByPair, n)
-		sameTop(t, fmt.Sprintf("n %d", n), got, want)
-		if n > 1 && (got[1].Src != netip.MustParseAddr("10.0.0.1") || got[1].Bytes != 6900) {
-			t.Fatalf("n %d: second pair %+v, want 10.0.0.1 -> 10.0.0.2 with 6900 bytes", n, got[1])
-		}
-	}
+	samePairs(t, openReader(t, dir), recs, 5, 1, "10.0.0.1", 6900)
 }
 
 // TestTopUncounted: TopUncounted is Top's groups and sums, without flows,
