@@ -49,14 +49,14 @@ func NewNS(t testing.TB) *NS {
 
 // NewNSPrefix is NewNS with a name that starts with prefix, for a test
 // whose namespaces must be told apart from the others'. The name carries
-// the test process's pid (PREFIX PID . HEX): t.Cleanup cannot run in a
-// process that was killed, so each new namespace first removes those its
-// owner left behind, once that owner is gone.
+// the test process's pid (ownedName): t.Cleanup cannot run in a process
+// that was killed, so each new namespace first removes those its owner
+// left behind, once that owner is gone.
 func NewNSPrefix(t testing.TB, prefix string) *NS {
 	t.Helper()
 	RequirePrivileged(t)
 	removeOrphanNS(t)
-	ns := &NS{Name: UniqueName(prefix + strconv.Itoa(os.Getpid()) + ".")}
+	ns := &NS{Name: ownedName(prefix, os.Getpid())}
 	IP(t, "netns", "add", ns.Name)
 	t.Cleanup(func() {
 		if out, err := exec.Command("ip", "netns", "del", ns.Name).CombinedOutput(); err != nil {
@@ -67,9 +67,16 @@ func NewNSPrefix(t testing.TB, prefix string) *NS {
 	return ns
 }
 
-// orphanNS matches the names NewNSPrefix gives: the owner's pid, then
-// ".", then 8 hex digits.
-var orphanNS = regexp.MustCompile(`([0-9]+)\.[0-9a-f]{8}$`)
+// ownedName is the name of a namespace made by test process pid: PREFIX,
+// ".tp", the pid, ".", 8 hex digits. The mark is what removeOrphanNS
+// deletes by, so that no namespace of the machine's own, whatever its
+// name, is taken for a test's.
+func ownedName(prefix string, pid int) string {
+	return UniqueName(prefix + ".tp" + strconv.Itoa(pid) + ".")
+}
+
+// orphanNS matches the names ownedName gives, the pid in its group.
+var orphanNS = regexp.MustCompile(`\.tp([0-9]+)\.[0-9a-f]{8}$`)
 
 // removeOrphanNS deletes the namespaces that NewNSPrefix made in a test
 // process that no longer runs.

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strconv"
 	"testing"
 )
 
@@ -17,9 +16,11 @@ func TestOrphanNamespacesRemoved(t *testing.T) {
 	if err := gone.Run(); err != nil {
 		t.Fatal(err)
 	}
-	orphan := UniqueName(fmt.Sprintf("ltorph%d.", gone.Process.Pid))
-	live := UniqueName("ltorph" + strconv.Itoa(os.Getpid()) + ".")
-	for _, n := range []string{orphan, live} {
+	orphan := ownedName("ltorph", gone.Process.Pid)
+	live := ownedName("ltorph", os.Getpid())
+	// The same shape without the mark: not a test's, never deleted.
+	unmarked := UniqueName(fmt.Sprintf("ltorph%d.", gone.Process.Pid))
+	for _, n := range []string{orphan, live, unmarked} {
 		IP(t, "netns", "add", n)
 		t.Cleanup(func() { exec.Command("ip", "netns", "del", n).Run() })
 	}
@@ -29,5 +30,8 @@ func TestOrphanNamespacesRemoved(t *testing.T) {
 	}
 	if _, err := os.Stat("/run/netns/" + live); err != nil {
 		t.Errorf("the namespace of this running process was deleted: %v", err)
+	}
+	if _, err := os.Stat("/run/netns/" + unmarked); err != nil {
+		t.Errorf("a namespace without the test mark was deleted: %v", err)
 	}
 }
