@@ -1,6 +1,9 @@
 package store_test
 
 import (
+	"encoding/binary"
+	"encoding/json"
+	"hash/crc32"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -163,4 +166,45 @@ func TestHopLogRetention(t *testing.T) {
 		t.Errorf("after the retention: %+v, want 1 file", st)
 	}
 	h.Close()
+}
+
+// Files of format version 1, whose records are JSON, are still read; the
+// writer's files are version 2 (binary) and a fraction of the size.
+func TestHopLogReadsVersion1(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "store")
+	now := time.Unix(1700000000, 0)
+	h, err := store.OpenHopLog(dir, store.HopOptions{Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []*hop.Request
+	v1 := append([]byte("LOUPEHOP"), 1, 0, 0, 0, 0, 0, 0, 0)
+	for i := range 3 {
+		r := hopRecord(i, now.Add(time.Duration(i)*time.Second))
+		want = append(want, r)
+		js, _ := json.Marshal(r)
+		v1 = binary.LittleEndian.AppendUint32(v1, uint32(len(js)))
+		v1 = binary.LittleEndian.AppendUint32(v1, crc32.Checksum(js, crc32.MakeTable(crc32.Castagnoli)))
+		v1 = append(v1, js...)
+	}
+	// The older file has the lower id, as the writer would have named it.
+	if err := os.WriteFile(filepath.Join(dir, "hop-0000000000000000.lhop"), v1, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := hopRecord(3, now.Add(3*time.Second))
+	want = append(want, r)
+	if err := h.Append(r); err != nil {
+		t.Fatal(err)
+	}
+	h.Close()
+	got, rep := readAllHops(t, dir, time.Time{})
+	if !reflect.DeepEqual(got, want) || rep.Files != 2 || len(rep.Torn)+len(rep.Corrupt) != 0 {
+		t.Fatalf("read %d records (report %+v), want %d from two files", len(got), rep, len(want))
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "hop-*.lhop"))
+	b, _ := os.ReadFile(files[len(files)-1])
+	js, _ := json.Marshal(r)
+	if b[8] != 2 || len(b)-16 > (len(js)+8)*2/3 {
+		t.Errorf("the writer's file: version %d, %d bytes of records; want 2, and under 2/3 of JSON's %d", b[8], len(b)-16, len(js)+8)
+	}
 }
