@@ -108,7 +108,13 @@ const (
 type LatencyReader struct {
 	r   *ringbuf.Reader
 	rec ringbuf.Record
+	// The records of a read, for a hop.BatchSink.
+	stamps []hop.Stamp
+	ctxs   []hop.Context
 }
+
+// latencyBatch is the most records handed to a hop.BatchSink at once.
+const latencyBatch = 512
 
 // OpenLatency opens the reader of the latency ring.
 func (d *Datapath) OpenLatency() (*LatencyReader, error) {
@@ -131,8 +137,12 @@ var errLatencyTimeout = os.ErrDeadlineExceeded
 // Read hands the records the ring holds to sink, waiting at most wait for
 // the first one (0: no wait). It returns the stamps and contexts handed
 // and the records it could not decode. It returns ErrLatencyClosed once
-// Close was called.
+// Close was called. A hop.BatchSink is handed the records in batches.
 func (l *LatencyReader) Read(sink hop.Sink, wait time.Duration) (stamps, contexts, bad int, err error) {
+	bs, batched := sink.(hop.BatchSink)
+	if batched {
+		defer l.deliver(bs)
+	}
 	l.r.SetDeadline(time.Now().Add(wait))
 	for n := 0; ; n++ {
 		if n == 1 {
@@ -155,14 +165,32 @@ func (l *LatencyReader) Read(sink hop.Sink, wait time.Duration) (stamps, context
 		switch {
 		case err != nil:
 			bad++
+		case kind == latencyRecStamp && batched:
+			l.stamps = append(l.stamps, st)
+			stamps++
 		case kind == latencyRecStamp:
 			sink.Stamp(st)
 			stamps++
+		case batched:
+			l.ctxs = append(l.ctxs, ctx)
+			contexts++
 		default:
 			sink.Context(ctx)
 			contexts++
 		}
+		if len(l.stamps)+len(l.ctxs) >= latencyBatch {
+			l.deliver(bs)
+		}
 	}
+}
+
+// deliver hands the records gathered to bs.
+func (l *LatencyReader) deliver(bs hop.BatchSink) {
+	if len(l.stamps)+len(l.ctxs) == 0 {
+		return
+	}
+	bs.Batch(l.stamps, l.ctxs)
+	l.stamps, l.ctxs = l.stamps[:0], l.ctxs[:0]
 }
 
 // Close stops the reader; a Read in progress returns ErrLatencyClosed.

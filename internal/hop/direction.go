@@ -82,8 +82,12 @@ func Hops(path []Point) []Hop {
 	if len(path) < 2 {
 		return nil
 	}
+	return appendHops(make([]Hop, 0, len(path)-1), path)
+}
+
+// appendHops appends the hops of a path of at least two points to hops.
+func appendHops(hops []Hop, path []Point) []Hop {
 	dir := PathDirection(path)
-	hops := make([]Hop, 0, len(path)-1)
 	for i := 1; i < len(path); i++ {
 		hops = append(hops, Hop{
 			FromIface: path[i-1].Iface,

@@ -79,3 +79,10 @@ type Sink interface {
 	Stamp(Stamp)
 	Context(Context)
 }
+
+// BatchSink is a Sink that takes what one read of the kernel's ring held
+// at once: the reader hands it the batch instead of record by record.
+type BatchSink interface {
+	Sink
+	Batch(stamps []Stamp, ctxs []Context)
+}

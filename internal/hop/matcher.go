@@ -1,7 +1,6 @@
 package hop
 
 import (
-	"container/list"
 	"context"
 	"slices"
 	"sync"
@@ -42,7 +41,9 @@ type Options struct {
 	MonoNow func() uint64
 	WallNow func() time.Time
 	// Emit receives every finished record with at least two hooks. Calls
-	// are serialised; it must not call back into the Matcher.
+	// are serialised; it must not call back into the Matcher. The
+	// record is the matcher's again once Emit returns: to keep it, keep
+	// a Clone.
 	Emit func(*Request)
 }
 
@@ -79,25 +80,63 @@ func tupleOf(k *flow.Key) tuple {
 	return tuple{src: k.SrcAddr, dst: k.DstAddr, sport: k.SrcPort, dport: k.DstPort, etherType: k.EtherType, proto: k.Proto}
 }
 
+// entry is a group's or a waiting context's place in the matcher's FIFO:
+// a list threaded through the entries themselves, so that entering one
+// allocates nothing more.
+type entry struct {
+	prev, next *entry
+	born       uint64
+	// One of the two is set: the entry's owner.
+	g *group
+	w *waiting
+}
+
+// fifo is a circular list of entries around a sentinel.
+type fifo struct {
+	root entry
+	n    int
+}
+
+func (f *fifo) init() { f.root.prev, f.root.next = &f.root, &f.root }
+
+func (f *fifo) front() *entry {
+	if f.n == 0 {
+		return nil
+	}
+	return f.root.next
+}
+
+func (f *fifo) pushBack(e *entry) {
+	e.prev, e.next = f.root.prev, &f.root
+	f.root.prev.next = e
+	f.root.prev = e
+	f.n++
+}
+
+func (f *fifo) remove(e *entry) {
+	e.prev.next, e.next.prev = e.next, e.prev
+	e.prev, e.next = nil, nil
+	f.n--
+}
+
 // group is the stamps of one segment, so far. lo and hi bound the bytes
 // every stamp holds (the intersection of their [Seq, Seq+Len) ranges).
 type group struct {
+	entry
 	t      tuple
 	lo, hi uint32
 	stamps []Stamp
 	// inline holds the first stamps: a segment is seen at a few hooks,
 	// and the slice grown from nil took an allocation per hook.
 	inline [3]Stamp
-	ctx    *Context
-	born   uint64
-	elem   *list.Element
+	ctx    Context
+	hasCtx bool
 }
 
 // waiting is a trace context that arrived before its segment's stamps.
 type waiting struct {
-	ctx  Context
-	born uint64
-	elem *list.Element
+	entry
+	ctx Context
 }
 
 // Matcher joins the stamps of one segment across the hooks of a host:
@@ -112,8 +151,21 @@ type Matcher struct {
 	waiting map[tuple][]*waiting
 	// fifo holds every group and waiting context in arrival order, which
 	// is also the order their windows end in.
-	fifo  list.List
+	fifo  fifo
 	stats Stats
+	// free holds finished groups for reuse: under load a group is made
+	// and finished for every request, and each was an allocation of a
+	// few hundred bytes for the collector to sweep. At most a table's
+	// worth. records likewise holds the memory of emitted records.
+	free    []*group
+	records []*recordMem
+	// The wall clock as clocks last read it, and the interfaces named
+	// since ifacesAt.
+	clockAt, ifacesAt uint64
+	clockSet          bool
+	wall              time.Time
+	offset            int64
+	ifaces            map[uint32]Iface
 
 	emitMu sync.Mutex
 }
@@ -138,7 +190,9 @@ func NewMatcher(o Options) *Matcher {
 	if o.Emit == nil {
 		o.Emit = func(*Request) {}
 	}
-	return &Matcher{opts: o, groups: map[tuple]*segments{}, waiting: map[tuple][]*waiting{}}
+	m := &Matcher{opts: o, groups: map[tuple]*segments{}, waiting: map[tuple][]*waiting{}, ifaces: map[uint32]Iface{}}
+	m.fifo.init()
+	return m
 }
 
 // MonotonicNow is CLOCK_MONOTONIC in ns, the clock of bpf_ktime_get_ns,
@@ -198,10 +252,38 @@ func sameHook(a, b *flow.Key) bool { return a.IfIndex == b.IfIndex && a.Directio
 func (m *Matcher) Stamp(s Stamp) {
 	now := m.opts.MonoNow()
 	m.mu.Lock()
-	m.stats.Stamps++
 	done := m.expire(now, nil)
+	done = m.stamp(&s, now, done)
+	m.mu.Unlock()
+	m.emit(done)
+}
+
+// Batch implements BatchSink: the stamps, then the contexts, with one
+// reading of the clock and one hold of the lock for all of them. A
+// context finds its segment's group whether its stamps came before it or
+// after it, so the order between the two kinds does not matter.
+func (m *Matcher) Batch(stamps []Stamp, ctxs []Context) {
+	if len(stamps)+len(ctxs) == 0 {
+		return
+	}
+	now := m.opts.MonoNow()
+	m.mu.Lock()
+	done := m.expire(now, nil)
+	for i := range stamps {
+		done = m.stamp(&stamps[i], now, done)
+	}
+	for i := range ctxs {
+		done = m.context(&ctxs[i], now, done)
+	}
+	m.mu.Unlock()
+	m.emit(done)
+}
+
+// stamp adds s; m.mu is held.
+func (m *Matcher) stamp(s *Stamp, now uint64, done []*recordMem) []*recordMem {
+	m.stats.Stamps++
 	t := tupleOf(&s.Key)
-	lo, hi := seqRange(&s)
+	lo, hi := seqRange(s)
 	segs := m.groups[t]
 	var g *group
 	if segs != nil {
@@ -224,45 +306,76 @@ func (m *Matcher) Stamp(s Stamp) {
 			g.hi = ihi
 		}
 	} else {
-		done = m.makeRoom(done)
+		done = m.makeRoom(now, done)
 		if segs = m.groups[t]; segs == nil {
 			// makeRoom may have taken the tuple's last group.
 			segs = &segments{}
 			m.groups[t] = segs
 		}
-		g = &group{t: t, lo: lo, hi: hi, born: now}
-		g.stamps = g.inline[:0]
-		g.elem = m.fifo.PushBack(g)
+		g = m.newGroup()
+		g.t, g.lo, g.hi, g.born = t, lo, hi, now
+		m.fifo.pushBack(&g.entry)
 		segs.insert(g)
 	}
-	g.stamps = append(g.stamps, s)
-	if g.ctx == nil {
+	g.stamps = append(g.stamps, *s)
+	if !g.hasCtx {
 		m.claim(g)
 	}
-	m.mu.Unlock()
-	m.emit(done)
+	return done
+}
+
+// newGroup is a group from the free list, or a new one.
+func (m *Matcher) newGroup() *group {
+	if n := len(m.free); n > 0 {
+		g := m.free[n-1]
+		m.free[n-1] = nil
+		m.free = m.free[:n-1]
+		return g
+	}
+	g := &group{}
+	g.entry.g = g
+	g.stamps = g.inline[:0]
+	return g
+}
+
+// release puts a finished group on the free list.
+func (m *Matcher) release(g *group) {
+	if len(m.free) >= m.opts.TableSize {
+		return
+	}
+	*g = group{}
+	g.entry.g = g
+	g.stamps = g.inline[:0]
+	m.free = append(m.free, g)
 }
 
 // Context implements Sink.
 func (m *Matcher) Context(c Context) {
 	now := m.opts.MonoNow()
 	m.mu.Lock()
-	m.stats.Contexts++
 	done := m.expire(now, nil)
+	done = m.context(&c, now, done)
+	m.mu.Unlock()
+	m.emit(done)
+}
+
+// context adds c; m.mu is held.
+func (m *Matcher) context(c *Context, now uint64, done []*recordMem) []*recordMem {
+	m.stats.Contexts++
 	t := tupleOf(&c.Key)
 	if g := m.groupOf(t, c.Seq); g != nil {
-		if g.ctx == nil {
-			g.ctx = &c
+		if !g.hasCtx {
+			g.ctx, g.hasCtx = *c, true
 		}
 	} else if !slices.ContainsFunc(m.waiting[t], func(w *waiting) bool { return w.ctx.Seq == c.Seq }) {
 		// Every hook reports the context it finds: one waits per request.
-		done = m.makeRoom(done)
-		w := &waiting{ctx: c, born: now}
-		w.elem = m.fifo.PushBack(w)
+		done = m.makeRoom(now, done)
+		w := &waiting{ctx: *c}
+		w.entry.w, w.born = w, now
+		m.fifo.pushBack(&w.entry)
 		m.waiting[t] = append(m.waiting[t], w)
 	}
-	m.mu.Unlock()
-	m.emit(done)
+	return done
 }
 
 // groupOf is the group of t whose bytes start at seq or hold it.
@@ -279,8 +392,8 @@ func (m *Matcher) claim(g *group) {
 	ws := m.waiting[g.t]
 	for i, w := range ws {
 		if w.ctx.Seq == g.lo || (!seqLess(w.ctx.Seq, g.lo) && seqLess(w.ctx.Seq, g.hi)) {
-			g.ctx = &w.ctx
-			m.fifo.Remove(w.elem)
+			g.ctx, g.hasCtx = w.ctx, true
+			m.fifo.remove(&w.entry)
 			m.dropWaiting(g.t, i)
 			return
 		}
@@ -305,78 +418,77 @@ func (m *Matcher) dropGroup(g *group) {
 }
 
 // makeRoom finishes the oldest entry when the table is full.
-func (m *Matcher) makeRoom(done []*Request) []*Request {
-	for m.fifo.Len() >= m.opts.TableSize {
-		done = m.finish(m.fifo.Front(), done, true)
+func (m *Matcher) makeRoom(now uint64, done []*recordMem) []*recordMem {
+	for m.fifo.n >= m.opts.TableSize {
+		done = m.finish(m.fifo.front(), now, done, true)
 	}
 	return done
 }
 
 // expire finishes the entries whose window ended by now.
-func (m *Matcher) expire(now uint64, done []*Request) []*Request {
+func (m *Matcher) expire(now uint64, done []*recordMem) []*recordMem {
 	win := uint64(m.opts.Window)
-	for e := m.fifo.Front(); e != nil; e = m.fifo.Front() {
-		var born uint64
-		switch v := e.Value.(type) {
-		case *group:
-			born = v.born
-		case *waiting:
-			born = v.born
-		}
-		if now-born < win {
-			break
-		}
-		done = m.finish(e, done, false)
+	for e := m.fifo.front(); e != nil && now-e.born >= win; e = m.fifo.front() {
+		done = m.finish(e, now, done, false)
 	}
 	return done
 }
 
 // finish takes an entry out of the table, and adds its record to done if
 // it is a group with something to time.
-func (m *Matcher) finish(e *list.Element, done []*Request, evicted bool) []*Request {
-	m.fifo.Remove(e)
-	switch v := e.Value.(type) {
-	case *waiting:
-		t := tupleOf(&v.ctx.Key)
-		m.dropWaiting(t, slices.Index(m.waiting[t], v))
+func (m *Matcher) finish(e *entry, now uint64, done []*recordMem, evicted bool) []*recordMem {
+	m.fifo.remove(e)
+	if w := e.w; w != nil {
+		t := tupleOf(&w.ctx.Key)
+		m.dropWaiting(t, slices.Index(m.waiting[t], w))
 		if evicted {
 			m.stats.ContextsDropped++
 		} else {
 			m.stats.ContextsUnmatched++
 		}
-	case *group:
-		m.dropGroup(v)
-		if evicted {
-			m.stats.Evicted++
-		}
-		if len(v.stamps) < 2 {
-			m.stats.Incomplete++
-			return done
-		}
-		r := m.record(v)
-		if r.Kind == KindNameRequest {
-			m.stats.Requests++
-		} else {
-			m.stats.Sampled++
-		}
-		done = append(done, r)
+		return done
 	}
-	return done
+	g := e.g
+	m.dropGroup(g)
+	if evicted {
+		m.stats.Evicted++
+	}
+	if len(g.stamps) < 2 {
+		m.stats.Incomplete++
+		m.release(g)
+		return done
+	}
+	mem := m.record(g, now)
+	m.release(g)
+	if mem.r.Kind == KindNameRequest {
+		m.stats.Requests++
+	} else {
+		m.stats.Sampled++
+	}
+	return append(done, mem)
+}
+
+// recordMem is a record and room for its path and hops in one
+// allocation: a path of up to four hooks, which is most.
+type recordMem struct {
+	r    Request
+	path [4]Point
+	hops [3]Hop
 }
 
 // record makes the Request of a finished group.
-func (m *Matcher) record(g *group) *Request {
-	slices.SortStableFunc(g.stamps, func(a, b Stamp) int {
-		switch {
-		case a.TimeNs < b.TimeNs:
-			return -1
-		case a.TimeNs > b.TimeNs:
-			return 1
+func (m *Matcher) record(g *group, now uint64) *recordMem {
+	// By time, stably: an insertion sort, as a path has a few stamps.
+	ss := g.stamps
+	for i := 1; i < len(ss); i++ {
+		for j := i; j > 0 && ss[j].TimeNs < ss[j-1].TimeNs; j-- {
+			ss[j], ss[j-1] = ss[j-1], ss[j]
 		}
-		return 0
-	})
+	}
 	first := &g.stamps[0]
-	r := &Request{
+	mem := m.newRecord()
+	r := &mem.r
+	*r = Request{
 		Kind:      KindNameSampled,
 		SrcAddr:   first.Key.SrcIP(),
 		DstAddr:   first.Key.DstIP(),
@@ -387,46 +499,107 @@ func (m *Matcher) record(g *group) *Request {
 		Node:      m.opts.Node,
 		BootID:    m.opts.BootID,
 		ClockSync: m.opts.ClockSync,
-		Path:      make([]Point, 0, len(g.stamps)),
+		Path:      mem.path[:0],
 	}
-	wall := m.opts.WallNow()
-	r.ClockOffsetNs = wall.UnixNano() - int64(m.opts.MonoNow())
-	timed, _ := m.opts.Resolver.(TimedResolver)
+	m.clocks(now)
+	r.ClockOffsetNs = m.offset
 	for i := range g.stamps {
 		s := &g.stamps[i]
 		if s.Kind == KindRequest {
 			r.Kind = KindNameRequest
 		}
-		var ifc Iface
-		if timed != nil {
-			ifc = timed.IfaceAt(s.Key.IfIndex, wall)
-		} else {
-			ifc = m.opts.Resolver.Iface(s.Key.IfIndex)
-		}
+		ifc := m.iface(s.Key.IfIndex)
 		r.Path = append(r.Path, Point{
 			Iface: ifc.Name, IfIndex: s.Key.IfIndex, Kind: ifc.Kind, Pod: ifc.Pod, Hook: s.Key.Direction.String(),
 			TimeNs: s.TimeNs, Tunneled: s.Tunneled, Seq: s.Seq, Len: s.Len,
 		})
 	}
-	if c := g.ctx; c != nil {
+	if g.hasCtx {
+		c := &g.ctx
 		r.Kind = KindNameRequest
 		r.Seq = c.Seq
 		r.TraceID, r.SpanID, r.TraceSource = hexID(c.TraceID[:]), hexID(c.SpanID[:]), c.Source.String()
 	}
 	r.Time = r.Wall(r.Path[0])
-	r.Hops = Hops(r.Path)
-	return r
+	r.Hops = appendHops(mem.hops[:0], r.Path)
+	return mem
 }
 
-func (m *Matcher) emit(done []*Request) {
+// clockEvery is how often the matcher reads the wall clock: for the
+// records' offset between the wall clock and the stamps' monotonic one,
+// which moves only as NTP slews it, and for the interface cache's age.
+const clockEvery = 100 * time.Millisecond
+
+// ifaceEvery is how long the matcher keeps its own copy of the resolver's
+// answers: the resolver keeps them longer, but behind a lock, and the
+// matcher asks for every hook of every record.
+const ifaceEvery = time.Second
+
+// clocks reads the wall clock if it last did more than clockEvery before
+// now (monotonic); m.mu is held.
+func (m *Matcher) clocks(now uint64) {
+	if m.clockSet && now-m.clockAt < uint64(clockEvery) {
+		return
+	}
+	mono := m.opts.MonoNow()
+	m.wall = m.opts.WallNow()
+	m.offset = m.wall.UnixNano() - int64(mono)
+	m.clockAt, m.clockSet = now, true
+	if now-m.ifacesAt >= uint64(ifaceEvery) {
+		clear(m.ifaces)
+		m.ifacesAt = now
+	}
+}
+
+// iface names ifindex; m.mu is held, and clocks was called.
+func (m *Matcher) iface(ifindex uint32) Iface {
+	if ifc, ok := m.ifaces[ifindex]; ok {
+		return ifc
+	}
+	var ifc Iface
+	if timed, ok := m.opts.Resolver.(TimedResolver); ok {
+		ifc = timed.IfaceAt(ifindex, m.wall)
+	} else {
+		ifc = m.opts.Resolver.Iface(ifindex)
+	}
+	if len(m.ifaces) >= 1024 {
+		clear(m.ifaces)
+	}
+	m.ifaces[ifindex] = ifc
+	return ifc
+}
+
+// newRecord is a record's memory from the free list, or new; m.mu is
+// held.
+func (m *Matcher) newRecord() *recordMem {
+	if n := len(m.records); n > 0 {
+		mem := m.records[n-1]
+		m.records = m.records[:n-1]
+		return mem
+	}
+	return &recordMem{}
+}
+
+// emit hands done to Emit, then takes the records' memory back: Emit
+// must not keep a record (Request.Clone copies one).
+func (m *Matcher) emit(done []*recordMem) {
 	if len(done) == 0 {
 		return
 	}
 	m.emitMu.Lock()
-	defer m.emitMu.Unlock()
-	for _, r := range done {
-		m.opts.Emit(r)
+	for _, mem := range done {
+		m.opts.Emit(&mem.r)
 	}
+	m.emitMu.Unlock()
+	m.mu.Lock()
+	for _, mem := range done {
+		if len(m.records) >= m.opts.TableSize {
+			break
+		}
+		*mem = recordMem{}
+		m.records = append(m.records, mem)
+	}
+	m.mu.Unlock()
 }
 
 // Expire finishes the groups and contexts whose window ended. Run calls it
@@ -457,10 +630,11 @@ func (m *Matcher) Run(ctx context.Context) {
 
 // Flush finishes everything the table holds (at shutdown).
 func (m *Matcher) Flush() {
+	now := m.opts.MonoNow()
 	m.mu.Lock()
-	var done []*Request
-	for e := m.fifo.Front(); e != nil; e = m.fifo.Front() {
-		done = m.finish(e, done, false)
+	var done []*recordMem
+	for e := m.fifo.front(); e != nil; e = m.fifo.front() {
+		done = m.finish(e, now, done, false)
 	}
 	m.mu.Unlock()
 	m.emit(done)
@@ -474,6 +648,6 @@ func (m *Matcher) Stats() Stats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.stats
-	s.Open = m.fifo.Len()
+	s.Open = m.fifo.n
 	return s
 }

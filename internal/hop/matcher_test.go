@@ -34,7 +34,7 @@ func newFixture(t *testing.T, table int) *fixture {
 		Node:      "node-a",
 		MonoNow:   func() uint64 { return f.mono },
 		WallNow:   func() time.Time { return time.Unix(1700000000, int64(f.mono)) },
-		Emit:      func(r *Request) { f.out = append(f.out, r) },
+		Emit:      func(r *Request) { f.out = append(f.out, r.Clone()) },
 	})
 	return f
 }

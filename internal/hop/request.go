@@ -3,6 +3,7 @@ package hop
 import (
 	"encoding/hex"
 	"net/netip"
+	"slices"
 	"time"
 )
 
@@ -86,6 +87,15 @@ type Point struct {
 	Tunneled bool   `json:"tunneled,omitempty"`
 	Seq      uint32 `json:"seq"`
 	Len      uint32 `json:"len"`
+}
+
+// Clone is a copy of r that shares nothing r's owner may reuse (strings
+// are immutable and shared).
+func (r *Request) Clone() *Request {
+	c := *r
+	c.Hops = slices.Clone(r.Hops)
+	c.Path = slices.Clone(r.Path)
+	return &c
 }
 
 // Wall is the point's time on the wall clock of its record's host.

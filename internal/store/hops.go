@@ -120,11 +120,9 @@ type HopLog struct {
 	nextID   uint64
 	lastMain time.Time
 	stats    HopStats
-	// buf holds the records of an Append being encoded, bufRecords of
-	// them.
-	buf        []byte
-	bufRecords int
-	closed     bool
+	// buf holds the records of an Append being encoded.
+	buf    []byte
+	closed bool
 }
 
 type hopFile struct {
@@ -222,27 +220,74 @@ func (h *HopLog) Append(rs ...*hop.Request) error {
 		return ErrClosed
 	}
 	var errs []error
-	h.buf, h.bufRecords = h.buf[:0], 0
+	h.buf = h.buf[:0]
 	for _, r := range rs {
-		if h.cur == nil || h.curSize+int64(len(h.buf)) >= h.opts.FileSize {
-			// The file is full with what is buffered: write that,
-			// then start the next.
-			if err := h.write(); err != nil {
-				errs = append(errs, err)
-			}
-			if err := h.rotate(); err != nil {
-				h.stats.WriteErrors++
-				errs = append(errs, err)
-				continue
-			}
-		}
-		if err := h.encode(r); err != nil {
+		var err error
+		if h.buf, err = EncodeHop(h.buf, r); err != nil {
 			h.stats.WriteErrors++
 			errs = append(errs, err)
 		}
 	}
-	if err := h.write(); err != nil {
-		errs = append(errs, err)
+	return errors.Join(append(errs, h.appendEncoded(h.buf))...)
+}
+
+// AppendEncoded is Append of records EncodeHop put in b, one after the
+// other: for a caller that encodes each record as it comes, rather than
+// keep it until the write.
+func (h *HopLog) AppendEncoded(b []byte) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return ErrClosed
+	}
+	return h.appendEncoded(b)
+}
+
+// EncodeHop appends r to b as one record of the latency log: length,
+// checksum, the record's binary form.
+func EncodeHop(b []byte, r *hop.Request) ([]byte, error) {
+	at := len(b)
+	b = append(b, make([]byte, 8)...)
+	b = r.AppendBinary(b)
+	payload := b[at+8:]
+	if len(payload) > maxHopRecord {
+		return b[:at], fmt.Errorf("latency log: a record of %d bytes", len(payload))
+	}
+	binary.LittleEndian.PutUint32(b[at:], uint32(len(payload)))
+	binary.LittleEndian.PutUint32(b[at+4:], crc32c(payload))
+	return b, nil
+}
+
+// appendEncoded writes the records of b, a write per file they go to: a
+// file takes records while it is under FileSize. h.mu is held.
+func (h *HopLog) appendEncoded(b []byte) error {
+	var errs []error
+	for len(b) > 0 {
+		if h.cur == nil || h.curSize >= h.opts.FileSize {
+			if err := h.rotate(); err != nil {
+				h.stats.WriteErrors += uint64(wholeRecords(b))
+				errs = append(errs, err)
+				break
+			}
+		}
+		n, records := 0, 0
+		for n+8 <= len(b) && (records == 0 || h.curSize+int64(n) < h.opts.FileSize) {
+			l := 8 + int(binary.LittleEndian.Uint32(b[n:]))
+			if l > len(b)-n {
+				break
+			}
+			n, records = n+l, records+1
+		}
+		if records == 0 {
+			// Not a record EncodeHop made: nothing of it is written.
+			h.stats.WriteErrors++
+			errs = append(errs, errors.New("latency log: a record cut short"))
+			break
+		}
+		if err := h.write(b[:n], records); err != nil {
+			errs = append(errs, err)
+		}
+		b = b[n:]
 	}
 	if now := h.opts.Now(); now.Sub(h.lastMain) >= hopMaintainEvery {
 		h.maintain()
@@ -250,35 +295,15 @@ func (h *HopLog) Append(rs ...*hop.Request) error {
 	return errors.Join(errs...)
 }
 
-// encode appends r to the buffer as one record: length, checksum, the
-// record's binary form.
-func (h *HopLog) encode(r *hop.Request) error {
-	at := len(h.buf)
-	h.buf = append(h.buf, make([]byte, 8)...)
-	h.buf = r.AppendBinary(h.buf)
-	payload := h.buf[at+8:]
-	if len(payload) > maxHopRecord {
-		h.buf = h.buf[:at]
-		return fmt.Errorf("latency log: a record of %d bytes", len(payload))
-	}
-	binary.LittleEndian.PutUint32(h.buf[at:], uint32(len(payload)))
-	binary.LittleEndian.PutUint32(h.buf[at+4:], crc32c(payload))
-	h.bufRecords++
-	return nil
-}
-
-// write writes the buffered records to the current file. The records a
-// failed write did not take whole are counted lost.
-func (h *HopLog) write() error {
-	if len(h.buf) == 0 {
-		return nil
-	}
-	n, err := h.cur.Write(h.buf)
+// write writes records, whole records of b, to the current file. The
+// records a failed write did not take whole are counted lost.
+func (h *HopLog) write(b []byte, records int) error {
+	n, err := h.cur.Write(b)
 	h.curSize += int64(n)
-	written := h.bufRecords
+	written := records
 	if err != nil {
-		written = wholeRecords(h.buf[:n])
-		h.stats.WriteErrors += uint64(h.bufRecords - written)
+		written = wholeRecords(b[:n])
+		h.stats.WriteErrors += uint64(records - written)
 		// A record cut short ends the file for readers: start another.
 		h.finishFile()
 		err = fmt.Errorf("latency log: write %s: %w", hopName(h.curID), err)
@@ -287,7 +312,6 @@ func (h *HopLog) write() error {
 	f.size, f.records, f.mtime = h.curSize, f.records+uint64(written), h.opts.Now()
 	h.files[h.curID] = f
 	h.stats.Records += uint64(written)
-	h.buf, h.bufRecords = h.buf[:0], 0
 	return err
 }
 

@@ -63,8 +63,14 @@ type Pipeline struct {
 	metrics *hop.Metrics
 	spans   []*otlp.SpanExporter
 
-	mu      sync.Mutex
-	pending []*hop.Request
+	// pending holds the matched records not yet written, encoded as the
+	// latency log keeps them (the matcher reuses a record's memory once
+	// it is emitted); pendingN of them. spare is the buffer the last
+	// flush wrote, for the next.
+	mu       sync.Mutex
+	pending  []byte
+	pendingN int
+	spare    []byte
 	// writeErrors is the latency log's WriteErrors already counted in
 	// lost; only flush touches it.
 	writeErrors uint64
@@ -136,19 +142,28 @@ func bootID() string {
 
 func (p *Pipeline) emit(r *hop.Request) {
 	p.metrics.Observe(r)
-	for _, e := range p.spans {
-		e.Export(r)
+	if len(p.spans) > 0 && r.TraceID != "" && len(r.Hops) > 0 {
+		// The exporters queue it; they only read it.
+		c := r.Clone()
+		for _, e := range p.spans {
+			e.Export(c)
+		}
 	}
 	if p.hops == nil {
 		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.pending) >= maxPending {
+	if p.pendingN >= maxPending {
 		p.lost.WithLabelValues("queue_full").Inc()
 		return
 	}
-	p.pending = append(p.pending, r)
+	var err error
+	if p.pending, err = store.EncodeHop(p.pending, r); err != nil {
+		p.lost.WithLabelValues("write_error").Inc()
+		return
+	}
+	p.pendingN++
 }
 
 // Run matches, stores and exports until ctx is done, then finishes what
@@ -189,13 +204,19 @@ func (p *Pipeline) Run(ctx context.Context) error {
 // flush writes the pending records to the latency log.
 func (p *Pipeline) flush() {
 	p.mu.Lock()
-	batch := p.pending
-	p.pending = nil
-	p.mu.Unlock()
-	if len(batch) == 0 || p.hops == nil {
+	if p.pendingN == 0 {
+		p.mu.Unlock()
 		return
 	}
-	if err := p.hops.Append(batch...); err != nil {
+	batch := p.pending
+	p.pending, p.pendingN, p.spare = p.spare[:0], 0, nil
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.spare = batch[:0]
+		p.mu.Unlock()
+	}()
+	if err := p.hops.AppendEncoded(batch); err != nil {
 		// Append counted each record it lost.
 		n := p.hops.Stats().WriteErrors
 		p.lost.WithLabelValues("write_error").Add(float64(n - p.writeErrors))
