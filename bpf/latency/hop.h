@@ -330,10 +330,12 @@ static __always_inline void latency_slot_of(struct trace_scratch *s, __u64 h, co
 	s->tag = (__u32)(x >> 32) | 1;
 }
 
-/* latency_scan_end forgets the scan of key (its slot too, if still its). */
-static __always_inline void latency_scan_end(const struct flow_key *key, __u64 *slot, __u32 tag)
+/* latency_scan_end forgets the scan of key: its entry, if stored, and its
+ * slot, if still its. */
+static __always_inline void latency_scan_end(const struct flow_key *key, __u64 *slot, __u32 tag, int stored)
 {
-	bpf_map_delete_elem(&latency_scans, key);
+	if (stored)
+		bpf_map_delete_elem(&latency_scans, key);
 	if (slot && (__u32)(*slot >> 32) == tag)
 		*slot = 0;
 }
@@ -347,7 +349,7 @@ static __always_inline void latency_scan_end(const struct flow_key *key, __u64 *
  * the table, uncounted, for as long as the LRU kept it. The new request's
  * scan replaces it. The same first segment sent again while its own scan
  * awaits the next one starts that scan again, and is not counted. */
-static __always_inline void latency_scan_abandon(const struct flow_key *key, const struct trace_scratch *s, __u32 seq)
+static __always_inline void latency_scan_abandon(const struct flow_key *key, struct trace_scratch *s, __u32 seq)
 {
 	__u32 idx = s->slot;
 	__u64 *slot = bpf_map_lookup_elem(&latency_slots, &idx);
@@ -363,6 +365,7 @@ static __always_inline void latency_scan_abandon(const struct flow_key *key, con
 	}
 	if (st->start_seq != seq)
 		latency_count(LATENCY_SCAN_ABANDONED);
+	s->stored = 1;
 }
 
 /* latency_scan scans the segment's part of the request in the scratch's
@@ -438,7 +441,10 @@ __noinline int latency_scan(struct __sk_buff *skb, const struct flow_key *key)
 		}
 		return 0;
 	}
-	latency_scan_end(key, slot, s->tag);
+	/* Most requests' header blocks end in their first segment: their
+	 * scan was never stored, and deleting it would cost a locked hash
+	 * lookup per request for nothing. */
+	latency_scan_end(key, slot, s->tag, s->stored);
 	return 0;
 }
 
@@ -478,6 +484,7 @@ __noinline int latency_track(struct __sk_buff *skb, const struct pkt *p, const s
 		latency_count(LATENCY_REQUESTS);
 		latency_emit(key, LATENCY_REC_STAMP, LATENCY_KIND_REQUEST, seq, len, s->tunneled, NULL);
 		latency_options(skb, p, key, s);
+		s->stored = 0;
 		latency_scan_abandon(key, s, seq);
 		__builtin_memset(&s->scan, 0, sizeof(s->scan));
 		s->scan.start_seq = seq;
@@ -500,7 +507,7 @@ __noinline int latency_track(struct __sk_buff *skb, const struct pkt *p, const s
 		 * it: the bytes between were not seen here. */
 		if ((__s32)(seq - (__u32)*slot) > 0) {
 			latency_count(LATENCY_SCAN_OUT_OF_ORDER);
-			latency_scan_end(key, slot, s->tag);
+			latency_scan_end(key, slot, s->tag, 1);
 		}
 		return 0;
 	}
@@ -511,6 +518,7 @@ __noinline int latency_track(struct __sk_buff *skb, const struct pkt *p, const s
 		return 0;
 	}
 	__builtin_memcpy(&s->scan, st, sizeof(s->scan));
+	s->stored = 1;
 	return 1;
 }
 

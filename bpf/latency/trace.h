@@ -106,7 +106,11 @@ struct trace_scratch {
 	__u32 win_pos;   /* where win starts in the payload */
 	__u32 limited;   /* the scan limit cut this buffer */
 	__u8 tunneled;
-	__u8 pad[3];
+	/* The scan's state is in latency_scans (it went on from an earlier
+	 * segment, or an earlier request's scan of the connection was left
+	 * there): only then does ending it delete an entry. */
+	__u8 stored;
+	__u8 pad[2];
 };
 
 struct {

@@ -582,7 +582,8 @@ type loupeTraceScratch struct {
 	WinPos    uint32
 	Limited   uint32
 	Tunneled  uint8
-	Pad       [3]uint8
+	Stored    uint8
+	Pad       [2]uint8
 	_         [4]byte
 }
 
