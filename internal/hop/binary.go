@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 )
 
@@ -28,7 +29,8 @@ import (
 //	str     node, boot id
 //	i64     clock offset (ns)
 //	uvarint hops, each: str from_iface, to_iface, direction; i64 latency;
-//	        str from_node, to_node, from_pod, to_pod
+//	        str from_node, to_node, from_pod, to_pod (none written when
+//	        binHopsOfPath: they are Hops(path), as the matcher makes them)
 //	uvarint points, each: str iface; u32 ifindex; str kind, pod, hook;
 //	        u64 time_ns; u8 tunneled; u32 seq, len
 //
@@ -42,6 +44,7 @@ const (
 	binTimeSet
 	binNilHops
 	binNilPath
+	binHopsOfPath
 )
 
 // AppendBinary appends r's binary form to b.
@@ -66,6 +69,10 @@ func (r *Request) AppendBinary(b []byte) []byte {
 	}
 	if r.Path == nil {
 		flags |= binNilPath
+	}
+	ofPath := r.Hops != nil && hopsOfPath(r.Hops, r.Path)
+	if ofPath {
+		flags |= binHopsOfPath
 	}
 	b = append(b, flags)
 	if traceRaw {
@@ -92,8 +99,15 @@ func (r *Request) AppendBinary(b []byte) []byte {
 	b = appendStr(b, r.Node)
 	b = appendStr(b, r.BootID)
 	b = binary.LittleEndian.AppendUint64(b, uint64(r.ClockOffsetNs))
-	b = binary.AppendUvarint(b, uint64(len(r.Hops)))
+	if ofPath {
+		b = append(b, 0)
+	} else {
+		b = binary.AppendUvarint(b, uint64(len(r.Hops)))
+	}
 	for i := range r.Hops {
+		if ofPath {
+			break
+		}
 		h := &r.Hops[i]
 		b = appendStr(b, h.FromIface)
 		b = appendStr(b, h.ToIface)
@@ -122,6 +136,15 @@ func (r *Request) AppendBinary(b []byte) []byte {
 		b = binary.LittleEndian.AppendUint32(b, p.Len)
 	}
 	return b
+}
+
+// hopsOfPath tells whether hops are what Hops makes of path.
+func hopsOfPath(hops []Hop, path []Point) bool {
+	if len(path) < 2 || len(hops) != len(path)-1 || len(path) > 8 {
+		return false
+	}
+	var buf [7]Hop
+	return slices.Equal(hops, appendHops(buf[:0], path))
 }
 
 // rawID is id's bytes when it is n bytes in lowercase hex, as hexID writes
@@ -267,7 +290,12 @@ func DecodeBinary(b []byte) (*Request, error) {
 	r.BootID = d.str()
 	r.ClockOffsetNs = int64(d.u64())
 	r.ClockSync = flags&binClockSync != 0
-	if n := d.count(); n > 0 || flags&binNilHops == 0 {
+	// Hops of the path are made from it, once it is read.
+	if n := d.count(); flags&binHopsOfPath != 0 {
+		if n != 0 {
+			d.err = errors.New("latency record: hops both written and of the path")
+		}
+	} else if n > 0 || flags&binNilHops == 0 {
 		r.Hops = make([]Hop, n)
 		for i := range r.Hops {
 			h := &r.Hops[i]
@@ -287,6 +315,12 @@ func DecodeBinary(b []byte) (*Request, error) {
 			p.Tunneled = d.u8() != 0
 			p.Seq, p.Len = d.u32(), d.u32()
 		}
+	}
+	if flags&binHopsOfPath != 0 && d.err == nil {
+		if len(r.Path) < 2 {
+			d.err = errors.New("latency record: hops of a path of fewer than two points")
+		}
+		r.Hops = Hops(r.Path)
 	}
 	switch {
 	case d.err != nil:

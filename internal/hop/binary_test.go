@@ -38,7 +38,11 @@ func TestBinaryRoundTrip(t *testing.T) {
 	odd.Hops, odd.Path = []Hop{}, []Point{}
 	untraced := full
 	untraced.TraceID, untraced.SpanID, untraced.TraceSource = "", "", ""
-	for name, r := range map[string]Request{"full": full, "zero": {}, "odd": odd, "untraced": untraced} {
+	// As the matcher makes them: the hops are the path's, and are not
+	// written.
+	matched := untraced
+	matched.Hops = Hops(matched.Path)
+	for name, r := range map[string]Request{"full": full, "zero": {}, "odd": odd, "untraced": untraced, "matched": matched} {
 		b := r.AppendBinary([]byte("prefix"))
 		got, err := DecodeBinary(b[len("prefix"):])
 		if err != nil {
@@ -56,6 +60,9 @@ func TestBinaryRoundTrip(t *testing.T) {
 	b := full.AppendBinary(nil)
 	if js, _ := json.Marshal(&full); len(b)*2 > len(js) {
 		t.Errorf("binary form %d bytes, JSON %d: want under half", len(b), len(js))
+	}
+	if m, u := len(matched.AppendBinary(nil)), len(untraced.AppendBinary(nil)); m+len(matched.Hops)*20 > u {
+		t.Errorf("hops of the path: %d bytes, against %d written out", m, u)
 	}
 	// Every cut of a record, and a byte past its end, is an error, never
 	// a panic or a record.
