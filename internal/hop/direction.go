@@ -1,6 +1,7 @@
 package hop
 
 import (
+	"slices"
 	"time"
 
 	"loupe/internal/flow"
@@ -88,15 +89,15 @@ func Hops(path []Point) []Hop {
 // appendHops appends the hops of a path of at least two points to hops.
 func appendHops(hops []Hop, path []Point) []Hop {
 	dir := PathDirection(path)
+	at := len(hops)
+	hops = slices.Grow(hops, len(path)-1)[:at+len(path)-1]
 	for i := 1; i < len(path); i++ {
-		hops = append(hops, Hop{
-			FromIface: path[i-1].Iface,
-			ToIface:   path[i].Iface,
-			Direction: dir,
-			LatencyNs: int64(path[i].TimeNs - path[i-1].TimeNs),
-			FromPod:   path[i-1].Pod,
-			ToPod:     path[i].Pod,
-		})
+		// Field by field in place: see Matcher.record.
+		h, from, to := &hops[at+i-1], &path[i-1], &path[i]
+		*h = Hop{}
+		h.FromIface, h.ToIface, h.Direction = from.Iface, to.Iface, dir
+		h.LatencyNs = int64(to.TimeNs - from.TimeNs)
+		h.FromPod, h.ToPod = from.Pod, to.Pod
 	}
 	return hops
 }

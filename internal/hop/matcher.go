@@ -503,16 +503,17 @@ func (m *Matcher) record(g *group, now uint64) *recordMem {
 	}
 	m.clocks(now)
 	r.ClockOffsetNs = m.offset
+	// Field by field into the record's own memory (zeroed), not through
+	// a Point built aside and copied: that copy was most of record's time.
+	r.Path = slices.Grow(r.Path, len(g.stamps))[:len(g.stamps)]
 	for i := range g.stamps {
-		s := &g.stamps[i]
+		s, p := &g.stamps[i], &r.Path[i]
 		if s.Kind == KindRequest {
 			r.Kind = KindNameRequest
 		}
-		ifc := m.iface(s.Key.IfIndex)
-		r.Path = append(r.Path, Point{
-			Iface: ifc.Name, IfIndex: s.Key.IfIndex, Kind: ifc.Kind, Pod: ifc.Pod, Hook: s.Key.Direction.String(),
-			TimeNs: s.TimeNs, Tunneled: s.Tunneled, Seq: s.Seq, Len: s.Len,
-		})
+		m.iface(s.Key.IfIndex, p)
+		p.IfIndex, p.Hook = s.Key.IfIndex, s.Key.Direction.String()
+		p.TimeNs, p.Tunneled, p.Seq, p.Len = s.TimeNs, s.Tunneled, s.Seq, s.Len
 	}
 	if g.hasCtx {
 		c := &g.ctx
@@ -551,22 +552,22 @@ func (m *Matcher) clocks(now uint64) {
 	}
 }
 
-// iface names ifindex; m.mu is held, and clocks was called.
-func (m *Matcher) iface(ifindex uint32) Iface {
-	if ifc, ok := m.ifaces[ifindex]; ok {
-		return ifc
+// iface names ifindex in p (name, kind, pod); m.mu is held, and clocks
+// was called.
+func (m *Matcher) iface(ifindex uint32, p *Point) {
+	ifc, ok := m.ifaces[ifindex]
+	if !ok {
+		if timed, isTimed := m.opts.Resolver.(TimedResolver); isTimed {
+			ifc = timed.IfaceAt(ifindex, m.wall)
+		} else {
+			ifc = m.opts.Resolver.Iface(ifindex)
+		}
+		if len(m.ifaces) >= 1024 {
+			clear(m.ifaces)
+		}
+		m.ifaces[ifindex] = ifc
 	}
-	var ifc Iface
-	if timed, ok := m.opts.Resolver.(TimedResolver); ok {
-		ifc = timed.IfaceAt(ifindex, m.wall)
-	} else {
-		ifc = m.opts.Resolver.Iface(ifindex)
-	}
-	if len(m.ifaces) >= 1024 {
-		clear(m.ifaces)
-	}
-	m.ifaces[ifindex] = ifc
-	return ifc
+	p.Iface, p.Kind, p.Pod = ifc.Name, ifc.Kind, ifc.Pod
 }
 
 // newRecord is a record's memory from the free list, or new; m.mu is
