@@ -30,7 +30,10 @@
  * range [Seq, Seq + Len) (the matcher's call).
  *
  * Delivery: one ring buffer record per stamp or context, reserved and
- * submitted in place. A per-CPU array staged before the ring would only
+ * submitted in place; a request whose context is in its first segment (most
+ * are) has its stamp and its context in one record, which halves what a
+ * traced request costs the ring and its reader: the stamp waits for the
+ * segment's scan, with the time taken before it. A per-CPU array staged before the ring would only
  * add a copy: every record has to reach userspace anyway, and the ring
  * keeps each CPU's records in order with one reservation. A full ring is
  * counted per kind of record.
@@ -97,6 +100,7 @@ enum latency_kind {
 enum latency_record {
 	LATENCY_REC_STAMP = 1,
 	LATENCY_REC_CONTEXT = 2,
+	LATENCY_REC_STAMP_CONTEXT = 3, /* a request's stamp and the context of its first segment */
 };
 
 /* One record of the ring: a stamp or a context. 104 bytes. */
@@ -108,7 +112,7 @@ struct latency_event {
 	__u8 record;          /* enum latency_record */
 	__u8 kind;            /* stamp: enum latency_kind; context: enum trace_source */
 	__u8 tunneled;        /* seen inside a tunnel */
-	__u8 pad;
+	__u8 source;          /* stamp and context: the context's enum trace_source */
 	__u8 trace_id[16];
 	__u8 span_id[8];
 };
@@ -192,30 +196,30 @@ static __always_inline int latency_is_request(__u64 w, __u32 n)
 	return n >= 8 && (w == 0x20534e4f4954504fULL || w == 0x205443454e4e4f43ULL); /* "OPTIONS ", "CONNECT " */
 }
 
-/* latency_emit writes a record to the ring; ids, when given, are the
- * scan's trace and span ids. */
-static __always_inline void latency_emit(const struct flow_key *key, __u8 record, __u8 kind, __u32 seq, __u32 len,
-					 __u8 tunneled, const struct trace_scan *ids)
+/* latency_emit writes a record to the ring, of the time given; ids, when
+ * given, are the scan's trace and span ids, and source their enum
+ * trace_source in a stamp-and-context record. */
+static __always_inline void latency_emit(const struct flow_key *key, __u8 record, __u8 kind, __u8 source, __u32 seq,
+					 __u32 len, __u64 time, __u8 tunneled, const struct trace_scan *ids)
 {
 	struct latency_event *ev = bpf_ringbuf_reserve(&latency_events, sizeof(*ev), 0);
 
 	if (!ev) {
-		if (record == LATENCY_REC_CONTEXT)
+		if (record != LATENCY_REC_STAMP)
 			latency_count(LATENCY_RING_FULL_CONTEXT);
-		else if (kind == LATENCY_KIND_REQUEST)
-			latency_count(LATENCY_RING_FULL_REQUEST);
-		else
-			latency_count(LATENCY_RING_FULL_SAMPLED);
+		if (record == LATENCY_REC_CONTEXT)
+			return;
+		latency_count(kind == LATENCY_KIND_REQUEST ? LATENCY_RING_FULL_REQUEST : LATENCY_RING_FULL_SAMPLED);
 		return;
 	}
-	ev->time = bpf_ktime_get_ns();
+	ev->time = time;
 	ev->key = *key;
 	ev->seq = seq;
 	ev->len = len;
 	ev->record = record;
 	ev->kind = kind;
 	ev->tunneled = tunneled;
-	ev->pad = 0;
+	ev->source = source;
 	if (ids) {
 		__builtin_memcpy(ev->trace_id, ids->trace_id, sizeof(ev->trace_id));
 		__builtin_memcpy(ev->span_id, ids->span_id, sizeof(ev->span_id));
@@ -223,6 +227,30 @@ static __always_inline void latency_emit(const struct flow_key *key, __u8 record
 		__builtin_memset(ev->trace_id, 0, sizeof(ev->trace_id) + sizeof(ev->span_id));
 	}
 	bpf_ringbuf_submit(ev, 0);
+}
+
+/* latency_stamp_flush writes the request's stamp that waits, alone. */
+static __always_inline void latency_stamp_flush(const struct flow_key *key, struct trace_scratch *s)
+{
+	if (!s->stamp_pending)
+		return;
+	s->stamp_pending = 0;
+	latency_emit(key, LATENCY_REC_STAMP, LATENCY_KIND_REQUEST, 0, s->seq, s->seg_len, s->stamp_time, s->tunneled,
+		     NULL);
+}
+
+/* latency_context reports the scan's context (source src): in one record
+ * with the request's stamp while that waits (the context was in the
+ * request's first segment), alone otherwise. */
+static __always_inline void latency_context(const struct flow_key *key, struct trace_scratch *s, __u8 src)
+{
+	if (s->stamp_pending) {
+		s->stamp_pending = 0;
+		latency_emit(key, LATENCY_REC_STAMP_CONTEXT, LATENCY_KIND_REQUEST, src, s->seq, s->seg_len,
+			     s->stamp_time, s->tunneled, &s->scan);
+		return;
+	}
+	latency_emit(key, LATENCY_REC_CONTEXT, src, 0, s->scan.start_seq, 0, bpf_ktime_get_ns(), s->tunneled, &s->scan);
 }
 
 /* The TCP option OpenTelemetry eBPF Instrumentation (Beyla) writes: kind
@@ -316,7 +344,7 @@ static __always_inline void latency_options(struct __sk_buff *skb, const struct 
 		if (!src)
 			continue;
 		latency_count(src == TRACE_SRC_IP_OPTION ? LATENCY_FOUND_IP_OPTION : LATENCY_FOUND_TCP_OPTION);
-		latency_emit(key, LATENCY_REC_CONTEXT, src, s->seq, 0, s->tunneled, &s->scan);
+		latency_emit(key, LATENCY_REC_CONTEXT, src, 0, s->seq, 0, bpf_ktime_get_ns(), s->tunneled, &s->scan);
 	}
 }
 
@@ -401,7 +429,7 @@ __noinline int latency_scan(struct __sk_buff *skb, const struct flow_key *key)
 	case TRACE_FOUND:
 		latency_count(s->scan.source == TRACE_SRC_TRACEPARENT ? LATENCY_FOUND_TRACEPARENT :
 			      s->scan.source == TRACE_SRC_B3 ? LATENCY_FOUND_B3 : LATENCY_FOUND_B3_SINGLE);
-		latency_emit(key, LATENCY_REC_CONTEXT, s->scan.source, s->scan.start_seq, 0, s->tunneled, &s->scan);
+		latency_context(key, s, s->scan.source);
 		break;
 	case TRACE_END:
 		if (s->scan.flags & TRACE_F_B3_TRACE) {
@@ -410,7 +438,7 @@ __noinline int latency_scan(struct __sk_buff *skb, const struct flow_key *key)
 			if (!(s->scan.flags & TRACE_F_B3_SPAN))
 				__builtin_memset(s->scan.span_id, 0, sizeof(s->scan.span_id));
 			latency_count(LATENCY_FOUND_B3);
-			latency_emit(key, LATENCY_REC_CONTEXT, TRACE_SRC_B3, s->scan.start_seq, 0, s->tunneled, &s->scan);
+			latency_context(key, s, TRACE_SRC_B3);
 		} else {
 			latency_count(LATENCY_NOT_FOUND);
 		}
@@ -439,8 +467,10 @@ __noinline int latency_scan(struct __sk_buff *skb, const struct flow_key *key)
 				latency_count(LATENCY_SCAN_EVICTED); /* another connection's scan loses its slot */
 			*slot = (__u64)s->tag << 32 | s->scan.next_seq;
 		}
+		latency_stamp_flush(key, s);
 		return 0;
 	}
+	latency_stamp_flush(key, s);
 	/* Most requests' header blocks end in their first segment: their
 	 * scan was never stored, and deleting it would cost a locked hash
 	 * lookup per request for nothing. */
@@ -462,6 +492,7 @@ __noinline int latency_track(struct __sk_buff *skb, const struct pkt *p, const s
 
 	if (!skb || !p || !key || !s)
 		return 0;
+	s->stamp_pending = 0;
 	len = pkt_payload_len(skb, p, key->eth_type);
 	if (len == 0)
 		return 0;
@@ -482,7 +513,9 @@ __noinline int latency_track(struct __sk_buff *skb, const struct pkt *p, const s
 
 	if (latency_is_request(w, n)) {
 		latency_count(LATENCY_REQUESTS);
-		latency_emit(key, LATENCY_REC_STAMP, LATENCY_KIND_REQUEST, seq, len, s->tunneled, NULL);
+		/* Its stamp waits for the scan (latency_scan writes it). */
+		s->stamp_time = bpf_ktime_get_ns();
+		s->stamp_pending = 1;
 		latency_options(skb, p, key, s);
 		s->stored = 0;
 		latency_scan_abandon(key, s, seq);
@@ -494,7 +527,8 @@ __noinline int latency_track(struct __sk_buff *skb, const struct pkt *p, const s
 
 	if (latency_sample_threshold && (latency_mix(h, seq) >> 32) < latency_sample_threshold) {
 		latency_count(LATENCY_SAMPLED);
-		latency_emit(key, LATENCY_REC_STAMP, LATENCY_KIND_SAMPLED, seq, len, s->tunneled, NULL);
+		latency_emit(key, LATENCY_REC_STAMP, LATENCY_KIND_SAMPLED, 0, seq, len, bpf_ktime_get_ns(), s->tunneled,
+			     NULL);
 	}
 
 	/* Does a scan of this connection, at this hook, await it? */

@@ -110,7 +110,11 @@ struct trace_scratch {
 	 * segment, or an earlier request's scan of the connection was left
 	 * there): only then does ending it delete an entry. */
 	__u8 stored;
-	__u8 pad[2];
+	/* The request's stamp waits for the scan of its first segment, to go
+	 * in one record with the context found there (latency/hop.h). */
+	__u8 stamp_pending;
+	__u8 pad;
+	__u64 stamp_time; /* the waiting stamp's time */
 };
 
 struct {

@@ -102,6 +102,9 @@ func sampleThreshold(n int) uint64 {
 const (
 	latencyRecStamp   = 1
 	latencyRecContext = 2
+	// latencyRecBoth is a request's stamp and the context found in its
+	// first segment, in one record.
+	latencyRecBoth = 3
 )
 
 // LatencyReader reads the latency ring and hands its records to a sink.
@@ -162,21 +165,25 @@ func (l *LatencyReader) Read(sink hop.Sink, wait time.Duration) (stamps, context
 			return stamps, contexts, bad, fmt.Errorf("read latency ring: %w", err)
 		}
 		st, ctx, kind, err := DecodeLatencyRecord(l.rec.RawSample)
-		switch {
-		case err != nil:
+		if err != nil {
 			bad++
-		case kind == latencyRecStamp && batched:
-			l.stamps = append(l.stamps, st)
+			continue
+		}
+		if kind != latencyRecContext {
 			stamps++
-		case kind == latencyRecStamp:
-			sink.Stamp(st)
-			stamps++
-		case batched:
-			l.ctxs = append(l.ctxs, ctx)
+			if batched {
+				l.stamps = append(l.stamps, st)
+			} else {
+				sink.Stamp(st)
+			}
+		}
+		if kind != latencyRecStamp {
 			contexts++
-		default:
-			sink.Context(ctx)
-			contexts++
+			if batched {
+				l.ctxs = append(l.ctxs, ctx)
+			} else {
+				sink.Context(ctx)
+			}
 		}
 		if len(l.stamps)+len(l.ctxs) >= latencyBatch {
 			l.deliver(bs)
@@ -204,14 +211,17 @@ const (
 	latOffRecord   = int(unsafe.Offsetof(loupeLatencyEvent{}.Record))
 	latOffKind     = int(unsafe.Offsetof(loupeLatencyEvent{}.Kind))
 	latOffTunneled = int(unsafe.Offsetof(loupeLatencyEvent{}.Tunneled))
+	latOffSource   = int(unsafe.Offsetof(loupeLatencyEvent{}.Source))
 	latOffTraceID  = int(unsafe.Offsetof(loupeLatencyEvent{}.TraceId))
 	latOffSpanID   = int(unsafe.Offsetof(loupeLatencyEvent{}.SpanId))
 )
 
-// DecodeLatencyRecord decodes one ring record: a stamp (kind 1) or a
-// context (kind 2). Field by field in the host's byte order, without
-// reflection: every segment of every request at every hook comes through
-// here, and binary.Read cost more per record than the matcher.
+// DecodeLatencyRecord decodes one ring record: a stamp (kind 1), a
+// context (kind 2), or both (kind 3: a request's stamp and the context of
+// its first segment, which has the stamp's time and sequence number).
+// Field by field in the host's byte order, without reflection: every
+// segment of every request at every hook comes through here, and
+// binary.Read cost more per record than the matcher.
 func DecodeLatencyRecord(raw []byte) (hop.Stamp, hop.Context, int, error) {
 	if len(raw) < latencyRecordSize {
 		return hop.Stamp{}, hop.Context{}, 0, fmt.Errorf("latency record of %d bytes, want %d", len(raw), latencyRecordSize)
@@ -219,20 +229,32 @@ func DecodeLatencyRecord(raw []byte) (hop.Stamp, hop.Context, int, error) {
 	ne := binary.NativeEndian
 	t, seq := ne.Uint64(raw), ne.Uint32(raw[latOffSeq:])
 	tunneled := raw[latOffTunneled] != 0
-	switch rec := raw[latOffRecord]; rec {
-	case latencyRecStamp:
-		s := hop.Stamp{TimeNs: t, Tunneled: tunneled, Seq: seq, Len: ne.Uint32(raw[latOffLen:]), Kind: hop.Kind(raw[latOffKind])}
+	var (
+		s hop.Stamp
+		c hop.Context
+	)
+	rec := raw[latOffRecord]
+	switch rec {
+	case latencyRecStamp, latencyRecBoth:
+		s = hop.Stamp{TimeNs: t, Tunneled: tunneled, Seq: seq, Len: ne.Uint32(raw[latOffLen:]), Kind: hop.Kind(raw[latOffKind])}
 		keyFromBytes(&s.Key, raw[latOffKey:])
-		return s, hop.Context{}, latencyRecStamp, nil
 	case latencyRecContext:
-		c := hop.Context{TimeNs: t, Tunneled: tunneled, Seq: seq, Source: hop.Source(raw[latOffKind])}
-		copy(c.TraceID[:], raw[latOffTraceID:])
-		copy(c.SpanID[:], raw[latOffSpanID:])
-		keyFromBytes(&c.Key, raw[latOffKey:])
-		return hop.Stamp{}, c, latencyRecContext, nil
 	default:
 		return hop.Stamp{}, hop.Context{}, 0, fmt.Errorf("latency record of type %d", rec)
 	}
+	if rec == latencyRecStamp {
+		return s, c, int(rec), nil
+	}
+	c = hop.Context{TimeNs: t, Tunneled: tunneled, Seq: seq, Source: hop.Source(raw[latOffKind])}
+	if rec == latencyRecBoth {
+		c.Source = hop.Source(raw[latOffSource])
+		c.Key = s.Key
+	} else {
+		keyFromBytes(&c.Key, raw[latOffKey:])
+	}
+	copy(c.TraceID[:], raw[latOffTraceID:])
+	copy(c.SpanID[:], raw[latOffSpanID:])
+	return s, c, int(rec), nil
 }
 
 // latencyCounterNames follows enum latency_counter.

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
@@ -64,6 +66,36 @@ func (g *latencyRig) read() *latencySink {
 		g.t.Fatalf("read latency ring: %v (%d bad records)", err, bad)
 	}
 	return &s
+}
+
+// readRecords drains the ring record by record: the records' types, and
+// what they decode to.
+func (g *latencyRig) readRecords() ([]int, *latencySink) {
+	g.t.Helper()
+	var (
+		kinds []int
+		s     latencySink
+	)
+	g.r.r.SetDeadline(time.Unix(1, 0))
+	for {
+		if err := g.r.r.ReadInto(&g.r.rec); err != nil {
+			if errors.Is(err, errLatencyTimeout) {
+				return kinds, &s
+			}
+			g.t.Fatal(err)
+		}
+		st, cx, kind, err := DecodeLatencyRecord(g.r.rec.RawSample)
+		if err != nil {
+			g.t.Fatal(err)
+		}
+		kinds = append(kinds, kind)
+		if kind != latencyRecContext {
+			s.Stamp(st)
+		}
+		if kind != latencyRecStamp {
+			s.Context(cx)
+		}
+	}
 }
 
 func (g *latencyRig) counters() map[string]uint64 {
@@ -210,8 +242,17 @@ func TestLatencyTraceparentPositions(t *testing.T) {
 			}
 			const seq = 1000
 			segs := g.send(c, seq, req, 1448)
-			s := g.read()
+			kinds, s := g.readRecords()
 			checkContext(t, s, hop.SourceTraceparent, testTraceID, testSpanID, seq)
+			// In the first segment, the context goes in the stamp's
+			// record, with its time; found later, in a record after it.
+			if want := []int{latencyRecStamp, latencyRecContext}; pos < 1448-100 {
+				if fmt.Sprint(kinds) != fmt.Sprint([]int{latencyRecBoth}) || s.contexts[0].TimeNs != s.stamps[0].TimeNs {
+					t.Errorf("records %v, times %d and %d: want one record of both", kinds, s.stamps[0].TimeNs, s.contexts[0].TimeNs)
+				}
+			} else if fmt.Sprint(kinds) != fmt.Sprint(want) || s.contexts[0].TimeNs <= s.stamps[0].TimeNs {
+				t.Errorf("records %v, times %d and %d: want %v, the context later", kinds, s.stamps[0].TimeNs, s.contexts[0].TimeNs, want)
+			}
 			if len(s.stamps) != 1 || s.stamps[0].Kind != hop.KindRequest || s.stamps[0].Seq != seq ||
 				s.stamps[0].Len != uint32(min(1448, len(req))) || s.stamps[0].Tunneled {
 				t.Errorf("stamps %+v, want one request stamp at %d of %d bytes", s.stamps, seq, min(1448, len(req)))
@@ -548,7 +589,7 @@ func TestLatencySampling(t *testing.T) {
 }
 
 // TestDecodeLatencyRecord: the field-by-field decoder reads every field of
-// both record kinds where the generated type puts it.
+// the three record kinds where the generated type puts it.
 func TestDecodeLatencyRecord(t *testing.T) {
 	if latencyRecordSize != 104 {
 		t.Fatalf("struct latency_event is %d bytes, want 104", latencyRecordSize)
@@ -559,8 +600,13 @@ func TestDecodeLatencyRecord(t *testing.T) {
 		Ifindex: 7, EthType: 0x0800, SrcPort: 40000, DstPort: 80, VlanId: 5, Proto: 6, Direction: 1, AggPrefix: 24}
 	var want flow.Key
 	keyFromBPF(&want, &ev.Key)
-	for _, rec := range []uint8{latencyRecStamp, latencyRecContext} {
-		ev.Record = rec
+	for _, rec := range []uint8{latencyRecStamp, latencyRecContext, latencyRecBoth} {
+		ev.Record, ev.Source = rec, 0
+		if rec == latencyRecBoth {
+			// The stamp's kind where a stamp has it, the context's source
+			// in its own byte.
+			ev.Source = uint8(hop.SourceB3)
+		}
 		var b bytes.Buffer
 		if err := binary.Write(&b, binary.NativeEndian, &ev); err != nil {
 			t.Fatal(err)
@@ -578,6 +624,14 @@ func TestDecodeLatencyRecord(t *testing.T) {
 			if (cx != hop.Context{TimeNs: 123456789, Key: want, Tunneled: true, Seq: 0xdeadbeef, Source: hop.SourceTraceparent,
 				TraceID: ev.TraceId, SpanID: ev.SpanId}) {
 				t.Errorf("context %+v", cx)
+			}
+		case latencyRecBoth:
+			if (st != hop.Stamp{TimeNs: 123456789, Key: want, Tunneled: true, Seq: 0xdeadbeef, Len: 1448, Kind: hop.KindRequest}) {
+				t.Errorf("both: stamp %+v", st)
+			}
+			if (cx != hop.Context{TimeNs: 123456789, Key: want, Tunneled: true, Seq: 0xdeadbeef, Source: hop.SourceB3,
+				TraceID: ev.TraceId, SpanID: ev.SpanId}) {
+				t.Errorf("both: context %+v", cx)
 			}
 		}
 	}

@@ -432,7 +432,7 @@ type loupeLatencyEvent struct {
 	Record   uint8
 	Kind     uint8
 	Tunneled uint8
-	Pad      uint8
+	Source   uint8
 	TraceId  [16]uint8
 	SpanId   [8]uint8
 }
@@ -565,26 +565,28 @@ type loupeTraceScan struct {
 }
 
 type loupeTraceScratch struct {
-	_         structs.HostLayout
-	Win       [64]uint64
-	Line      [256]uint8
-	Scan      loupeTraceScan
-	Off       uint32
-	Len       uint32
-	Outcome   uint32
-	Malformed uint32
-	Seq       uint32
-	SegLen    uint32
-	Slot      uint32
-	Tag       uint32
-	OptAt     uint32
-	WinLen    uint32
-	WinPos    uint32
-	Limited   uint32
-	Tunneled  uint8
-	Stored    uint8
-	Pad       [2]uint8
-	_         [4]byte
+	_            structs.HostLayout
+	Win          [64]uint64
+	Line         [256]uint8
+	Scan         loupeTraceScan
+	Off          uint32
+	Len          uint32
+	Outcome      uint32
+	Malformed    uint32
+	Seq          uint32
+	SegLen       uint32
+	Slot         uint32
+	Tag          uint32
+	OptAt        uint32
+	WinLen       uint32
+	WinPos       uint32
+	Limited      uint32
+	Tunneled     uint8
+	Stored       uint8
+	StampPending uint8
+	Pad          uint8
+	_            [4]byte
+	StampTime    uint64
 }
 
 type loupeTunnelFlag uint32
