@@ -81,6 +81,7 @@ enum latency_counter {
 	LATENCY_RING_FULL_REQUEST,  /* records lost, the ring full: request stamps */
 	LATENCY_RING_FULL_SAMPLED,  /* ...sampled stamps */
 	LATENCY_RING_FULL_CONTEXT,  /* ...contexts */
+	LATENCY_SCAN_REUSED,        /* request starts judged as at the hook before on this CPU: not scanned again */
 	LATENCY_COUNTER_MAX,
 };
 
@@ -128,6 +129,33 @@ struct {
 	__type(key, struct flow_key);
 	__type(value, struct trace_scan);
 } latency_scans SEC(".maps");
+
+/* What the scan of a request's first segment found, kept for the hooks
+ * after: a segment crosses a node's hooks one after the other on one CPU
+ * (a pod's veth, the overlay device, the NIC, in one softirq), and the same
+ * bytes give the same verdict at each, so only the first hook scans them.
+ * Per CPU, a few entries by hash; only verdicts that end the scan (found,
+ * ended, not HTTP) are kept: a scan that goes on has per-hook state in
+ * latency_scans. */
+#define LATENCY_SEEN 8
+
+struct latency_seen {
+	__u64 hash; /* trace_scratch.seg_hash; 0: empty */
+	__u8 outcome;
+	__u8 malformed;
+	__u8 source;
+	__u8 flags;
+	__u8 trace_id[16];
+	__u8 span_id[8];
+	__u8 pad[4];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, LATENCY_SEEN);
+	__type(key, __u32);
+	__type(value, struct latency_seen);
+} latency_seen SEC(".maps");
 
 /* A scan's slot: the tag of its connection and hook (high 32 bits) and the
  * sequence number it awaits; 0: none. */
@@ -396,6 +424,55 @@ static __always_inline void latency_scan_abandon(const struct flow_key *key, str
 	s->stored = 1;
 }
 
+/* latency_seen_get takes the verdict on the request's first segment that
+ * a hook before this one reached on this CPU, if any: returns 1 when it
+ * did, and the scan is done. Global functions, these two: inline, their
+ * lookups' stack went into latency_scan's frame, which the scan's chain of
+ * calls shares. */
+__noinline int latency_seen_get(struct trace_scratch *s)
+{
+	__u32 idx;
+	struct latency_seen *seen;
+
+	if (!s || !s->seg_hash)
+		return 0;
+	idx = s->seg_hash & (LATENCY_SEEN - 1);
+	seen = bpf_map_lookup_elem(&latency_seen, &idx);
+	if (!seen || seen->hash != s->seg_hash)
+		return 0;
+	s->outcome = seen->outcome;
+	s->malformed = seen->malformed;
+	s->scan.source = seen->source;
+	s->scan.flags = seen->flags;
+	__builtin_memcpy(s->scan.trace_id, seen->trace_id, sizeof(seen->trace_id));
+	__builtin_memcpy(s->scan.span_id, seen->span_id, sizeof(seen->span_id));
+	latency_count(LATENCY_SCAN_REUSED);
+	return 1;
+}
+
+/* latency_seen_put keeps the verdict on a request's first segment for the
+ * hooks after this one, when it ends the scan. */
+__noinline int latency_seen_put(const struct trace_scratch *s)
+{
+	__u32 idx;
+	struct latency_seen *seen;
+
+	if (!s || !s->seg_hash || (s->outcome != TRACE_FOUND && s->outcome != TRACE_END && s->outcome != TRACE_NOT_HTTP))
+		return 0;
+	idx = s->seg_hash & (LATENCY_SEEN - 1);
+	seen = bpf_map_lookup_elem(&latency_seen, &idx);
+	if (!seen)
+		return 0;
+	seen->hash = s->seg_hash;
+	seen->outcome = s->outcome;
+	seen->malformed = s->malformed;
+	seen->source = s->scan.source;
+	seen->flags = s->scan.flags;
+	__builtin_memcpy(seen->trace_id, s->scan.trace_id, sizeof(seen->trace_id));
+	__builtin_memcpy(seen->span_id, s->scan.span_id, sizeof(seen->span_id));
+	return 0;
+}
+
 /* latency_scan scans the segment's part of the request in the scratch's
  * scan (latency_track prepared it) and ends or keeps the scan: the context
  * found is reported, a scan that goes on is stored and takes its slot.
@@ -419,7 +496,10 @@ __noinline int latency_scan(struct __sk_buff *skb, const struct flow_key *key)
 	s->len = s->limited ? left : s->seg_len;
 	s->outcome = TRACE_GO_ON;
 	s->malformed = 0;
-	trace_scan_buffer(skb, s);
+	if (!latency_seen_get(s)) {
+		trace_scan_buffer(skb, s);
+		latency_seen_put(s);
+	}
 	s->scan.scanned += s->len;
 	if (s->malformed)
 		latency_count(LATENCY_MALFORMED);
@@ -493,6 +573,7 @@ __noinline int latency_track(struct __sk_buff *skb, const struct pkt *p, const s
 	if (!skb || !p || !key || !s)
 		return 0;
 	s->stamp_pending = 0;
+	s->seg_hash = 0;
 	len = pkt_payload_len(skb, p, key->eth_type);
 	if (len == 0)
 		return 0;
@@ -512,6 +593,9 @@ __noinline int latency_track(struct __sk_buff *skb, const struct pkt *p, const s
 	latency_slot_of(s, h, key);
 
 	if (latency_is_request(w, n)) {
+		/* First, before any call: h kept across them would take stack
+		 * the deepest chain of calls cannot spare. */
+		s->seg_hash = latency_mix(h, (__u64)seq << 32 | len) | 1;
 		latency_count(LATENCY_REQUESTS);
 		/* Its stamp waits for the scan (latency_scan writes it). */
 		s->stamp_time = bpf_ktime_get_ns();

@@ -115,6 +115,9 @@ struct trace_scratch {
 	__u8 stamp_pending;
 	__u8 pad;
 	__u64 stamp_time; /* the waiting stamp's time */
+	/* A request's first segment: a hash of its 5-tuple, sequence number
+	 * and length (latency_seen's key; 0 for any other segment). */
+	__u64 seg_hash;
 };
 
 struct {

@@ -278,6 +278,7 @@ var latencyCounterNames = [loupeLatencyCounterLATENCY_COUNTER_MAX]string{
 	loupeLatencyCounterLATENCY_RING_FULL_REQUEST: "ring_full_request",
 	loupeLatencyCounterLATENCY_RING_FULL_SAMPLED: "ring_full_sampled",
 	loupeLatencyCounterLATENCY_RING_FULL_CONTEXT: "ring_full_context",
+	loupeLatencyCounterLATENCY_SCAN_REUSED:       "scan_reused",
 }
 
 // LatencyCounters reads and sums the latency capability's per-CPU

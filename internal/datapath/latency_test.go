@@ -267,6 +267,36 @@ func TestLatencyTraceparentPositions(t *testing.T) {
 	}
 }
 
+// TestLatencyScanReused: a request's first segment crossing a second hook
+// on the same CPU is judged as at the first, not scanned again, and
+// reported alike; another request, or the same bytes at another sequence
+// number, is scanned.
+func TestLatencyScanReused(t *testing.T) {
+	onOneCPU(t)
+	g := newLatencyRig(t, LatencySizes{})
+	c := newHTTPConn("10.1.2.3", 40000)
+	req := tracedRequest(100, "traceparent: "+testTP)
+	seg := c.seg(t, 1000, req)
+	runProg(t, g.dp, flow.Egress, seg)  // the pod's veth
+	runProg(t, g.dp, flow.Ingress, seg) // another hook of the node
+	runProg(t, g.dp, flow.Egress, c.seg(t, 1000+uint32(len(req)), req))
+	untraced := tracedRequest(100, "")
+	runProg(t, g.dp, flow.Egress, c.seg(t, 9000, untraced))
+	runProg(t, g.dp, flow.Ingress, c.seg(t, 9000, untraced))
+	kinds, s := g.readRecords()
+	want := []int{latencyRecBoth, latencyRecBoth, latencyRecBoth, latencyRecStamp, latencyRecStamp}
+	if fmt.Sprint(kinds) != fmt.Sprint(want) {
+		t.Fatalf("records %v, want %v", kinds, want)
+	}
+	for i, cx := range s.contexts {
+		if cx.TraceID != [16]byte(mustHex(testTraceID)) || cx.SpanID != [8]byte(mustHex(testSpanID)) ||
+			cx.Source != hop.SourceTraceparent || cx.Seq != s.stamps[i].Seq {
+			t.Errorf("context %d: %+v", i, cx)
+		}
+	}
+	g.checkCounters(map[string]uint64{"requests": 5, "found_traceparent": 3, "not_found": 2, "scan_reused": 2})
+}
+
 // TestLatencyHeaderForms: names in any case, whitespace, B3 in both
 // forms, and the values that are not ids.
 func TestLatencyHeaderForms(t *testing.T) {

@@ -420,7 +420,8 @@ const (
 	loupeLatencyCounterLATENCY_RING_FULL_REQUEST loupeLatencyCounter = 16
 	loupeLatencyCounterLATENCY_RING_FULL_SAMPLED loupeLatencyCounter = 17
 	loupeLatencyCounterLATENCY_RING_FULL_CONTEXT loupeLatencyCounter = 18
-	loupeLatencyCounterLATENCY_COUNTER_MAX       loupeLatencyCounter = 19
+	loupeLatencyCounterLATENCY_SCAN_REUSED       loupeLatencyCounter = 19
+	loupeLatencyCounterLATENCY_COUNTER_MAX       loupeLatencyCounter = 20
 )
 
 type loupeLatencyEvent struct {
@@ -435,6 +436,18 @@ type loupeLatencyEvent struct {
 	Source   uint8
 	TraceId  [16]uint8
 	SpanId   [8]uint8
+}
+
+type loupeLatencySeen struct {
+	_         structs.HostLayout
+	Hash      uint64
+	Outcome   uint8
+	Malformed uint8
+	Source    uint8
+	Flags     uint8
+	TraceId   [16]uint8
+	SpanId    [8]uint8
+	Pad       [4]uint8
 }
 
 type loupeRule struct {
@@ -587,6 +600,7 @@ type loupeTraceScratch struct {
 	Pad          uint8
 	_            [4]byte
 	StampTime    uint64
+	SegHash      uint64
 }
 
 type loupeTunnelFlag uint32
@@ -687,6 +701,7 @@ const (
 	loupeMapLatencyCounters        = "latency_counters"
 	loupeMapLatencyEvents          = "latency_events"
 	loupeMapLatencyScans           = "latency_scans"
+	loupeMapLatencySeen            = "latency_seen"
 	loupeMapLatencySlots           = "latency_slots"
 	loupeMapRules0                 = "rules_0"
 	loupeMapRules1                 = "rules_1"
@@ -849,6 +864,7 @@ type loupeMapSpecs struct {
 	LatencyCounters    *ebpf.MapSpec `ebpf:"latency_counters"`
 	LatencyEvents      *ebpf.MapSpec `ebpf:"latency_events"`
 	LatencyScans       *ebpf.MapSpec `ebpf:"latency_scans"`
+	LatencySeen        *ebpf.MapSpec `ebpf:"latency_seen"`
 	LatencySlots       *ebpf.MapSpec `ebpf:"latency_slots"`
 	Rules0             *ebpf.MapSpec `ebpf:"rules_0"`
 	Rules1             *ebpf.MapSpec `ebpf:"rules_1"`
@@ -981,6 +997,7 @@ type loupeMaps struct {
 	LatencyCounters    *ebpf.Map `ebpf:"latency_counters"`
 	LatencyEvents      *ebpf.Map `ebpf:"latency_events"`
 	LatencyScans       *ebpf.Map `ebpf:"latency_scans"`
+	LatencySeen        *ebpf.Map `ebpf:"latency_seen"`
 	LatencySlots       *ebpf.Map `ebpf:"latency_slots"`
 	Rules0             *ebpf.Map `ebpf:"rules_0"`
 	Rules1             *ebpf.Map `ebpf:"rules_1"`
@@ -1049,6 +1066,7 @@ func (m *loupeMaps) Close() error {
 		m.LatencyCounters,
 		m.LatencyEvents,
 		m.LatencyScans,
+		m.LatencySeen,
 		m.LatencySlots,
 		m.Rules0,
 		m.Rules1,
