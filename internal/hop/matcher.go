@@ -125,12 +125,25 @@ type group struct {
 	entry
 	t      tuple
 	lo, hi uint32
-	stamps []Stamp
+	stamps []sight
 	// inline holds the first stamps: a segment is seen at a few hooks,
 	// and the slice grown from nil took an allocation per hook.
-	inline [3]Stamp
+	inline [4]sight
 	ctx    Context
 	hasCtx bool
+}
+
+// sight is a stamp as its group keeps it: without the flow key, whose
+// 5-tuple is the group's and whose MACs and VLAN no record shows. A
+// quarter of a Stamp's bytes: a loaded node's table holds a window's worth
+// of groups, and their size was the matcher's cache misses.
+type sight struct {
+	TimeNs    uint64
+	IfIndex   uint32
+	Seq, Len  uint32
+	Direction flow.Direction
+	Tunneled  bool
+	Kind      Kind
 }
 
 // waiting is a trace context that arrived before its segment's stamps.
@@ -246,8 +259,6 @@ func seqMin(a, b uint32) uint32 {
 	return b
 }
 
-func sameHook(a, b *flow.Key) bool { return a.IfIndex == b.IfIndex && a.Direction == b.Direction }
-
 // Stamp implements Sink.
 func (m *Matcher) Stamp(s Stamp) {
 	now := m.opts.MonoNow()
@@ -288,7 +299,7 @@ func (m *Matcher) stamp(s *Stamp, now uint64, done []*recordMem) []*recordMem {
 	var g *group
 	if segs != nil {
 		g = segs.find(lo, hi, func(c *group) bool {
-			if slices.ContainsFunc(c.stamps, func(o Stamp) bool { return sameHook(&o.Key, &s.Key) }) {
+			if slices.ContainsFunc(c.stamps, func(o sight) bool { return o.IfIndex == s.Key.IfIndex && o.Direction == s.Key.Direction }) {
 				m.stats.Duplicates++
 				return false
 			}
@@ -317,7 +328,8 @@ func (m *Matcher) stamp(s *Stamp, now uint64, done []*recordMem) []*recordMem {
 		m.fifo.pushBack(&g.entry)
 		segs.insert(g)
 	}
-	g.stamps = append(g.stamps, *s)
+	g.stamps = append(g.stamps, sight{TimeNs: s.TimeNs, IfIndex: s.Key.IfIndex, Seq: s.Seq, Len: s.Len,
+		Direction: s.Key.Direction, Tunneled: s.Tunneled, Kind: s.Kind})
 	if !g.hasCtx {
 		m.claim(g)
 	}
@@ -485,16 +497,17 @@ func (m *Matcher) record(g *group, now uint64) *recordMem {
 			ss[j], ss[j-1] = ss[j-1], ss[j]
 		}
 	}
-	first := &g.stamps[0]
 	mem := m.newRecord()
 	r := &mem.r
+	t := &g.t
+	k := flow.Key{EtherType: t.etherType, SrcAddr: t.src, DstAddr: t.dst}
 	*r = Request{
 		Kind:      KindNameSampled,
-		SrcAddr:   first.Key.SrcIP(),
-		DstAddr:   first.Key.DstIP(),
-		SrcPort:   first.Key.SrcPort,
-		DstPort:   first.Key.DstPort,
-		Proto:     first.Key.Proto,
+		SrcAddr:   k.SrcIP(),
+		DstAddr:   k.DstIP(),
+		SrcPort:   t.sport,
+		DstPort:   t.dport,
+		Proto:     t.proto,
 		Seq:       g.lo,
 		Node:      m.opts.Node,
 		BootID:    m.opts.BootID,
@@ -511,8 +524,8 @@ func (m *Matcher) record(g *group, now uint64) *recordMem {
 		if s.Kind == KindRequest {
 			r.Kind = KindNameRequest
 		}
-		m.iface(s.Key.IfIndex, p)
-		p.IfIndex, p.Hook = s.Key.IfIndex, s.Key.Direction.String()
+		m.iface(s.IfIndex, p)
+		p.IfIndex, p.Hook = s.IfIndex, s.Direction.String()
 		p.TimeNs, p.Tunneled, p.Seq, p.Len = s.TimeNs, s.Tunneled, s.Seq, s.Len
 	}
 	if g.hasCtx {
