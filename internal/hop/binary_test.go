@@ -7,7 +7,6 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-	"time"
 )
 
 // A record read back from its binary form is the record written, for
@@ -15,21 +14,7 @@ import (
 // IPv6 with a zone, short and long, and empty against nil hops and paths; and it prints
 // the same JSON (what `loupe latency` shows).
 func TestBinaryRoundTrip(t *testing.T) {
-	full := Request{
-		TraceID: "0af7651916cd43dd8448eb211c80319c", SpanID: "b7ad6b7169203331", TraceSource: "traceparent",
-		Kind: KindNameRequest, SrcAddr: netip.MustParseAddr("10.1.0.2"), DstAddr: netip.MustParseAddr("fd00::2"),
-		SrcPort: 40000, DstPort: 80, Proto: 6, Seq: 4294967295,
-		Time: time.Unix(1700000000, 123456789).UTC(), Node: "node-a",
-		Hops: []Hop{
-			{FromIface: "lxc1", ToIface: "vxlan0", Direction: Out, LatencyNs: 4500, FromPod: "shop/web-0"},
-			{FromIface: "vxlan0", ToIface: "eth0", Direction: Out, LatencyNs: -3, FromNode: "a", ToNode: "b", ToPod: "x/y"},
-		},
-		Path: []Point{
-			{Iface: "lxc1", IfIndex: 7, Kind: "veth", Pod: "shop/web-0", Hook: "ingress", TimeNs: 1e18, Seq: 1, Len: 100},
-			{Iface: "eth0", IfIndex: 2, Hook: "egress", TimeNs: 5, Tunneled: true, Seq: 1, Len: 1448},
-		},
-		BootID: "5c0ffee0-1234", ClockOffsetNs: -1234567890123, ClockSync: true,
-	}
+	full := fullRequest()
 	odd := full
 	odd.TraceID, odd.SpanID = "0AF7651916CD43DD8448EB211C80319C", "not hex at all!!"
 	odd.SrcAddr = netip.MustParseAddr("fe80::1%eth0")
