@@ -17,7 +17,7 @@ const (
 // Request is one segment matched across the hooks of one host: a request's
 // first segment (Kind "request", with its trace context when the kernel
 // found one) or a sampled TCP segment (Kind "sampled", no trace id). It is
-// what the matcher emits, what the store keeps (one JSON object per record)
+// what the matcher emits, what the store keeps (in a binary form, binary.go)
 // and what `loupe latency` prints; its JSON names are the CLI's contract.
 type Request struct {
 	// TraceID and SpanID are hex, "" when no context was found; SpanID is
