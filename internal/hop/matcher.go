@@ -172,6 +172,10 @@ type Matcher struct {
 	// worth. records likewise holds the memory of emitted records.
 	free    []*group
 	records []*recordMem
+	dones   [][]*recordMem
+	// The tuple looked up last, and its groups (segmentsOf).
+	lastT    tuple
+	lastSegs *segments
 	// The wall clock as clocks last read it, and the interfaces named
 	// since ifacesAt.
 	clockAt, ifacesAt uint64
@@ -295,7 +299,7 @@ func (m *Matcher) stamp(s *Stamp, now uint64, done []*recordMem) []*recordMem {
 	m.stats.Stamps++
 	t := tupleOf(&s.Key)
 	lo, hi := seqRange(s)
-	segs := m.groups[t]
+	segs := m.segmentsOf(t)
 	var g *group
 	if segs != nil {
 		g = segs.find(lo, hi, func(c *group) bool {
@@ -318,7 +322,7 @@ func (m *Matcher) stamp(s *Stamp, now uint64, done []*recordMem) []*recordMem {
 		}
 	} else {
 		done = m.makeRoom(now, done)
-		if segs = m.groups[t]; segs == nil {
+		if segs = m.segmentsOf(t); segs == nil {
 			// makeRoom may have taken the tuple's last group.
 			segs = &segments{}
 			m.groups[t] = segs
@@ -392,7 +396,7 @@ func (m *Matcher) context(c *Context, now uint64, done []*recordMem) []*recordMe
 
 // groupOf is the group of t whose bytes start at seq or hold it.
 func (m *Matcher) groupOf(t tuple, seq uint32) *group {
-	segs := m.groups[t]
+	segs := m.segmentsOf(t)
 	if segs == nil {
 		return nil
 	}
@@ -422,11 +426,39 @@ func (m *Matcher) dropWaiting(t tuple, i int) {
 }
 
 func (m *Matcher) dropGroup(g *group) {
-	segs := m.groups[g.t]
+	segs := m.segmentsOf(g.t)
 	segs.remove(g)
 	if len(segs.gs) == 0 {
 		delete(m.groups, g.t)
+		if m.lastSegs == segs {
+			m.lastSegs = nil
+		}
 	}
+}
+
+// segmentsOf is the groups of t (nil: none). The tuple asked last is
+// remembered: a request's stamps at a node's hooks come one after the
+// other, and each lookup hashed the 40-byte tuple. m.mu is held.
+func (m *Matcher) segmentsOf(t tuple) *segments {
+	if m.lastSegs != nil && m.lastT == t {
+		return m.lastSegs
+	}
+	segs := m.groups[t]
+	if segs != nil {
+		m.lastT, m.lastSegs = t, segs
+	}
+	return segs
+}
+
+// takeDone is a slice for the records a call finishes, from the ones
+// emit gave back. m.mu is held.
+func (m *Matcher) takeDone() []*recordMem {
+	if n := len(m.dones); n > 0 {
+		d := m.dones[n-1]
+		m.dones = m.dones[:n-1]
+		return d
+	}
+	return nil
 }
 
 // makeRoom finishes the oldest entry when the table is full.
@@ -476,6 +508,9 @@ func (m *Matcher) finish(e *entry, now uint64, done []*recordMem, evicted bool) 
 		m.stats.Requests++
 	} else {
 		m.stats.Sampled++
+	}
+	if done == nil {
+		done = m.takeDone()
 	}
 	return append(done, mem)
 }
@@ -612,6 +647,10 @@ func (m *Matcher) emit(done []*recordMem) {
 		}
 		*mem = recordMem{}
 		m.records = append(m.records, mem)
+	}
+	if len(m.dones) < 4 {
+		clear(done)
+		m.dones = append(m.dones, done[:0])
 	}
 	m.mu.Unlock()
 }
