@@ -35,7 +35,13 @@ func (s *segments) search(seq uint32) int {
 // those, the one starting last, the newest of those starting at the same
 // byte (a retransmission's group is newer than the original's).
 func (s *segments) find(lo, hi uint32, ok func(*group) bool) *group {
-	for i := s.search(hi) - 1; i >= 0; i-- {
+	// Mostly the newest segment is the one: no search when it starts
+	// before hi (then every group does).
+	i := len(s.gs)
+	if i > 0 && !seqLess(s.gs[i-1].lo, hi) {
+		i = s.search(hi)
+	}
+	for i--; i >= 0; i-- {
 		if !seqLess(lo, s.gs[i].lo+s.maxLen) {
 			break
 		}
