@@ -440,7 +440,9 @@ func (m *Matcher) dropGroup(g *group) {
 // remembered: a request's stamps at a node's hooks come one after the
 // other, and each lookup hashed the 40-byte tuple. m.mu is held.
 func (m *Matcher) segmentsOf(t tuple) *segments {
-	if m.lastSegs != nil && m.lastT == t {
+	// The ports first: they tell most tuples apart without comparing
+	// the addresses' 32 bytes.
+	if m.lastSegs != nil && m.lastT.sport == t.sport && m.lastT.dport == t.dport && m.lastT == t {
 		return m.lastSegs
 	}
 	segs := m.groups[t]
