@@ -141,13 +141,22 @@ struct {
 
 struct latency_seen {
 	__u64 hash; /* trace_scratch.seg_hash; 0: empty */
+	/* The segment itself, compared whole: a hash alone could be made to
+	 * collide by a local user, and hand one connection's verdict (its
+	 * trace id) to another's request. */
+	__u8 addrs[32]; /* source and destination address, as in the flow key */
+	__u16 sport;
+	__u16 dport;
+	__u32 seq;
+	__u32 len;
+	__u8 proto;
 	__u8 outcome;
 	__u8 malformed;
 	__u8 source;
 	__u8 flags;
+	__u8 pad[3];
 	__u8 trace_id[16];
 	__u8 span_id[8];
-	__u8 pad[4];
 };
 
 struct {
@@ -424,21 +433,39 @@ static __always_inline void latency_scan_abandon(const struct flow_key *key, str
 	s->stored = 1;
 }
 
+/* latency_seen_same tells whether seen is the verdict on the segment s
+ * and key describe: its 5-tuple, sequence number and length. */
+static __always_inline int latency_seen_same(const struct latency_seen *seen, const struct trace_scratch *s,
+					     const struct flow_key *key)
+{
+	__u64 diff = 0, a, b;
+
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		/* memcpy: the key is only 4-byte aligned. */
+		__builtin_memcpy(&a, &seen->addrs[i * 8], 8);
+		__builtin_memcpy(&b, &key->src_addr[i * 8], 8);
+		diff |= a ^ b;
+	}
+	return !diff && seen->sport == key->src_port && seen->dport == key->dst_port && seen->proto == key->proto &&
+	       seen->seq == s->seq && seen->len == s->seg_len;
+}
+
 /* latency_seen_get takes the verdict on the request's first segment that
  * a hook before this one reached on this CPU, if any: returns 1 when it
  * did, and the scan is done. Global functions, these two: inline, their
  * lookups' stack went into latency_scan's frame, which the scan's chain of
  * calls shares. */
-__noinline int latency_seen_get(struct trace_scratch *s)
+__noinline int latency_seen_get(struct trace_scratch *s, const struct flow_key *key)
 {
 	__u32 idx;
 	struct latency_seen *seen;
 
-	if (!s || !s->seg_hash)
+	if (!s || !key || !s->seg_hash)
 		return 0;
 	idx = s->seg_hash & (LATENCY_SEEN - 1);
 	seen = bpf_map_lookup_elem(&latency_seen, &idx);
-	if (!seen || seen->hash != s->seg_hash)
+	if (!seen || seen->hash != s->seg_hash || !latency_seen_same(seen, s, key))
 		return 0;
 	s->outcome = seen->outcome;
 	s->malformed = seen->malformed;
@@ -452,18 +479,25 @@ __noinline int latency_seen_get(struct trace_scratch *s)
 
 /* latency_seen_put keeps the verdict on a request's first segment for the
  * hooks after this one, when it ends the scan. */
-__noinline int latency_seen_put(const struct trace_scratch *s)
+__noinline int latency_seen_put(const struct trace_scratch *s, const struct flow_key *key)
 {
 	__u32 idx;
 	struct latency_seen *seen;
 
-	if (!s || !s->seg_hash || (s->outcome != TRACE_FOUND && s->outcome != TRACE_END && s->outcome != TRACE_NOT_HTTP))
+	if (!s || !key || !s->seg_hash ||
+	    (s->outcome != TRACE_FOUND && s->outcome != TRACE_END && s->outcome != TRACE_NOT_HTTP))
 		return 0;
 	idx = s->seg_hash & (LATENCY_SEEN - 1);
 	seen = bpf_map_lookup_elem(&latency_seen, &idx);
 	if (!seen)
 		return 0;
 	seen->hash = s->seg_hash;
+	__builtin_memcpy(seen->addrs, key->src_addr, sizeof(seen->addrs));
+	seen->sport = key->src_port;
+	seen->dport = key->dst_port;
+	seen->proto = key->proto;
+	seen->seq = s->seq;
+	seen->len = s->seg_len;
 	seen->outcome = s->outcome;
 	seen->malformed = s->malformed;
 	seen->source = s->scan.source;
@@ -496,9 +530,9 @@ __noinline int latency_scan(struct __sk_buff *skb, const struct flow_key *key)
 	s->len = s->limited ? left : s->seg_len;
 	s->outcome = TRACE_GO_ON;
 	s->malformed = 0;
-	if (!latency_seen_get(s)) {
+	if (!latency_seen_get(s, key)) {
 		trace_scan_buffer(skb, s);
-		latency_seen_put(s);
+		latency_seen_put(s, key);
 	}
 	s->scan.scanned += s->len;
 	if (s->malformed)

@@ -441,13 +441,20 @@ type loupeLatencyEvent struct {
 type loupeLatencySeen struct {
 	_         structs.HostLayout
 	Hash      uint64
+	Addrs     [32]uint8
+	Sport     uint16
+	Dport     uint16
+	Seq       uint32
+	Len       uint32
+	Proto     uint8
 	Outcome   uint8
 	Malformed uint8
 	Source    uint8
 	Flags     uint8
+	Pad       [3]uint8
 	TraceId   [16]uint8
 	SpanId    [8]uint8
-	Pad       [4]uint8
+	_         [4]byte
 }
 
 type loupeRule struct {
