@@ -147,6 +147,7 @@ func TestGSOSegmentsAndWireBytes(t *testing.T) {
 // wire bytes, not as one wire packet.
 func TestDivertedGSOPacketKeepsItsSegments(t *testing.T) {
 	testutil.RequirePrivileged(t)
+	onOneCPU(t) // a per-CPU table's budget is each CPU's
 	for _, tables := range []TableKind{PerCPU, Shared} {
 		t.Run(tables.String(), func(t *testing.T) {
 			dp := loadForTest(t, Options{FlowBudget: 1, Tables: tables, RingBufSize: 1 << 16})

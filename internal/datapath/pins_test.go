@@ -312,6 +312,7 @@ func TestRetiredSetOfAnotherStructLayout(t *testing.T) {
 // the store already holds.
 func TestRingHoldsUntilReleased(t *testing.T) {
 	testutil.RequirePrivileged(t)
+	onOneCPU(t) // a per-CPU table's budget is each CPU's
 	dp := loadForTest(t, Options{FlowBudget: 1, Tables: PerCPU, RingBufSize: 1 << 16})
 	for i := range 4 { // the first flow takes the table, three are diverted
 		runProg(t, dp, flow.Ingress, udpFrame(t, uint16(4000+i), 10))

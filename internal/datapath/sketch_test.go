@@ -374,6 +374,7 @@ func TestSketchEveryCapability(t *testing.T) {
 // details).
 func TestSketchOffDiverts(t *testing.T) {
 	testutil.RequirePrivileged(t)
+	onOneCPU(t) // a per-CPU table's budget is each CPU's
 	dp := loadForTest(t, Options{FlowBudget: 1, RingBufSize: 1 << 16})
 	if _, ok := dp.SketchParams(); ok {
 		t.Fatal("sketch mode on without a budget")
