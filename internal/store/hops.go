@@ -48,8 +48,9 @@ import (
 const (
 	hopMagic = "LOUPEHOP"
 	// hopVersion is what the writer writes: records in binary. Version 1
-	// files (records in JSON, a third more CPU to write and three times
-	// the bytes) are read as well.
+	// files are read as well: records in JSON, about 3.5 times the bytes
+	// (a three-hop record: 788 against 217), and in BenchmarkPipeline 4.4
+	// µs a request against 3.0 to match and store.
 	hopVersion     = 2
 	hopVersionJSON = 1
 	hopHeaderSize  = 16
