@@ -139,19 +139,6 @@ struct {
 	__type(value, __u32); /* Value: the capture_config slot in force */
 } capture_config_sel SEC(".maps");
 
-/* The global trigger rate: triggers in the current second. Shared by every
- * CPU (atomics), but touched only when a trigger fires. */
-struct capture_rate {
-	__u64 second;
-	__u64 count;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct capture_rate);
-} capture_rates SEC(".maps");
 
 /* A trace started. 88 bytes. */
 struct capture_event {
@@ -236,12 +223,12 @@ static __always_inline int capture_rule_for(const struct capture_config *cfg, __
 static __always_inline int capture_rate_ok(const struct capture_config *cfg, __u64 now)
 {
 	__u32 zero = 0;
-	struct capture_rate *r;
+	struct capture_shared *r;
 	__u64 sec = now / 1000000000ULL;
 
 	if (!cfg->max_triggers_per_sec)
 		return 1;
-	r = bpf_map_lookup_elem(&capture_rates, &zero);
+	r = bpf_map_lookup_elem(&capture_shared, &zero);
 	if (!r)
 		return 1;
 	if (r->second != sec) {
@@ -490,27 +477,27 @@ static __always_inline struct conn_state *capture_conn(const struct capture_conf
 }
 
 /* capture_http_add counts one request or response of the server at addr,
- * port in the HTTP metrics, with its latency (0: none). */
-static __always_inline void capture_http_add(const __u8 *addr, __u16 port, __u8 class, __u64 latency)
+ * port, the connection's end end, in the HTTP metrics, with its latency (0:
+ * none). */
+static __always_inline void capture_http_add(struct conn_state *cs, __u32 end, const __u8 *addr, __u16 port,
+					     __u8 class, __u64 latency)
 {
-	struct http_stats_key k = {.port = port, .class = class};
 	struct http_stats *st;
+	__u32 id, idx;
 
-	__builtin_memcpy(k.addr, addr, 16);
-	st = bpf_map_lookup_elem(&capture_http, &k);
-	if (!st) {
-		bpf_map_update_elem(&capture_http, &k, &capture_http_zero, BPF_NOEXIST);
-		st = bpf_map_lookup_elem(&capture_http, &k);
+	end &= 1;
+	id = cs->http_server[end];
+	if (!id) {
+		id = http_server_number(addr, port) + 1;
+		cs->http_server[end] = id;
 	}
-	if (!st) {
-		/* The series cap: fold into "other". */
-		__builtin_memset(k.addr, 0, sizeof(k.addr));
-		k.port = 0;
-		st = bpf_map_lookup_elem(&capture_http, &k);
+	id--;
+	if (id == 0)
 		capture_count(CAPTURE_HTTP_FOLDED, 1);
-		if (!st)
-			return;
-	}
+	idx = id * HTTP_CLASSES + class;
+	st = bpf_map_lookup_elem(&capture_http, &idx);
+	if (!st)
+		return;
 	st->count++;
 	if (latency) {
 		st->latency_count++;
@@ -548,6 +535,7 @@ __noinline int capture_http_head(struct __sk_buff *skb, const struct flow_key *k
 	win = bpf_map_lookup_elem(&capture_window, &zero);
 	if (!win)
 		return role;
+	win->now = 0;
 	if (n > SCAN_WINDOW)
 		n = SCAN_WINDOW;
 	/* Hide what the compiler knows of n, or it drops the test below,
@@ -564,18 +552,22 @@ __noinline int capture_http_head(struct __sk_buff *skb, const struct flow_key *k
 
 		role = ROLE_SERVER;
 		if (sent) {
-			latency = bpf_ktime_get_ns() - sent;
+			win->now = bpf_ktime_get_ns();
+			latency = win->now - sent;
 			cs->req_time[side ^ 1] = 0;
 		}
 		capture_count(CAPTURE_HTTP_RESPONSES, 1);
-		capture_http_add(key->src_addr, key->src_port, status / 100, latency);
+		capture_http_add(cs, side, key->src_addr, key->src_port, status / 100, latency);
 	} else if (n >= HTTP_STATUS_LEN && http_is_request(b)) {
 		if (role != ROLE_SERVER)
 			role = ROLE_CLIENT;
+		/* Read for every request: the segment is kept (keep_packet),
+		 * stamped with it. */
+		win->now = bpf_ktime_get_ns();
 		if (!cs->req_time[side])
-			cs->req_time[side] = bpf_ktime_get_ns();
+			cs->req_time[side] = win->now;
 		capture_count(CAPTURE_HTTP_REQUESTS, 1);
-		capture_http_add(key->dst_addr, key->dst_port, HTTP_CLASS_REQUEST, 0);
+		capture_http_add(cs, side ^ 1, key->dst_addr, key->dst_port, HTTP_CLASS_REQUEST, 0);
 	} else if (role == ROLE_UNKNOWN) {
 		role = ROLE_OPAQUE;
 	}
@@ -697,7 +689,8 @@ __noinline int capture_observe(struct __sk_buff *skb, const struct pkt *p, const
 	if (!http_keep_tail(skb, p->off.payload, len, p->tcp_seq, &cs->tail[dir & 1]))
 		return ret;
 keep:
-	if (keep_packet(skb, key->direction, dir, cfg->snaplen, cs))
+	win = bpf_map_lookup_elem(&capture_window, &zero);
+	if (keep_packet(skb, key->direction, dir, cfg->snaplen, cs, win ? win->now : 0))
 		capture_count(CAPTURE_KEPT_FAILED, 1);
 	else if (keep_slots_per_cpu && keep_packets)
 		capture_count(CAPTURE_KEPT, 1);

@@ -79,6 +79,9 @@ struct conn_state {
 	struct http_tail tail[2];
 	struct keep_ref kept[2][KEEP_MAX];
 	__u64 req_time[2]; /* [side]: its oldest request with no response yet (HTTP metrics) */
+	/* [side]: the HTTP metrics' number of the server at that end, plus
+	 * one (0: not looked up yet). */
+	__u32 http_server[2];
 };
 
 static __always_inline __u8 conn_role(const struct conn_state *cs, __u32 side)

@@ -91,9 +91,10 @@ struct {
 /* keep_packet copies the packet into this CPU's next slot and makes it the
  * newest kept packet of the connection's side: keep_snap bytes of it, or
  * snaplen when less (the snap length in force, as for every captured
- * packet; 0: no limit). Returns 0, or 1 when it could not. */
+ * packet; 0: no limit), stamped now (0: read the clock). Returns 0, or 1
+ * when it could not. */
 static __always_inline int keep_packet(struct __sk_buff *skb, __u8 direction, __u8 side, __u32 snaplen,
-				       struct conn_state *cs)
+				       struct conn_state *cs, __u64 now)
 {
 	__u8 *next = &cs->keep_next[side & 1];
 
@@ -124,7 +125,7 @@ static __always_inline int keep_packet(struct __sk_buff *skb, __u8 direction, __
 	if (gen == 0)
 		gen = 1;
 	ks->gen = gen;
-	ks->hdr.time = bpf_ktime_get_ns();
+	ks->hdr.time = now ? now : bpf_ktime_get_ns();
 	ks->hdr.ifindex = skb->ifindex;
 	ks->hdr.len = skb->len;
 	ks->hdr.caplen = n;

@@ -34,8 +34,10 @@ type CaptureSizes struct {
 	// KeepSnap is the number of bytes kept of each packet (at most
 	// MaxKeepSnap).
 	KeepSnap int
-	// HTTPSeries caps the HTTP metrics' entries (server and class), six
-	// of them "other", where servers past the cap are counted.
+	// HTTPSeries caps the HTTP metrics' entries (server and class): six
+	// a server (requests and five status classes), six of them "other",
+	// where servers past the cap are counted. HTTPSeries/6 servers in
+	// all, "other" included.
 	HTTPSeries int
 }
 
@@ -94,10 +96,13 @@ func sizeCapture(spec *ebpf.CollectionSpec, s CaptureSizes, ncpu int) error {
 		slots = roundPow2(s.KeepSlotsPerCPU)
 	}
 	spec.Maps[loupeMapCaptureConns].MaxEntries = uint32(s.Connections)
-	spec.Maps[loupeMapCaptureHttp].MaxEntries = uint32(s.HTTPSeries)
+	servers := httpServers(s.HTTPSeries)
+	spec.Maps[loupeMapCaptureHttp].MaxEntries = uint32(servers * httpClasses)
+	spec.Maps[loupeMapCaptureHttpServers].MaxEntries = uint32(servers - 1) // "other" has no entry
 	spec.Maps[loupeMapCaptureKeep].MaxEntries = uint32(max(1, slots*ncpu))
 	for name, v := range map[string]uint32{
 		loupeVarKeepPackets: uint32(s.KeepPackets), loupeVarKeepSlotsPerCpu: uint32(slots), loupeVarKeepSnap: uint32(s.KeepSnap),
+		loupeVarCfgHttpServers: uint32(servers),
 	} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return fmt.Errorf("set %s: %w", name, err)

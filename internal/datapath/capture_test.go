@@ -81,6 +81,48 @@ func captureCounterMap(t *testing.T, dp *Datapath) map[string]uint64 {
 	return m
 }
 
+// TestTriggerFindsStatusLineAtEveryOffset puts one status line at each
+// offset of a 1 200-byte payload, across the scan's windows and the words
+// it tests four at a time, in a body of bytes with no 'H' and in one of
+// 'H's only (every word a candidate): each fires exactly once, at its own
+// sequence number.
+func TestTriggerFindsStatusLineAtEveryOffset(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	const size, line = 1200, "HTTP/1.1 503 Service Unavailable"
+	dp := loadForTest(t, Options{FlowBudget: 64, RingBufSize: 1 << 16, Capabilities: []string{"capture"}})
+	setStatusRule(t, dp, 500, 599)
+	r, err := dp.OpenCaptureEvents()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	lines := uint64(0)
+	for fi, fill := range []byte{'x', 'H'} {
+		port := func(at int) uint16 { return uint16(10000 + fi*size + at) }
+		for at := 0; at <= size-len(line); at++ {
+			payload := bytes.Repeat([]byte{fill}, size)
+			copy(payload[at:], line)
+			runProg(t, dp, flow.Ingress, tcpSegTo(t, "", port(at), 1000, payload))
+			lines++
+		}
+		got := captureEvents(t, r)
+		seen := map[uint16]bool{}
+		for _, ev := range got {
+			at := int(ev.Key.DstPort) - int(port(0))
+			if ev.Status != 503 || ev.Seq != uint32(1000+at) || seen[ev.Key.DstPort] {
+				t.Errorf("fill %q: event %+v: want one 503 at seq %d", fill, ev, 1000+at)
+			}
+			seen[ev.Key.DstPort] = true
+		}
+		if want := size - len(line) + 1; len(seen) != want {
+			t.Errorf("fill %q: %d status lines found, want %d", fill, len(seen), want)
+		}
+	}
+	if c := captureCounterMap(t, dp); c["status_lines"] != lines || c["triggers"] != lines {
+		t.Errorf("counters %v: want %d status lines and triggers", c, lines)
+	}
+}
+
 // TestTriggerFindsStatusLines runs the capture trigger on crafted segments:
 // a status line at the start of the payload, after a pipelined response,
 // split over two segments, deep in a 9 000-byte payload (many scan

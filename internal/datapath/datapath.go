@@ -331,10 +331,6 @@ func Load(opts Options) (*Datapath, error) {
 		}
 		d.slotBuf = newSlotBuf(ncpu)
 	}
-	if err := d.initHTTPOther(); err != nil {
-		d.Close()
-		return nil, err
-	}
 	if d.grace, err = newGrace(d.log); err != nil {
 		d.Close()
 		return nil, err

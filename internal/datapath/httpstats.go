@@ -2,9 +2,9 @@ package datapath
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
-
-	"github.com/cilium/ebpf"
+	"slices"
 )
 
 // HTTP metrics of the connections the capture follows (bpf/capture/
@@ -33,44 +33,53 @@ type HTTPStat struct {
 	Hist         [HTTPLatencyBuckets]uint64
 }
 
-// initHTTPOther creates the "other" entries the kernel folds into once the
-// table is full, so that they always exist.
-func (d *Datapath) initHTTPOther() error {
-	per := make([]loupeHttpStats, d.ncpu)
-	for class := uint8(0); class <= 5; class++ {
-		k := loupeHttpStatsKey{Class: class}
-		if err := d.objs.CaptureHttp.Update(&k, per, ebpf.UpdateNoExist); err != nil {
-			return fmt.Errorf("create the HTTP metrics' \"other\" entries: %w", err)
-		}
-	}
-	return nil
-}
+// httpClasses is the number of a server's entries: requests, and
+// responses of each status class (HTTP_CLASSES).
+const httpClasses = 6
 
-// HTTPStats reads the HTTP metrics, summed over the CPUs.
+// httpServers is the number of servers HTTP metrics of series entries
+// hold, "other" included.
+func httpServers(series int) int { return max(2, series/httpClasses) }
+
+// HTTPStats reads the HTTP metrics, summed over the CPUs: every class of
+// every server that counted one, and every class of "other", counted or
+// not, as the series of the metrics always hold it.
 func (d *Datapath) HTTPStats() ([]HTTPStat, error) {
+	servers := map[uint32]HTTPServer{0: {}}
 	var (
-		k   loupeHttpStatsKey
-		per []loupeHttpStats
-		out []HTTPStat
+		k  loupeHttpStatsKey
+		id uint32
 	)
-	it := d.objs.CaptureHttp.Iterate()
-	for it.Next(&k, &per) {
-		s := HTTPStat{Class: k.Class, Server: HTTPServer{Port: k.Port}}
-		if k.Port != 0 || k.Addr != [16]byte{} {
-			s.Server.Addr = netip.AddrFrom16(k.Addr).Unmap()
-		}
-		for _, v := range per {
-			s.Count += v.Count
-			s.LatencyCount += v.LatencyCount
-			s.LatencySum += v.LatencyNs
-			for i, n := range v.Hist {
-				s.Hist[i] += n
-			}
-		}
-		out = append(out, s)
+	it := d.objs.CaptureHttpServers.Iterate()
+	for it.Next(&k, &id) {
+		servers[id] = HTTPServer{Addr: netip.AddrFrom16(k.Addr).Unmap(), Port: k.Port}
 	}
 	if err := it.Err(); err != nil {
-		return out, fmt.Errorf("read HTTP metrics: %w", err)
+		return nil, fmt.Errorf("read HTTP metrics' servers: %w", err)
+	}
+	ids := slices.Sorted(maps.Keys(servers))
+	var (
+		out []HTTPStat
+		per []loupeHttpStats
+	)
+	for _, id := range ids {
+		for class := range uint32(httpClasses) {
+			if err := d.objs.CaptureHttp.Lookup(id*httpClasses+class, &per); err != nil {
+				return out, fmt.Errorf("read HTTP metrics of server %d: %w", id, err)
+			}
+			s := HTTPStat{Class: uint8(class), Server: servers[id]}
+			for _, v := range per {
+				s.Count += v.Count
+				s.LatencyCount += v.LatencyCount
+				s.LatencySum += v.LatencyNs
+				for i, n := range v.Hist {
+					s.Hist[i] += n
+				}
+			}
+			if s.Count > 0 || id == 0 {
+				out = append(out, s)
+			}
+		}
 	}
 	return out, nil
 }

@@ -13,10 +13,10 @@ import (
 // latencies for the responses whose request was seen; a response with no
 // request before it counts without a latency; a request pipelined behind
 // another in one segment counts once; past the series cap, servers fold
-// into "other", counted.
+// into "other", counted, and a connection keeps its server's number.
 func TestHTTPStats(t *testing.T) {
 	testutil.RequirePrivileged(t)
-	dp, _, _ := openCapture(t, CaptureSizes{Connections: 64, KeepPackets: 4, KeepSlotsPerCPU: 16, KeepSnap: MaxKeepSnap, HTTPSeries: 16},
+	dp, _, _ := openCapture(t, CaptureSizes{Connections: 64, KeepPackets: 4, KeepSlotsPerCPU: 16, KeepSnap: MaxKeepSnap, HTTPSeries: 24},
 		CaptureConfig{Rules: []Rule{{Kind: RuleHTTPStatus, StatusLo: 500, StatusHi: 599, Sample: 1}}})
 	run := func(c capConn, toServer bool, payload string) {
 		dir := flow.Ingress
@@ -60,26 +60,39 @@ func TestHTTPStats(t *testing.T) {
 		t.Errorf("stats %+v: want 2 requests, 2 2xx (1 with latency), 1 5xx with latency", got)
 	}
 
-	// 16 entries, 6 of them "other": 10 more fit, the next servers fold.
+	// 24 entries: four servers of six, "other" and a among them; two more
+	// fit, the next ten fold, on every response.
 	for i := 0; i < 12; i++ {
 		c := capConn{port: 42000, server: netip.AddrFrom4([4]byte{10, 9, 0, byte(i)})}
 		run(c, false, ok) // each its own server
+		run(c, false, ok) // the connection's number, kept
 	}
 	stats, err = dp.HTTPStats()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var other uint64
+	var other, others uint64
+	entries := 0
 	for _, s := range stats {
-		if s.Server == (HTTPServer{}) && s.Class == 2 {
-			other = s.Count
+		switch {
+		case s.Server == (HTTPServer{}):
+			if s.Class == 2 {
+				other = s.Count
+			}
+			others++
+		case s.Server.Addr.Is4() && s.Server.Addr.As4()[1] == 9:
+			if s.Class != 2 || s.Count != 2 {
+				t.Errorf("server %+v: want two 2xx", s)
+			}
+			entries++
 		}
 	}
 	c := captureCounterMap(t, dp)
-	if len(stats) != 16 || c["http_folded"] == 0 || other != c["http_folded"] {
-		t.Errorf("%d entries, %d folded, other 2xx %d: want 16 entries and the folded counted in other", len(stats), c["http_folded"], other)
+	if entries != 2 || others != 6 || other != 20 || c["http_folded"] != 20 {
+		t.Errorf("%d servers numbered, %d entries of other, other 2xx %d, %d folded: want 2 numbered, 6, 20 and 20",
+			entries, others, other, c["http_folded"])
 	}
-	if c["http_requests"] != 2 || c["http_responses"] != 3+12 {
+	if c["http_requests"] != 2 || c["http_responses"] != 3+24 {
 		t.Errorf("counters %v", c)
 	}
 }

@@ -103,12 +103,6 @@ type loupeCapturePkt struct {
 	VlanTci   uint16
 }
 
-type loupeCaptureRate struct {
-	_      structs.HostLayout
-	Second uint64
-	Count  uint64
-}
-
 type loupeCaptureRule struct {
 	_          structs.HostLayout
 	StatusLo   uint16
@@ -120,6 +114,14 @@ type loupeCaptureRule struct {
 	MaxSeconds uint32
 	_          [4]byte
 	MaxBytes   uint64
+}
+
+type loupeCaptureShared struct {
+	_           structs.HostLayout
+	Second      uint64
+	Count       uint64
+	HttpServers uint32
+	Pad         uint32
 }
 
 type loupeConnKey struct {
@@ -158,7 +160,8 @@ type loupeConnState struct {
 		Slot uint32
 		Gen  uint32
 	}
-	ReqTime [2]uint64
+	ReqTime    [2]uint64
+	HttpServer [2]uint32
 }
 
 type loupeCounter uint32
@@ -387,7 +390,8 @@ type loupeHttpWindow struct {
 		LoadError uint16
 		Head      uint16
 	}
-	_ [4]byte
+	_   [4]byte
+	Now uint64
 }
 
 type loupeKeepSlot struct {
@@ -676,10 +680,11 @@ const (
 	loupeMapCaptureFilterProgs     = "capture_filter_progs"
 	loupeMapCaptureFiltered        = "capture_filtered"
 	loupeMapCaptureHttp            = "capture_http"
+	loupeMapCaptureHttpServers     = "capture_http_servers"
 	loupeMapCaptureKeep            = "capture_keep"
 	loupeMapCaptureKeepCursor      = "capture_keep_cursor"
 	loupeMapCapturePackets         = "capture_packets"
-	loupeMapCaptureRates           = "capture_rates"
+	loupeMapCaptureShared          = "capture_shared"
 	loupeMapCaptureWindow          = "capture_window"
 	loupeMapCounters               = "counters"
 	loupeMapDnsCounters            = "dns_counters"
@@ -737,13 +742,13 @@ const (
 	loupeProgLoupeFlowsIngress     = "loupe_flows_ingress"
 	loupeProgLoupeIngress          = "loupe_ingress"
 	loupeVarCaptureConnZero        = "capture_conn_zero"
-	loupeVarCaptureHttpZero        = "capture_http_zero"
 	loupeVarCfgCapCapture          = "cfg_cap_capture"
 	loupeVarCfgCapDns              = "cfg_cap_dns"
 	loupeVarCfgCapFlows            = "cfg_cap_flows"
 	loupeVarCfgCapHandshake        = "cfg_cap_handshake"
 	loupeVarCfgCapLatency          = "cfg_cap_latency"
 	loupeVarCfgCapRules            = "cfg_cap_rules"
+	loupeVarCfgHttpServers         = "cfg_http_servers"
 	loupeVarCfgOffpath             = "cfg_offpath"
 	loupeVarCfgRulesCache          = "cfg_rules_cache"
 	loupeVarCfgSharedTable         = "cfg_shared_table"
@@ -839,10 +844,11 @@ type loupeMapSpecs struct {
 	CaptureFilterProgs *ebpf.MapSpec `ebpf:"capture_filter_progs"`
 	CaptureFiltered    *ebpf.MapSpec `ebpf:"capture_filtered"`
 	CaptureHttp        *ebpf.MapSpec `ebpf:"capture_http"`
+	CaptureHttpServers *ebpf.MapSpec `ebpf:"capture_http_servers"`
 	CaptureKeep        *ebpf.MapSpec `ebpf:"capture_keep"`
 	CaptureKeepCursor  *ebpf.MapSpec `ebpf:"capture_keep_cursor"`
 	CapturePackets     *ebpf.MapSpec `ebpf:"capture_packets"`
-	CaptureRates       *ebpf.MapSpec `ebpf:"capture_rates"`
+	CaptureShared      *ebpf.MapSpec `ebpf:"capture_shared"`
 	CaptureWindow      *ebpf.MapSpec `ebpf:"capture_window"`
 	Counters           *ebpf.MapSpec `ebpf:"counters"`
 	DnsCounters        *ebpf.MapSpec `ebpf:"dns_counters"`
@@ -902,13 +908,13 @@ type loupeMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type loupeVariableSpecs struct {
 	CaptureConnZero        *ebpf.VariableSpec `ebpf:"capture_conn_zero"`
-	CaptureHttpZero        *ebpf.VariableSpec `ebpf:"capture_http_zero"`
 	CfgCapCapture          *ebpf.VariableSpec `ebpf:"cfg_cap_capture"`
 	CfgCapDns              *ebpf.VariableSpec `ebpf:"cfg_cap_dns"`
 	CfgCapFlows            *ebpf.VariableSpec `ebpf:"cfg_cap_flows"`
 	CfgCapHandshake        *ebpf.VariableSpec `ebpf:"cfg_cap_handshake"`
 	CfgCapLatency          *ebpf.VariableSpec `ebpf:"cfg_cap_latency"`
 	CfgCapRules            *ebpf.VariableSpec `ebpf:"cfg_cap_rules"`
+	CfgHttpServers         *ebpf.VariableSpec `ebpf:"cfg_http_servers"`
 	CfgOffpath             *ebpf.VariableSpec `ebpf:"cfg_offpath"`
 	CfgRulesCache          *ebpf.VariableSpec `ebpf:"cfg_rules_cache"`
 	CfgSharedTable         *ebpf.VariableSpec `ebpf:"cfg_shared_table"`
@@ -972,10 +978,11 @@ type loupeMaps struct {
 	CaptureFilterProgs *ebpf.Map `ebpf:"capture_filter_progs"`
 	CaptureFiltered    *ebpf.Map `ebpf:"capture_filtered"`
 	CaptureHttp        *ebpf.Map `ebpf:"capture_http"`
+	CaptureHttpServers *ebpf.Map `ebpf:"capture_http_servers"`
 	CaptureKeep        *ebpf.Map `ebpf:"capture_keep"`
 	CaptureKeepCursor  *ebpf.Map `ebpf:"capture_keep_cursor"`
 	CapturePackets     *ebpf.Map `ebpf:"capture_packets"`
-	CaptureRates       *ebpf.Map `ebpf:"capture_rates"`
+	CaptureShared      *ebpf.Map `ebpf:"capture_shared"`
 	CaptureWindow      *ebpf.Map `ebpf:"capture_window"`
 	Counters           *ebpf.Map `ebpf:"counters"`
 	DnsCounters        *ebpf.Map `ebpf:"dns_counters"`
@@ -1041,10 +1048,11 @@ func (m *loupeMaps) Close() error {
 		m.CaptureFilterProgs,
 		m.CaptureFiltered,
 		m.CaptureHttp,
+		m.CaptureHttpServers,
 		m.CaptureKeep,
 		m.CaptureKeepCursor,
 		m.CapturePackets,
-		m.CaptureRates,
+		m.CaptureShared,
 		m.CaptureWindow,
 		m.Counters,
 		m.DnsCounters,
@@ -1105,13 +1113,13 @@ func (m *loupeMaps) Close() error {
 // It can be passed to loadLoupeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type loupeVariables struct {
 	CaptureConnZero        *ebpf.Variable `ebpf:"capture_conn_zero"`
-	CaptureHttpZero        *ebpf.Variable `ebpf:"capture_http_zero"`
 	CfgCapCapture          *ebpf.Variable `ebpf:"cfg_cap_capture"`
 	CfgCapDns              *ebpf.Variable `ebpf:"cfg_cap_dns"`
 	CfgCapFlows            *ebpf.Variable `ebpf:"cfg_cap_flows"`
 	CfgCapHandshake        *ebpf.Variable `ebpf:"cfg_cap_handshake"`
 	CfgCapLatency          *ebpf.Variable `ebpf:"cfg_cap_latency"`
 	CfgCapRules            *ebpf.Variable `ebpf:"cfg_cap_rules"`
+	CfgHttpServers         *ebpf.Variable `ebpf:"cfg_http_servers"`
 	CfgOffpath             *ebpf.Variable `ebpf:"cfg_offpath"`
 	CfgRulesCache          *ebpf.Variable `ebpf:"cfg_rules_cache"`
 	CfgSharedTable         *ebpf.Variable `ebpf:"cfg_shared_table"`

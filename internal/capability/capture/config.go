@@ -30,7 +30,7 @@ type Config struct {
 	KeepSlots         int           `yaml:"keep_slots_per_cpu" env:"LOUPE_CAPTURE_KEEP_SLOTS_PER_CPU" flag:"capture-keep-slots" help:"packets each CPU's part of the keep ring holds (2 KiB each), rounded up to a power of two, 16..65536"`
 	IdleTimeout       time.Duration `yaml:"idle_timeout" env:"LOUPE_CAPTURE_IDLE_TIMEOUT" flag:"capture-idle-timeout" help:"a connection idle this long is followed afresh"`
 	MaxAge            time.Duration `yaml:"max_connection_age" env:"LOUPE_CAPTURE_MAX_CONNECTION_AGE" flag:"capture-max-connection-age" help:"a connection followed this long is followed afresh"`
-	HTTPMaxSeries     int           `yaml:"http_max_series" env:"LOUPE_CAPTURE_HTTP_MAX_SERIES" flag:"capture-http-max-series" help:"HTTP metrics: entries (server and request or status class) kept, 16..1048576; past it, new servers count under server=\"other\""`
+	HTTPMaxSeries     int           `yaml:"http_max_series" env:"LOUPE_CAPTURE_HTTP_MAX_SERIES" flag:"capture-http-max-series" help:"HTTP metrics: entries (server and request or status class) kept, six a server, 16..1048576; past it, new servers count under server=\"other\""`
 	BufferSize        uint64        `yaml:"buffer_size" env:"LOUPE_CAPTURE_BUFFER_SIZE" flag:"capture-buffer-size" arg:"size" help:"kernel buffer size of captured packets per CPU; a reader too slow for it loses packets, counted"`
 
 	FileMaxSize uint64        `yaml:"file_max_size" env:"LOUPE_CAPTURE_FILE_MAX_SIZE" flag:"capture-file-max-size" arg:"size" help:"start a new pcapng file past this size; 0: no limit"`
