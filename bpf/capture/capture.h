@@ -437,7 +437,12 @@ static __always_inline struct conn_state *capture_conn(const struct capture_conf
 			cs->first_seen = now;
 			capture_count(CAPTURE_CONNS_EXPIRED, 1);
 		}
-		cs->last_seen = now;
+		/* Written only when the coarse clock moved (a tick, 1-10 ms):
+		 * the two directions of a connection run on two CPUs, and a
+		 * store to the entry on every packet moved its line between
+		 * them on every packet. */
+		if (cs->last_seen != now)
+			cs->last_seen = now;
 		return cs;
 	}
 	admit = capture_admit(cfg, ck);
@@ -526,7 +531,7 @@ __noinline int capture_http_head(struct __sk_buff *skb, const struct flow_key *k
 	struct http_window *win;
 	const __u8 *b;
 	__u16 status;
-	__u8 role, scans;
+	__u8 role, scans, roles;
 
 	if (!skb || !key || !cs)
 		return 0;
@@ -574,7 +579,10 @@ __noinline int capture_http_head(struct __sk_buff *skb, const struct flow_key *k
 	scan = role == ROLE_SERVER || (role == ROLE_OPAQUE && scans < OPAQUE_SCANS);
 	if (role == ROLE_OPAQUE && scans < OPAQUE_SCANS)
 		scans++;
-	cs->roles = (cs->roles & ~(3 << (2 * side) | 3 << (4 + 2 * side))) | role << (2 * side) | scans << (4 + 2 * side);
+	roles = (cs->roles & ~(3 << (2 * side) | 3 << (4 + 2 * side))) | role << (2 * side) | scans << (4 + 2 * side);
+	/* Stored only when it changed, as last_seen (capture_conn). */
+	if (cs->roles != roles)
+		cs->roles = roles;
 	return role | scan << 2 | n << 3;
 }
 

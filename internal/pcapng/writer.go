@@ -134,6 +134,10 @@ type Writer struct {
 	hasLast bool
 	written int64 // bytes handed to dst
 	err     error // sticky: the stream is broken after a failed write
+	// valid is the last packet comment found to be valid UTF-8 of at
+	// most maxOptLen bytes: the packets of a trace share one comment
+	// string, and comparing a string with itself costs no scan.
+	valid string
 }
 
 // NewWriter returns a Writer that starts a section on w. Nothing is
@@ -316,7 +320,7 @@ func (w *Writer) epbOptsLen(p *Packet) int {
 		n += optLen(4)
 	}
 	if p.Comment != "" {
-		n += optLen(stringLen(p.Comment))
+		n += optLen(w.commentLen(p.Comment))
 	}
 	if n > 0 {
 		n += 4 // opt_endofopt
@@ -343,7 +347,15 @@ func (w *Writer) appendEPB(id uint32, p *Packet) {
 			w.buf = le.AppendUint16(w.buf, 4)
 			w.buf = le.AppendUint32(w.buf, uint32(p.Direction))
 		}
-		w.appendStringOpt(optComment, p.Comment)
+		if p.Comment != "" && w.commentLen(p.Comment) == len(p.Comment) {
+			// Valid as it is: appendStringOpt's check, made once.
+			opt := len(w.buf)
+			w.buf = le.AppendUint32(w.buf, 0)
+			w.buf = append(w.buf, p.Comment...)
+			w.finishOpt(opt, optComment)
+		} else {
+			w.appendStringOpt(optComment, p.Comment)
+		}
 		w.buf = le.AppendUint32(w.buf, optEndOfOpt)
 	}
 	w.endBlock(start)
@@ -404,6 +416,18 @@ func appendString(dst []byte, s string) []byte {
 		n += size
 	}
 	return dst
+}
+
+// commentLen is stringLen(s), remembering the last valid s.
+func (w *Writer) commentLen(s string) int {
+	if s == w.valid {
+		return len(s)
+	}
+	n := stringLen(s)
+	if n == len(s) { // an invalid byte grows, a cut shrinks: s is valid
+		w.valid = s
+	}
+	return n
 }
 
 // stringLen is len(appendString(nil, s)).

@@ -27,8 +27,11 @@ func (f *follower) stop() { f.once.Do(func() { close(f.done) }) }
 
 // followers are the clients following the capture.
 type followers struct {
-	mu      sync.Mutex
-	set     map[*follower]struct{}
+	mu  sync.Mutex
+	set map[*follower]struct{}
+	// n is len(set), for send to skip the lock when nobody follows, as
+	// at nearly every packet.
+	n       atomic.Int32
 	dropped atomic.Uint64 // over every follower, gone ones included
 	total   atomic.Uint64 // followers ever
 }
@@ -45,6 +48,7 @@ func (fs *followers) add() *follower {
 	f := &follower{ch: make(chan pcapng.Packet, followerQueue), done: make(chan struct{})}
 	fs.mu.Lock()
 	fs.set[f] = struct{}{}
+	fs.n.Store(int32(len(fs.set)))
 	fs.mu.Unlock()
 	fs.total.Add(1)
 	return f
@@ -53,6 +57,7 @@ func (fs *followers) add() *follower {
 func (fs *followers) remove(f *follower) {
 	fs.mu.Lock()
 	delete(fs.set, f)
+	fs.n.Store(int32(len(fs.set)))
 	fs.mu.Unlock()
 	f.stop()
 }
@@ -60,6 +65,9 @@ func (fs *followers) remove(f *follower) {
 // send queues a copy of p for every follower, dropping it for those whose
 // queue is full.
 func (fs *followers) send(p *pcapng.Packet) {
+	if fs.n.Load() == 0 {
+		return
+	}
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	if len(fs.set) == 0 {

@@ -12,19 +12,26 @@ func requestLine(frame []byte) string {
 		return ""
 	}
 	p := frame[off:]
+	// The method first, up to 16 capitals and a space: most payloads are
+	// no request, and their first bytes say so before a search for the
+	// line's end.
+	sp1 := -1
+	for i := 0; i < len(p) && i <= 16; i++ {
+		if p[i] == ' ' {
+			sp1 = i
+			break
+		}
+		if p[i] < 'A' || p[i] > 'Z' {
+			return ""
+		}
+	}
+	if sp1 <= 0 {
+		return ""
+	}
 	if i := bytes.IndexByte(p, '\n'); i >= 0 {
 		p = p[:i]
 	}
 	p = bytes.TrimSuffix(p, []byte("\r"))
-	sp1 := bytes.IndexByte(p, ' ')
-	if sp1 <= 0 || sp1 > 16 {
-		return ""
-	}
-	for _, c := range p[:sp1] {
-		if c < 'A' || c > 'Z' {
-			return ""
-		}
-	}
 	rest := p[sp1+1:]
 	sp2 := bytes.LastIndexByte(rest, ' ')
 	if sp2 <= 0 || !bytes.HasPrefix(rest[sp2+1:], []byte("HTTP/1.")) {

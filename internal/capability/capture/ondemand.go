@@ -112,10 +112,7 @@ func (u *Unit) serveCapture(w http.ResponseWriter, r *http.Request) {
 // count packets, the deadline, the client or the agent ends it.
 func (u *Unit) streamFiltered(r *http.Request, rd *perf.Reader, pw *pcapng.Writer, rc *http.ResponseController,
 	count uint64, deadline time.Time) (n, lost uint64, err error) {
-	var (
-		out     pcapng.Packet
-		vlanBuf []byte
-	)
+	conv := u.newConv()
 	o := &orderedRead{
 		rd: rd, clock: u.clock, log: u.log, end: deadline,
 		maxBytes: onDemandBuffer * runtime.NumCPU(),
@@ -126,8 +123,7 @@ func (u *Unit) streamFiltered(r *http.Request, rd *perf.Reader, pw *pcapng.Write
 			if count > 0 && n >= count {
 				return errEnough
 			}
-			u.toPcapng(p, &out, &vlanBuf)
-			if err := pw.WritePacket(&out); err != nil {
+			if err := pw.WritePacket(conv.pcapng(p)); err != nil {
 				return err
 			}
 			n++

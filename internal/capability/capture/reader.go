@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime"
-	"strings"
+	"strconv"
 	"time"
 
 	"github.com/cilium/ebpf/ringbuf"
@@ -62,23 +62,20 @@ func (u *Unit) readEvents(ctx context.Context) {
 // readPackets writes every captured packet, in time order, until ctx is
 // done, then what the perf buffers still hold.
 func (u *Unit) readPackets(ctx context.Context) error {
-	var (
-		out     pcapng.Packet
-		vlanBuf []byte
-	)
+	conv := u.newConv()
 	var o *orderedRead
 	o = &orderedRead{
 		rd: u.packets, clock: u.clock, log: u.log,
 		maxBytes: int(u.cfg.BufferSize) * runtime.NumCPU(),
 		done:     func() bool { return ctx.Err() != nil },
 		emit: func(p *datapath.CapturedPacket) error {
-			u.toPcapng(p, &out, &vlanBuf)
-			u.write(&out, p.Kept)
+			u.write(conv.pcapng(p), p.Kept)
 			return nil
 		},
 		tick: func() error {
 			u.stats.readerLost.Store(o.lost)
 			u.stats.late.Store(o.late)
+			u.tickFileClock()
 			u.flush()
 			return nil
 		},
@@ -86,19 +83,68 @@ func (u *Unit) readPackets(ctx context.Context) error {
 	err := o.run()
 	u.stats.readerLost.Store(o.lost)
 	u.stats.late.Store(o.late)
+	u.tickFileClock()
 	u.flush()
 	return err
 }
 
-// toPcapng fills out from p; out.Data points into p's record, or into buf
-// when the packet's VLAN tag goes back into the frame.
-func (u *Unit) toPcapng(p *datapath.CapturedPacket, out *pcapng.Packet, buf *[]byte) {
+// wallRefresh is how often, in the packets' own time, a packetConv reads
+// the clocks again to turn monotonic times into wall times: the offset
+// between the two moves only when the wall clock is set or slewed.
+const wallRefresh = 100 * time.Millisecond
+
+// packetConv turns one reader's captured packets into pcapng packets. What
+// it keeps from one packet to the next spares each packet the clock
+// readings and the formatting that were most of the reader's time per
+// packet at high rates (a capture of small packets, section 8 of
+// bench/RESULTS.md): the packets of a trace share their comment but for
+// a request line.
+type packetConv struct {
+	u    *Unit
+	out  pcapng.Packet
+	vlan []byte // the frame with its VLAN tag put back
+	// wallAt is the packet time the offset wallOff (wall minus
+	// monotonic nanoseconds) was read at; 0: never.
+	wallAt  uint64
+	wallOff int64
+	last    traceComment
+	text    []byte
+}
+
+// traceComment is a packet's comment but its request line, and what it is
+// made of.
+type traceComment struct {
+	trace   uint32
+	trigger string
+	status  uint16
+	kept    bool
+	id      string // the trace id as text
+	text    string
+}
+
+func (u *Unit) newConv() *packetConv { return &packetConv{u: u} }
+
+// wall converts a CLOCK_MONOTONIC time of the datapath to Unix nanoseconds,
+// as Unit.monoToWall does, reading the clocks at most every wallRefresh.
+func (c *packetConv) wall(mono uint64) int64 {
+	if c.wallAt == 0 || mono > c.wallAt+uint64(wallRefresh) {
+		c.wallOff = c.u.clock.Now().UnixNano() - int64(c.u.clock.Mono())
+		c.wallAt = max(mono, 1)
+	}
+	return int64(mono) + c.wallOff
+}
+
+// pcapng returns p as a pcapng packet, valid until the next call: its Data
+// points into p's record, or into the converter when the packet's VLAN tag
+// goes back into the frame.
+func (c *packetConv) pcapng(p *datapath.CapturedPacket) *pcapng.Packet {
+	u, out := c.u, &c.out
 	dir := pcapng.Inbound
 	if p.Direction == flow.Egress {
 		dir = pcapng.Outbound
 	}
 	*out = pcapng.Packet{
-		TimeNs:    u.monoToWall(p.Time),
+		TimeNs:    c.wall(p.Time),
 		Ifindex:   p.Ifindex,
 		IfName:    u.ifaceName(p.Ifindex),
 		Direction: dir,
@@ -108,14 +154,14 @@ func (u *Unit) toPcapng(p *datapath.CapturedPacket, out *pcapng.Packet, buf *[]b
 	if p.VLAN != 0 && len(p.Data) >= 12 {
 		// The tag the kernel held apart, back after the MAC addresses,
 		// where the wire (and tcpdump, through libpcap) has it.
-		b := append((*buf)[:0], p.Data[:12]...)
+		b := append(c.vlan[:0], p.Data[:12]...)
 		b = append(b, byte(p.VLAN>>8), byte(p.VLAN), byte(p.VLANTCI>>8), byte(p.VLANTCI))
 		b = append(b, p.Data[12:]...)
-		*buf = b
+		c.vlan = b
 		out.Data, out.OrigLen = b, p.Len+4
 	}
 	if p.Filtered {
-		return
+		return out
 	}
 	// The trigger that held the rule's slot when the packet crossed the
 	// hook; a kept packet crossed it before its trace began, perhaps
@@ -125,22 +171,48 @@ func (u *Unit) toPcapng(p *datapath.CapturedPacket, out *pcapng.Packet, buf *[]b
 	if p.Kept {
 		at = u.clock.Mono()
 	}
-	var c strings.Builder
-	fmt.Fprintf(&c, "trace=%08x trigger=%s", p.TraceID, u.slotName(p.Rule, at))
-	if p.Status != 0 {
-		fmt.Fprintf(&c, " status=%d", p.Status)
-	} else {
-		c.WriteString(" tcp.rst")
-	}
-	if p.Kept {
-		c.WriteString(" kept-before-trigger")
-	}
+	tc := c.comment(p.TraceID, u.slotName(p.Rule, at), p.Status, p.Kept)
+	out.Comment = tc.text
 	if line := requestLine(p.Data); line != "" {
-		c.WriteString(" request=")
-		c.WriteString(line)
-		u.recent.request(fmt.Sprintf("%08x", p.TraceID), line)
+		out.Comment = tc.text + " request=" + line
+		u.recent.request(tc.id, line)
 	}
-	out.Comment = c.String()
+	return out
+}
+
+// comment returns the comment of a trace's packets but the request line,
+// made again only when it differs from the last packet's.
+func (c *packetConv) comment(trace uint32, trigger string, status uint16, kept bool) *traceComment {
+	l := &c.last
+	if l.text != "" && l.trace == trace && l.trigger == trigger && l.status == status && l.kept == kept {
+		return l
+	}
+	b := append(c.text[:0], "trace="...)
+	b = appendHex8(b, trace)
+	id := string(b[len("trace="):])
+	b = append(b, " trigger="...)
+	b = append(b, trigger...)
+	if status != 0 {
+		b = append(b, " status="...)
+		b = strconv.AppendUint(b, uint64(status), 10)
+	} else {
+		b = append(b, " tcp.rst"...)
+	}
+	if kept {
+		b = append(b, " kept-before-trigger"...)
+	}
+	c.text = b
+	*l = traceComment{trace: trace, trigger: trigger, status: status, kept: kept, id: id, text: string(b)}
+	return l
+}
+
+// appendHex8 appends v as eight lowercase hex digits, as %08x.
+func appendHex8(b []byte, v uint32) []byte {
+	const digits = "0123456789abcdef"
+	for i := 28; i >= 0; i -= 4 {
+		b = append(b, digits[v>>uint(i)&0xf])
+	}
+	return b
 }
 
 // write sends one packet to the files and the followers.

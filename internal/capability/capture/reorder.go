@@ -29,6 +29,8 @@ import (
 // leave out of order are counted.
 type reorder struct {
 	pending  []held
+	rest     []held // the next pending, swapped in at each release
+	order    []heldKey
 	arena    []byte // the pending packets' data
 	spare    []byte // the next arena, swapped in at each release
 	maxBytes int
@@ -41,26 +43,58 @@ type held struct {
 	off, n int
 }
 
+// heldKey is what release sorts: a held packet's time and place, 16 bytes
+// where a held packet is 80; among equal times the place keeps the read
+// order.
+type heldKey struct {
+	time uint64
+	i    int
+}
+
 func newReorder(maxBytes int) *reorder { return &reorder{maxBytes: max(maxBytes, 1)} }
 
-// add holds a copy of p; it reports whether the held packets exceed the
+// maxRecord is the most a perf record takes: its size is 16 bits.
+const maxRecord = 1 << 16
+
+// room returns the arena's free space, empty, with room for a record: the
+// reader reads the next record into it (perf.Reader.ReadInto fills the
+// capacity it is given), so that add holds it without copying it.
+func (r *reorder) room() []byte {
+	if cap(r.arena)-len(r.arena) < maxRecord {
+		r.arena = slices.Grow(r.arena, maxRecord)
+	}
+	return r.arena[len(r.arena):len(r.arena)]
+}
+
+// add holds p, whose Data is within raw, the record it was read from:
+// where raw is the arena's free space (room), by taking that space,
+// otherwise by a copy. It reports whether the held packets exceed the
 // bound, when the caller should release them all.
-func (r *reorder) add(p *datapath.CapturedPacket) (full bool) {
+func (r *reorder) add(p *datapath.CapturedPacket, raw []byte) (full bool) {
 	h := held{p: *p, off: len(r.arena), n: len(p.Data)}
 	h.p.Data = nil
-	r.arena = append(r.arena, p.Data...)
+	if free := r.arena[len(r.arena):cap(r.arena)]; len(p.Data) > 0 && len(raw) <= len(free) && &free[0] == &raw[0] {
+		h.off += cap(raw) - cap(p.Data) // where Data starts in raw
+		r.arena = r.arena[:len(r.arena)+len(raw)]
+	} else {
+		r.arena = append(r.arena, p.Data...)
+	}
 	r.pending = append(r.pending, h)
 	return len(r.arena) >= r.maxBytes
 }
 
 // release emits, in time order, every held packet whose time is before
 // horizon (CLOCK_MONOTONIC ns); p.Data is valid only during the call.
-// Among equal times the read order stays (a stable sort).
+// Among equal times the read order stays.
 func (r *reorder) release(horizon uint64, emit func(p *datapath.CapturedPacket)) {
-	slices.SortStableFunc(r.pending, func(a, b held) int { return cmp.Compare(a.p.Time, b.p.Time) })
-	n, _ := slices.BinarySearchFunc(r.pending, horizon, func(h held, t uint64) int { return cmp.Compare(h.p.Time, t) })
-	for i := range r.pending[:n] {
-		h := &r.pending[i]
+	keys := r.order[:0]
+	for i := range r.pending {
+		keys = append(keys, heldKey{r.pending[i].p.Time, i})
+	}
+	slices.SortFunc(keys, func(a, b heldKey) int { return cmp.Or(cmp.Compare(a.time, b.time), cmp.Compare(a.i, b.i)) })
+	n, _ := slices.BinarySearchFunc(keys, horizon, func(k heldKey, t uint64) int { return cmp.Compare(k.time, t) })
+	for _, k := range keys[:n] {
+		h := &r.pending[k.i]
 		h.p.Data = r.arena[h.off : h.off+h.n]
 		// A kept packet crossed its hook before its trigger fired and
 		// is sent then: it is late by design, not by the reader.
@@ -73,17 +107,19 @@ func (r *reorder) release(horizon uint64, emit func(p *datapath.CapturedPacket))
 		}
 		emit(&h.p)
 	}
-	// What stays moves to the spare arena.
-	rest := r.pending[n:]
+	// What stays moves to the spare arena, in time order.
+	rest := r.rest[:0]
 	r.spare = r.spare[:0]
-	for i := range rest {
-		h := &rest[i]
+	for _, k := range keys[n:] {
+		h := r.pending[k.i]
 		data := r.arena[h.off : h.off+h.n]
 		h.off = len(r.spare)
 		r.spare = append(r.spare, data...)
+		rest = append(rest, h)
 	}
 	r.arena, r.spare = r.spare, r.arena
-	r.pending = append(r.pending[:0], rest...)
+	r.pending, r.rest = rest, r.pending[:0]
+	r.order = keys
 }
 
 // reorderSlack is how long after its timestamp a packet may still be on its
@@ -147,7 +183,7 @@ func (o *orderedRead) run() error {
 		return err
 	}
 	var next time.Time
-	var nextMono, released, drainMono uint64
+	var nextMono, released, drainMono, newest uint64
 	schedule := func() {
 		now, mono := time.Now(), o.clock.Mono()
 		next, nextMono = now.Add(readWake), mono+uint64(readWake)
@@ -166,6 +202,7 @@ func (o *orderedRead) run() error {
 			draining, drainMono = true, o.clock.Mono()
 			schedule()
 		}
+		rec.RawSample = order.room()
 		err := o.rd.ReadInto(&rec)
 		switch {
 		case isDeadline(err) || errors.Is(err, perf.ErrFlushed):
@@ -196,11 +233,15 @@ func (o *orderedRead) run() error {
 			// if packets keep coming (an on-demand filter still set).
 			return finish(release(math.MaxUint64))
 		}
+		// The newest packet's time stands for the clock, read here
+		// for every packet before: it is at most the clock's, so what
+		// leaves on it is as old or older.
+		newest = max(newest, p.Time)
 		horizon := uint64(0)
-		if order.add(&p) {
+		if order.add(&p, rec.RawSample) {
 			horizon = math.MaxUint64
-		} else if now := o.clock.Mono(); now-released > uint64(4*readWake) {
-			horizon = now - uint64(2*readWake)
+		} else if newest > released && newest-released > uint64(4*readWake) {
+			horizon = newest - uint64(2*readWake)
 		}
 		if horizon != 0 {
 			if err := release(horizon); err != nil {

@@ -23,9 +23,19 @@ func releaseAll(r *reorder, horizon uint64) []released {
 	return out
 }
 
+// add holds a packet read as the reader reads one: a record of a 32-byte
+// header and the packet, read into the reorder's free space.
 func add(t *testing.T, r *reorder, time uint64, kept bool) bool {
 	t.Helper()
-	return r.add(&datapath.CapturedPacket{Time: time, Kept: kept, Data: []byte(fmt.Sprintf("packet@%d", time))})
+	data := fmt.Sprintf("packet@%d", time)
+	raw := r.room()[:32+len(data)]
+	copy(raw[32:], data)
+	held := len(r.arena)
+	full := r.add(&datapath.CapturedPacket{Time: time, Kept: kept, Data: raw[32:]}, raw)
+	if len(r.arena) != held+len(raw) {
+		t.Fatalf("a record read into the free space was copied: %d bytes held, want %d", len(r.arena), held+len(raw))
+	}
+	return full
 }
 
 // Two CPUs' buffers read one after the other come out merged by time, up
@@ -63,8 +73,11 @@ func TestReorderMergesBuffersUpToTheHorizon(t *testing.T) {
 // counted late; a live packet behind one already released is.
 func TestReorderCountsLatePackets(t *testing.T) {
 	r := newReorder(1 << 20)
-	r.add(&datapath.CapturedPacket{Time: 5, Data: []byte("a")})
-	r.add(&datapath.CapturedPacket{Time: 5, Data: []byte("b")})
+	// Records read elsewhere are copied in.
+	for _, d := range []string{"a", "b"} {
+		raw := []byte("header" + d)
+		r.add(&datapath.CapturedPacket{Time: 5, Data: raw[6:]}, raw)
+	}
 	got := releaseAll(r, 10)
 	if len(got) != 2 || got[0].data != "a" || got[1].data != "b" {
 		t.Fatalf("equal times: %v, want a then b", got)
@@ -83,14 +96,14 @@ func TestReorderCountsLatePackets(t *testing.T) {
 
 // Past its bound the buffer asks for a release of everything.
 func TestReorderBound(t *testing.T) {
-	r := newReorder(40)
+	r := newReorder(200)
 	full := false
 	n := 0
 	for tm := uint64(1); !full; tm++ {
 		full = add(t, r, tm, false)
 		n++
 	}
-	if n != 5 { // "packet@N" is 8 bytes: the fifth fills 40
+	if n != 5 { // a record of "packet@N" is 40 bytes: the fifth fills 200
 		t.Errorf("full after %d packets, want 5", n)
 	}
 	if got := releaseAll(r, math.MaxUint64); len(got) != n {
