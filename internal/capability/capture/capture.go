@@ -58,6 +58,9 @@ type Unit struct {
 	// the name a packet's comment gives is that of the trigger that held
 	// its slot when the packet crossed the hook (slotName).
 	named [datapath.MaxRules][]slotHolder
+	// namedGen counts the changes to named, for the readers' caches of
+	// it (packetConv.slotName).
+	namedGen atomic.Uint64
 
 	events  *ringbuf.Reader
 	packets *perf.Reader
@@ -237,6 +240,7 @@ func (u *Unit) addLocked(t Trigger) error {
 			u.named[i] = append(u.named[i][:0], u.named[i][n-slotHistory:]...)
 		}
 	}
+	u.namedGen.Add(1)
 	u.triggers = append(u.triggers, t)
 	return nil
 }
@@ -317,6 +321,18 @@ func (u *Unit) slotName(rule uint8, mono uint64) string {
 		}
 	}
 	return held[0].name
+}
+
+// newestHolder returns the trigger that took rule slot rule last, if any,
+// and the generation of named it was read in.
+func (u *Unit) newestHolder(rule uint8) (h slotHolder, ok bool, gen uint64) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	gen = u.namedGen.Load()
+	if int(rule) >= len(u.named) || len(u.named[rule]) == 0 {
+		return slotHolder{}, false, gen
+	}
+	return u.named[rule][len(u.named[rule])-1], true, gen
 }
 
 // Run reads traces and packets until ctx is done (the programs are

@@ -109,7 +109,25 @@ type packetConv struct {
 	wallOff int64
 	last    traceComment
 	text    []byte
+	// The last interface named, and the packet time it was looked up
+	// at: packets come in runs from one interface, and the names'
+	// table takes a lock.
+	ifindex uint32
+	ifname  string
+	ifAt    uint64
+	// Per rule slot, its newest holder as of a generation of the
+	// unit's names (Unit.namedGen): every packet at or after the
+	// holder's start is its, without the unit's lock.
+	holders [datapath.MaxRules]struct {
+		gen uint64
+		h   slotHolder
+		ok  bool
+	}
 }
+
+// ifaceCache is how long, in packet time, a packetConv keeps an
+// interface's name.
+const ifaceCache = time.Second
 
 // traceComment is a packet's comment but its request line, and what it is
 // made of.
@@ -146,7 +164,7 @@ func (c *packetConv) pcapng(p *datapath.CapturedPacket) *pcapng.Packet {
 	*out = pcapng.Packet{
 		TimeNs:    c.wall(p.Time),
 		Ifindex:   p.Ifindex,
-		IfName:    u.ifaceName(p.Ifindex),
+		IfName:    c.ifaceName(p.Ifindex, p.Time),
 		Direction: dir,
 		OrigLen:   p.Len,
 		Data:      p.Data,
@@ -171,13 +189,37 @@ func (c *packetConv) pcapng(p *datapath.CapturedPacket) *pcapng.Packet {
 	if p.Kept {
 		at = u.clock.Mono()
 	}
-	tc := c.comment(p.TraceID, u.slotName(p.Rule, at), p.Status, p.Kept)
+	tc := c.comment(p.TraceID, c.slotName(p.Rule, at), p.Status, p.Kept)
 	out.Comment = tc.text
 	if line := requestLine(p.Data); line != "" {
 		out.Comment = tc.text + " request=" + line
 		u.recent.request(tc.id, line)
 	}
 	return out
+}
+
+// ifaceName is the unit's ifaceName, kept for ifaceCache of packet time.
+func (c *packetConv) ifaceName(ifindex uint32, at uint64) string {
+	if c.ifAt == 0 || ifindex != c.ifindex || at > c.ifAt+uint64(ifaceCache) || at < c.ifAt {
+		c.ifindex, c.ifname, c.ifAt = ifindex, c.u.ifaceName(ifindex), max(at, 1)
+	}
+	return c.ifname
+}
+
+// slotName is the unit's slotName, from the slot's newest holder while
+// the names have not changed.
+func (c *packetConv) slotName(rule uint8, at uint64) string {
+	if int(rule) >= len(c.holders) {
+		return c.u.slotName(rule, at)
+	}
+	sc := &c.holders[rule]
+	if gen := c.u.namedGen.Load(); sc.gen != gen {
+		sc.h, sc.ok, sc.gen = c.u.newestHolder(rule)
+	}
+	if sc.ok && at >= sc.h.since {
+		return sc.h.name
+	}
+	return c.u.slotName(rule, at)
 }
 
 // comment returns the comment of a trace's packets but the request line,
