@@ -233,9 +233,9 @@ func (o *orderedRead) run() error {
 			// if packets keep coming (an on-demand filter still set).
 			return finish(release(math.MaxUint64))
 		}
-		// The newest packet's time stands for the clock, read here
-		// for every packet before: it is at most the clock's, so what
-		// leaves on it is as old or older.
+		// The newest packet's time stands for the clock, which is not
+		// read per packet: it is at most the clock's, so what leaves
+		// on it is as old as on the clock, or older.
 		newest = max(newest, p.Time)
 		horizon := uint64(0)
 		if order.add(&p, rec.RawSample) {
