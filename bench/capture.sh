@@ -667,6 +667,11 @@ cap_section() {
 				if (r > b) { b = r; bt = top } } END {printf "%.0f %s", b, (bt ? "top" : "")}' "$tsv")
 			say "- $size-byte frames, $([[ $tool == loupe ]] && echo "the agent" || echo tcpdump): highest rate held without loss:" \
 				"$(case $best in 0*) echo "none of those tested" ;; *top) echo "${best% top} pps, at top speed (the most the sender reached with it attached)" ;; *) echo "${best% } pps" ;; esac)."
+			# The fixed rates under it that were not held, so that the
+			# line above is not read as "every rate below held".
+			lower=$(awk -F'\t' -v s="$size" -v t="$tool" -v b="${best% top}" '$1 == s && $3 == t && $2 != "topspeed" && $2 + 0 < b + 0 &&
+				!($7 == $4 && $8 == $4 && $9 == 0 && $5 >= 0.99 * $2) {printf "%s%s pps (%s lost, %s pps achieved)", sep, $2, $9, $5; sep = "; "}' "$tsv")
+			[[ -z $lower ]] || say "  Below it, not held: $lower."
 		done
 	done
 	section_end
