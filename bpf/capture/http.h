@@ -234,10 +234,11 @@ __noinline int http_scan_window(struct __sk_buff *skb, const struct http_codes *
 		last = SCAN_STRIDE - 1;
 
 	/* Four words a turn, one branch for the four: most words of a body
-	 * hold no 'H', and the turn's overhead was most of the scan's cost
-	 * (BenchmarkCapturePath). A turn with an 'H' hands its words to
-	 * http_scan_quad. Words past the window's bytes hold an earlier
-	 * window's: http_scan_word stops at last. */
+	 * hold no 'H', and the turn's overhead was a large part of the
+	 * scan's cost (BenchmarkCapturePath: four words a turn took 140 of
+	 * the 340 ns a 1 448-byte body cost over an ACK). A turn with an
+	 * 'H' hands its words to http_scan_quad. Words past the window's
+	 * bytes hold an earlier window's: http_scan_word stops at last. */
 	where = SCAN_WHERE(0, last, pos);
 	for (__u32 w = 0; w < SCAN_WORDS; w += 4) {
 		/* last, from where: one value fewer kept across the call. */

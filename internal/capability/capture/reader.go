@@ -95,8 +95,8 @@ const wallRefresh = 100 * time.Millisecond
 
 // packetConv turns one reader's captured packets into pcapng packets. What
 // it keeps from one packet to the next spares each packet the clock
-// readings and the formatting that were most of the reader's time per
-// packet at high rates (a capture of small packets, section 8 of
+// readings and the formatting that were a large part of the reader's time
+// per packet at high rates (a capture of small packets, section 8 of
 // bench/RESULTS.md): the packets of a trace share their comment but for
 // a request line.
 type packetConv struct {

@@ -44,7 +44,7 @@ type held struct {
 }
 
 // heldKey is what release sorts: a held packet's time and place, 16 bytes
-// where a held packet is 80; among equal times the place keeps the read
+// where a held packet is 72; among equal times the place keeps the read
 // order.
 type heldKey struct {
 	time uint64
