@@ -370,13 +370,26 @@ func exportMetrics(t *testing.T, m map[string]float64, exporter string) (sent, d
 func checkKernel(t *testing.T, what string, got map[flow.Direction]totals, k testutil.LinkStats) {
 	t.Helper()
 	in, out := got[flow.Ingress], got[flow.Egress]
-	t.Logf("kernel: rx %d/%dB tx %d/%dB; %s: in %d/%dB out %d/%dB", k.RxPackets, k.RxBytes, k.TxPackets, k.TxBytes,
-		what, in.packets, in.bytes, out.packets, out.bytes)
+	t.Logf("kernel: rx %d/%dB tx %d/%dB (dropped %d); %s: in %d/%dB out %d/%dB", k.RxPackets, k.RxBytes, k.TxPackets, k.TxBytes,
+		k.TxDropped, what, in.packets, in.bytes, out.packets, out.bytes)
 	if in.packets != k.RxPackets || in.bytes != k.RxBytes {
 		t.Errorf("ingress: %s says %d packets %d bytes; the interface received %d packets %d bytes", what, in.packets, in.bytes, k.RxPackets, k.RxBytes)
 	}
-	if out.packets != k.TxPackets || out.bytes != k.TxBytes {
-		t.Errorf("egress: %s says %d packets %d bytes; the interface sent %d packets %d bytes", what, out.packets, out.bytes, k.TxPackets, k.TxBytes)
+	// Taking the link down can race a packet the stack sends then (the
+	// one failure seen had one 90-byte packet too many at egress, the
+	// size of an MLD report): the egress hook sees it, and if the
+	// device, going down, then drops it, it counts it in tx_dropped,
+	// without its bytes. Such packets are the only excess allowed, each
+	// at most a frame.
+	sent := out.packets == k.TxPackets && out.bytes == k.TxBytes
+	droppedAfter := k.TxDropped > 0 && out.packets == k.TxPackets+k.TxDropped &&
+		out.bytes > k.TxBytes && out.bytes-k.TxBytes <= k.TxDropped*1518
+	if droppedAfter {
+		t.Logf("egress: %d packets (%d bytes) the hook saw were dropped by the device after it", k.TxDropped, out.bytes-k.TxBytes)
+	}
+	if !sent && !droppedAfter {
+		t.Errorf("egress: %s says %d packets %d bytes; the interface sent %d packets %d bytes and dropped %d",
+			what, out.packets, out.bytes, k.TxPackets, k.TxBytes, k.TxDropped)
 	}
 	if k.TxPackets < 100 || k.RxPackets < 50 {
 		t.Errorf("suspiciously little traffic: %+v", k)
