@@ -24,8 +24,9 @@
 #     (BPF_PROG_TEST_RUN), BENCH_LATENCY_ROUNDS rounds.
 #  http  h2load --h1 request latency p50/p99 against nginx and the agents'
 #     CPU, with --latency and without, alternating, BENCH_LATENCY_ROUNDS
-#     rounds of BENCH_LATENCY_SECONDS; once with h2load's requests as they
-#     are (no trace context), once with traceparent on every request.
+#     rounds of BENCH_LATENCY_SECONDS; with h2load's requests as they are
+#     (no trace context), at the default untraced sampling and with every
+#     request stamped, then with traceparent on every request.
 #
 # Knobs: BENCH_LATENCY_REQUESTS (2000), BENCH_LATENCY_PER_POSITION (200),
 # BENCH_LATENCY_ROUNDS (3), BENCH_LATENCY_SECONDS (10), BENCH_LATENCY_PARTS
@@ -228,20 +229,21 @@ bench_latency() {
 	# alternating, rounds.
 	if [[ $parts == *" http "* ]]; then
 	say "" "### HTTP request latency with and without \`--latency\`" "" \
-		"h2load --h1 from pod A to nginx in pod B, 8 connections, ${secs} s per run, one agent per node with \`--latency\` or without; the two alternate, $rounds rounds. The machine has 2 CPUs shared by h2load, nginx, both agents and other work: compare within this run only. Twice: h2load's requests as they are, without a trace context (each request's stamps reach the agents, and a record without a trace id), and with a \`traceparent\` header on every request, the seed's case (each request's context too, and a record with its trace id)." ""
-	local traced
-	for traced in 0 1; do
-		local hdr=()
-		((traced)) && hdr=(-H "traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+		"h2load --h1 from pod A to nginx in pod B, 8 connections, ${secs} s per run, one agent per node with \`--latency\` or without; the two alternate, $rounds rounds. The machine has 2 CPUs shared by h2load, nginx, both agents and other work: compare within this run only. Three times: h2load's requests as they are, without a trace context, with the default untraced sampling (1 request in 16 stamped: its stamps reach the agents, and a record without a trace id); the same with \`--latency-untraced-sampling 1\` (every request stamped, as before the untraced sampling); and with a \`traceparent\` header on every request, the seed's case (every request stamped, its context found, and a record with its trace id)." ""
+	local mode
+	for mode in untraced untraced-all traced; do
+		local hdr=() args=()
+		[[ $mode == traced ]] && hdr=(-H "traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+		[[ $mode == untraced-all ]] && args=(--latency-untraced-sampling 1)
 		: >"$tsv"
 		: >"$WORK/cpu.tsv"
 		for ((r = 1; r <= rounds; r++)); do
 			for with in 0 1; do
-				latency_agents "$with"
+				latency_agents "$with" "${args[@]}"
 				rm -f "$WORK/h2load.log"
 				local cpu0 perf=
 				cpu0=$(latency_agents_cpu)
-				if [[ -n ${BENCH_LATENCY_PROFILE:-} ]] && ((r == 1 && with && !traced)); then
+				if [[ -n ${BENCH_LATENCY_PROFILE:-} ]] && ((r == 1 && with)) && [[ $mode == untraced ]]; then
 					start_bg perf INT "$WORK/perf.log" perf record -g -o "$WORK/agent-a.perf" -p "$LAT_AGENT_a"
 				fi
 				ip netns exec "$LAT_PA" h2load --h1 -D "$secs" -c 8 -t 1 "${hdr[@]}" --log-file="$WORK/h2load.log" http://10.81.2.2/foo >/dev/null
@@ -255,11 +257,11 @@ bench_latency() {
 				awk -F'\t' -v r="$r" -v w="$with" '{print r "\t" w "\t" $3}' "$WORK/h2load.log" >>"$tsv"
 			done
 		done
-		if ((traced)); then
-			say "**Every request with \`traceparent\`**" ""
-		else
-			say "**Requests without a trace context**" ""
-		fi
+		case $mode in
+		traced) say "**Every request with \`traceparent\`**" "" ;;
+		untraced) say "**Requests without a trace context (1 in 16 stamped, the default)**" "" ;;
+		*) say "**Requests without a trace context, every one stamped (\`--latency-untraced-sampling 1\`)**" "" ;;
+		esac
 		python3 "$BENCH_DIR/latency_compare.py" http "$tsv" "$WORK/cpu.tsv" >>"$SECTION"
 		say ""
 	done

@@ -7,8 +7,12 @@
  * (LATENCY_KIND_REQUEST: the time, the hook's flow key, the sequence
  * number of its first payload byte and its payload bytes) and its header
  * block scanned for a trace context (trace.h), across the segments that
- * follow; the context found is reported with the request's first sequence
- * number. The trace id carried in TCP option 25 (OpenTelemetry eBPF
+ * follow. The stamp waits for the scan's end: it goes out with the context
+ * found, in one record; without one, only for the requests the untraced
+ * sampling keeps (latency_untraced_threshold, decided alike at every hook
+ * from the 5-tuple and the first sequence number), since a request without
+ * a context links to no trace and every stamp costs the ring, the matcher
+ * and the latency log. The trace id carried in TCP option 25 (OpenTelemetry eBPF
  * Instrumentation, formerly Beyla) or IPv4 option 136 (Cilium) is read
  * from the request's first segment. At latency_sample_threshold, any TCP
  * segment with payload is stamped too (LATENCY_KIND_SAMPLED).
@@ -30,10 +34,10 @@
  * range [Seq, Seq + Len) (the matcher's call).
  *
  * Delivery: one ring buffer record per stamp or context, reserved and
- * submitted in place; a request whose context is in its first segment (most
- * are) has its stamp and its context in one record, which halves what a
- * traced request costs the ring and its reader: the stamp waits for the
- * segment's scan, with the time taken before it. A per-CPU array staged before the ring would only
+ * submitted in place; a request's stamp and its context go in one record,
+ * which halves what a traced request costs the ring and its reader: the
+ * stamp waits for the scan, with the time taken before it (in the scan's
+ * state when the scan goes on past the first segment). A per-CPU array staged before the ring would only
  * add a copy: every record has to reach userspace anyway, and the ring
  * keeps each CPU's records in order with one reservation. A full ring is
  * counted per kind of record.
@@ -82,6 +86,7 @@ enum latency_counter {
 	LATENCY_RING_FULL_SAMPLED,  /* ...sampled stamps */
 	LATENCY_RING_FULL_CONTEXT,  /* ...contexts */
 	LATENCY_SCAN_REUSED,        /* request starts judged as at the hook before on this CPU: not scanned again */
+	LATENCY_UNTRACED_SKIPPED,   /* requests without a context, not stamped (the untraced sampling) */
 	LATENCY_COUNTER_MAX,
 };
 
@@ -179,6 +184,10 @@ struct {
  * 5-tuple and sequence number is below the threshold: 2^32 / N for 1 in
  * N, 0 for none. */
 volatile const __u64 latency_sample_threshold = 0;
+/* Likewise for the requests without a trace context, by the hash of their
+ * 5-tuple and first sequence number: 2^32 for all of them. A request with a
+ * context is always stamped. */
+volatile const __u64 latency_untraced_threshold = 1ULL << 32;
 /* Bytes of a request scanned for its trace context, at most. */
 volatile const __u32 latency_scan_limit = 16384;
 volatile const __u32 latency_slot_mask = 32767;
@@ -266,28 +275,74 @@ static __always_inline void latency_emit(const struct flow_key *key, __u8 record
 	bpf_ringbuf_submit(ev, 0);
 }
 
-/* latency_stamp_flush writes the request's stamp that waits, alone. */
-static __always_inline void latency_stamp_flush(const struct flow_key *key, struct trace_scratch *s)
+/* latency_stamp_hold keeps the stamp that waits in the scan, which goes on
+ * past the request's first segment: the stamp goes out when the scan ends,
+ * with the context or without. */
+static __always_inline void latency_stamp_hold(struct trace_scratch *s)
 {
 	if (!s->stamp_pending)
 		return;
 	s->stamp_pending = 0;
-	latency_emit(key, LATENCY_REC_STAMP, LATENCY_KIND_REQUEST, 0, s->seq, s->seg_len, s->stamp_time, s->tunneled,
-		     NULL);
+	s->scan.stamp_time = s->stamp_time;
+	s->scan.stamp_len = s->seg_len;
+	s->scan.stamp |= TRACE_STAMP_HELD | (s->tunneled ? TRACE_STAMP_TUNNELED : 0);
 }
 
-/* latency_context reports the scan's context (source src): in one record
- * with the request's stamp while that waits (the context was in the
- * request's first segment), alone otherwise. */
-static __always_inline void latency_context(const struct flow_key *key, struct trace_scratch *s, __u8 src)
+/* latency_stamp_untraced ends the scan of a request without a context: its
+ * stamp (waiting, or held since its first segment) goes out alone if the
+ * untraced sampling keeps the request, and is dropped otherwise. This and
+ * latency_context are global functions: inline, the records they write
+ * took stack in latency_scan's frame, which the scan's chain of calls
+ * shares. */
+__noinline int latency_stamp_untraced(const struct flow_key *key, struct trace_scratch *s)
 {
+	__u8 held;
+
+	if (!key || !s)
+		return 0;
+	held = s->scan.stamp & TRACE_STAMP_HELD;
+	if (!s->stamp_pending && !held)
+		return 0;
+	s->scan.stamp &= ~TRACE_STAMP_HELD;
+	if (!(s->scan.stamp & TRACE_STAMP_KEEP)) {
+		s->stamp_pending = 0;
+		latency_count(LATENCY_UNTRACED_SKIPPED);
+		return 0;
+	}
+	if (s->stamp_pending) {
+		s->stamp_pending = 0;
+		latency_emit(key, LATENCY_REC_STAMP, LATENCY_KIND_REQUEST, 0, s->seq, s->seg_len, s->stamp_time,
+			     s->tunneled, NULL);
+		return 0;
+	}
+	latency_emit(key, LATENCY_REC_STAMP, LATENCY_KIND_REQUEST, 0, s->scan.start_seq, s->scan.stamp_len,
+		     s->scan.stamp_time, !!(s->scan.stamp & TRACE_STAMP_TUNNELED), NULL);
+	return 0;
+}
+
+/* latency_context reports the scan's context (source src), in one record
+ * with the request's stamp: the stamp that waits (the context was in the
+ * request's first segment) or the one held since it. A context without
+ * its stamp (the scan's state was taken over from an older build's, or
+ * lost its stamp) goes alone. */
+__noinline int latency_context(const struct flow_key *key, struct trace_scratch *s, __u8 src)
+{
+	if (!key || !s)
+		return 0;
 	if (s->stamp_pending) {
 		s->stamp_pending = 0;
 		latency_emit(key, LATENCY_REC_STAMP_CONTEXT, LATENCY_KIND_REQUEST, src, s->seq, s->seg_len,
 			     s->stamp_time, s->tunneled, &s->scan);
-		return;
+		return 0;
+	}
+	if (s->scan.stamp & TRACE_STAMP_HELD) {
+		s->scan.stamp &= ~TRACE_STAMP_HELD;
+		latency_emit(key, LATENCY_REC_STAMP_CONTEXT, LATENCY_KIND_REQUEST, src, s->scan.start_seq,
+			     s->scan.stamp_len, s->scan.stamp_time, !!(s->scan.stamp & TRACE_STAMP_TUNNELED), &s->scan);
+		return 0;
 	}
 	latency_emit(key, LATENCY_REC_CONTEXT, src, 0, s->scan.start_seq, 0, bpf_ktime_get_ns(), s->tunneled, &s->scan);
+	return 0;
 }
 
 /* The TCP option OpenTelemetry eBPF Instrumentation (Beyla) writes: kind
@@ -381,6 +436,7 @@ static __always_inline void latency_options(struct __sk_buff *skb, const struct 
 		if (!src)
 			continue;
 		latency_count(src == TRACE_SRC_IP_OPTION ? LATENCY_FOUND_IP_OPTION : LATENCY_FOUND_TCP_OPTION);
+		s->keep = 1; /* traced: its stamp goes out */
 		latency_emit(key, LATENCY_REC_CONTEXT, src, 0, s->seq, 0, bpf_ktime_get_ns(), s->tunneled, &s->scan);
 	}
 }
@@ -570,6 +626,7 @@ __noinline int latency_scan(struct __sk_buff *skb, const struct flow_key *key)
 		}
 		/* The block goes on in the next segment. */
 		s->scan.next_seq = s->seq + s->seg_len;
+		latency_stamp_hold(s);
 		if (bpf_map_update_elem(&latency_scans, key, &s->scan, BPF_ANY)) {
 			latency_count(LATENCY_SCAN_TABLE_FULL);
 			break;
@@ -581,10 +638,9 @@ __noinline int latency_scan(struct __sk_buff *skb, const struct flow_key *key)
 				latency_count(LATENCY_SCAN_EVICTED); /* another connection's scan loses its slot */
 			*slot = (__u64)s->tag << 32 | s->scan.next_seq;
 		}
-		latency_stamp_flush(key, s);
 		return 0;
 	}
-	latency_stamp_flush(key, s);
+	latency_stamp_untraced(key, s);
 	/* Most requests' header blocks end in their first segment: their
 	 * scan was never stored, and deleting it would cost a locked hash
 	 * lookup per request for nothing. */
@@ -630,6 +686,8 @@ __noinline int latency_track(struct __sk_buff *skb, const struct pkt *p, const s
 		/* First, before any call: h kept across them would take stack
 		 * the deepest chain of calls cannot spare. */
 		s->seg_hash = latency_mix(h, (__u64)seq << 32 | len) | 1;
+		/* Decided alike at every hook, as the segment sampling. */
+		s->keep = (latency_mix(h, seq) >> 32) < latency_untraced_threshold;
 		latency_count(LATENCY_REQUESTS);
 		/* Its stamp waits for the scan (latency_scan writes it). */
 		s->stamp_time = bpf_ktime_get_ns();
@@ -640,6 +698,7 @@ __noinline int latency_track(struct __sk_buff *skb, const struct pkt *p, const s
 		__builtin_memset(&s->scan, 0, sizeof(s->scan));
 		s->scan.start_seq = seq;
 		s->scan.flags = TRACE_F_SKIP_LINE; /* the request line */
+		s->scan.stamp = s->keep ? TRACE_STAMP_KEEP : 0;
 		return 1;
 	}
 

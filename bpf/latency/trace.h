@@ -68,10 +68,23 @@ struct trace_scan {
 	__u8 carry_len;  /* bytes of the current line in carry */
 	__u8 flags;      /* enum trace_flag */
 	__u8 source;     /* enum trace_source, once found */
-	__u8 pad;
+	__u8 stamp;      /* enum trace_stamp: the request's stamp (latency/hop.h) */
 	__u8 trace_id[16];
 	__u8 span_id[8];
+	/* The request's stamp, held while the scan goes on past its first
+	 * segment (TRACE_STAMP_HELD): it goes out with the context found,
+	 * or alone when none is and the request is kept untraced. */
+	__u64 stamp_time;
+	__u32 stamp_len;
+	__u32 pad;
 	__u8 carry[TRACE_LINE_MAX];
+};
+
+/* trace_scan.stamp. */
+enum trace_stamp {
+	TRACE_STAMP_HELD = 1,     /* stamp_time and stamp_len hold the request's stamp */
+	TRACE_STAMP_TUNNELED = 2, /* ...taken inside a tunnel */
+	TRACE_STAMP_KEEP = 4,     /* without a context in its headers, the request is stamped all the same */
 };
 
 /* What the scan of a buffer ends with (trace_scratch.outcome). */
@@ -113,7 +126,9 @@ struct trace_scratch {
 	/* The request's stamp waits for the scan of its first segment, to go
 	 * in one record with the context found there (latency/hop.h). */
 	__u8 stamp_pending;
-	__u8 pad;
+	/* The request is stamped even without a context in its headers: the
+	 * untraced sampling keeps it, or an IP or TCP option carried one. */
+	__u8 keep;
 	__u64 stamp_time; /* the waiting stamp's time */
 	/* A request's first segment: a hash of its 5-tuple, sequence number
 	 * and length (latency_seen's key; 0 for any other segment). */

@@ -109,7 +109,7 @@ func TestDefault(t *testing.T) {
 		Signals: signalsunit.Config{RTT: true, Retransmits: true, Drops: true, TableSize: 16384},
 		DNS: dnsunit.Config{Enabled: true, HandshakeRTT: true, Timeout: 5 * time.Second, MaxPending: 4096, MaxFlows: 8192,
 			HandshakeMaxPending: 8192},
-		Latency:    latencyunit.Config{HeaderScanLimit: 16 << 10, ScanTableSize: 16384, RingSize: 1 << 20, Matching: hop.DefaultConfig()},
+		Latency:    latencyunit.Config{UntracedSampling: 16, HeaderScanLimit: 16 << 10, ScanTableSize: 16384, RingSize: 1 << 20, Matching: hop.DefaultConfig()},
 		Kubernetes: k8s.Config{History: 10 * time.Minute},
 		Exporters: targets.Exporters{
 			Delivery: delivery.Config{QueueSize: 65536, BatchSize: 4096, MaxLinger: time.Second,
@@ -217,6 +217,7 @@ func keyCases() []keyCase {
 		{"dns.max_pending", "100", func(c *Config) { c.DNS.MaxPending = 100 }},
 		{"latency.enabled", "true", func(c *Config) { c.Latency.Enabled = true }},
 		{"latency.sampling", "100", func(c *Config) { c.Latency.Sampling = 100 }},
+		{"latency.untraced_sampling", "1", func(c *Config) { c.Latency.UntracedSampling = 1 }},
 		{"latency.header_scan_limit", "32768", func(c *Config) { c.Latency.HeaderScanLimit = 32 << 10 }},
 		{"latency.scan_table_size", "1000", func(c *Config) { c.Latency.ScanTableSize = 1000 }},
 		{"latency.table_size", "1000", func(c *Config) { c.Latency.Matching.TableSize = 1000 }},

@@ -25,6 +25,10 @@ type LatencySizes struct {
 	// Sampling stamps 1 in Sampling TCP segments with payload (0: none
 	// but requests).
 	Sampling int
+	// UntracedSampling stamps 1 in UntracedSampling HTTP requests whose
+	// header block holds no trace context (1: all, 0: none); a request
+	// with a context is always stamped.
+	UntracedSampling int
 	// ScanLimit is the bytes of a request's header block scanned for its
 	// trace context, at most.
 	ScanLimit int
@@ -38,8 +42,17 @@ type LatencySizes struct {
 
 // DefaultLatencySizes are the sizes when the configuration says nothing.
 func DefaultLatencySizes() LatencySizes {
-	return LatencySizes{Sampling: 0, ScanLimit: 16 << 10, Scans: 16384, RingSize: 1 << 20}
+	return LatencySizes{Sampling: 0, UntracedSampling: DefaultUntracedSampling, ScanLimit: 16 << 10, Scans: 16384, RingSize: 1 << 20}
 }
+
+// DefaultUntracedSampling is LatencySizes.UntracedSampling's default: 1
+// request in 16 without a trace context is stamped. Every stamped request
+// costs a ring record per hook, the matcher's work and a record in the
+// latency log, and without a context it links to no trace: stamping all
+// of them cost HTTP a third of its requests per second (bench/RESULTS.md,
+// "Per-hop latency"), while 1 in 16, decided by the 5-tuple and sequence
+// number alike at every hook, still fills the hop histograms.
+const DefaultUntracedSampling = 16
 
 // Bounds of LatencySizes.ScanLimit: the kernel scans at most 64 KiB of
 // one buffer, any number of buffers.
@@ -66,6 +79,9 @@ func sizeLatency(spec *ebpf.CollectionSpec, s LatencySizes, on bool) error {
 	if s.Sampling < 0 {
 		return fmt.Errorf("latency sampling 1:%d: must not be negative", s.Sampling)
 	}
+	if s.UntracedSampling < 0 {
+		return fmt.Errorf("latency untraced sampling 1:%d: must not be negative", s.UntracedSampling)
+	}
 	if s.RingSize < page || s.RingSize&(s.RingSize-1) != 0 {
 		return fmt.Errorf("latency ring size %d: must be a power of two of at least %d", s.RingSize, page)
 	}
@@ -85,6 +101,10 @@ func sizeLatency(spec *ebpf.CollectionSpec, s LatencySizes, on bool) error {
 	}
 	if err := spec.Variables[loupeVarLatencySampleThreshold].Set(sampleThreshold(s.Sampling)); err != nil {
 		return fmt.Errorf("set latency sampling: %w", err)
+	}
+	// 1 in 1: 2^32, above every hash.
+	if err := spec.Variables[loupeVarLatencyUntracedThreshold].Set(sampleThreshold(s.UntracedSampling)); err != nil {
+		return fmt.Errorf("set latency untraced sampling: %w", err)
 	}
 	return nil
 }
@@ -279,6 +299,7 @@ var latencyCounterNames = [loupeLatencyCounterLATENCY_COUNTER_MAX]string{
 	loupeLatencyCounterLATENCY_RING_FULL_SAMPLED: "ring_full_sampled",
 	loupeLatencyCounterLATENCY_RING_FULL_CONTEXT: "ring_full_context",
 	loupeLatencyCounterLATENCY_SCAN_REUSED:       "scan_reused",
+	loupeLatencyCounterLATENCY_UNTRACED_SKIPPED:  "untraced_skipped",
 }
 
 // LatencyCounters reads and sums the latency capability's per-CPU

@@ -46,6 +46,14 @@ type latencyRig struct {
 	r  *LatencyReader
 }
 
+// everyRequest is the default sizes with every request stamped, with a
+// context or without (the untraced sampling at 1 in 1).
+func everyRequest() LatencySizes {
+	s := DefaultLatencySizes()
+	s.UntracedSampling = 1
+	return s
+}
+
 func newLatencyRig(t *testing.T, sizes LatencySizes) *latencyRig {
 	t.Helper()
 	dp := loadForTest(t, Options{FlowBudget: 1024, RingBufSize: 1 << 16,
@@ -234,7 +242,7 @@ func checkContext(t *testing.T, s *latencySink, src hop.Source, trace, span stri
 func TestLatencyTraceparentPositions(t *testing.T) {
 	for _, pos := range []int{100, 2048, 7900} {
 		t.Run(fmt.Sprint(pos), func(t *testing.T) {
-			g := newLatencyRig(t, LatencySizes{})
+			g := newLatencyRig(t, everyRequest())
 			c := newHTTPConn("10.1.2.3", 40000)
 			req := tracedRequest(pos, "traceparent: "+testTP)
 			if i := bytes.Index(req, []byte("traceparent")); i < pos || i > pos+2 {
@@ -244,14 +252,10 @@ func TestLatencyTraceparentPositions(t *testing.T) {
 			segs := g.send(c, seq, req, 1448)
 			kinds, s := g.readRecords()
 			checkContext(t, s, hop.SourceTraceparent, testTraceID, testSpanID, seq)
-			// In the first segment, the context goes in the stamp's
-			// record, with its time; found later, in a record after it.
-			if want := []int{latencyRecStamp, latencyRecContext}; pos < 1448-100 {
-				if fmt.Sprint(kinds) != fmt.Sprint([]int{latencyRecBoth}) || s.contexts[0].TimeNs != s.stamps[0].TimeNs {
-					t.Errorf("records %v, times %d and %d: want one record of both", kinds, s.stamps[0].TimeNs, s.contexts[0].TimeNs)
-				}
-			} else if fmt.Sprint(kinds) != fmt.Sprint(want) || s.contexts[0].TimeNs <= s.stamps[0].TimeNs {
-				t.Errorf("records %v, times %d and %d: want %v, the context later", kinds, s.stamps[0].TimeNs, s.contexts[0].TimeNs, want)
+			// The context goes in the stamp's record, with its time,
+			// in whichever segment it was found.
+			if fmt.Sprint(kinds) != fmt.Sprint([]int{latencyRecBoth}) || s.contexts[0].TimeNs != s.stamps[0].TimeNs {
+				t.Errorf("records %v, times %d and %d: want one record of both", kinds, s.stamps[0].TimeNs, s.contexts[0].TimeNs)
 			}
 			if len(s.stamps) != 1 || s.stamps[0].Kind != hop.KindRequest || s.stamps[0].Seq != seq ||
 				s.stamps[0].Len != uint32(min(1448, len(req))) || s.stamps[0].Tunneled {
@@ -273,7 +277,7 @@ func TestLatencyTraceparentPositions(t *testing.T) {
 // number, is scanned.
 func TestLatencyScanReused(t *testing.T) {
 	onOneCPU(t)
-	g := newLatencyRig(t, LatencySizes{})
+	g := newLatencyRig(t, everyRequest())
 	c := newHTTPConn("10.1.2.3", 40000)
 	req := tracedRequest(100, "traceparent: "+testTP)
 	seg := c.seg(t, 1000, req)
@@ -315,7 +319,7 @@ func TestLatencyHeaderForms(t *testing.T) {
 		{"b3 trace alone", []string{"x-b3-traceid: " + testTraceID}, hop.SourceB3, testTraceID, "", "found_b3"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			g := newLatencyRig(t, LatencySizes{})
+			g := newLatencyRig(t, everyRequest())
 			g.send(newHTTPConn("10.1.2.3", 40001), 5, tracedRequest(300, strings.Join(tc.headers, "\r\n")), 1448)
 			span := tc.span
 			if span == "" {
@@ -342,7 +346,7 @@ func TestLatencyMalformed(t *testing.T) {
 		{"b3 sampling only", "b3: 1", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			g := newLatencyRig(t, LatencySizes{})
+			g := newLatencyRig(t, everyRequest())
 			g.send(newHTTPConn("10.1.2.3", 40002), 5, tracedRequest(200, tc.header), 1448)
 			if s := g.read(); len(s.contexts) != 0 {
 				t.Errorf("contexts %+v, want none", s.contexts)
@@ -360,7 +364,7 @@ func TestLatencyMalformed(t *testing.T) {
 // traceparent line and around it: the line is judged whole in the
 // second segment.
 func TestLatencySplitHeader(t *testing.T) {
-	g := newLatencyRig(t, LatencySizes{})
+	g := newLatencyRig(t, everyRequest())
 	req := tracedRequest(500, "traceparent: "+testTP)
 	at := bytes.Index(req, []byte("traceparent"))
 	line := len("traceparent: "+testTP) + 2
@@ -382,7 +386,7 @@ func TestLatencySplitHeader(t *testing.T) {
 // TestLatencyBlockEnd: the block's end cut between two segments, a short
 // segment that only continues a line, and the end found in the next.
 func TestLatencyBlockEnd(t *testing.T) {
-	g := newLatencyRig(t, LatencySizes{})
+	g := newLatencyRig(t, everyRequest())
 	c := newHTTPConn("10.1.2.3", 40003)
 	req := tracedRequest(100, "")
 	parts := [][]byte{req[:len(req)-3], req[len(req)-3 : len(req)-1], req[len(req)-1:]} // "...\r\n\r" | "\n\r" | "\n"
@@ -407,7 +411,7 @@ func TestLatencyBlockEnd(t *testing.T) {
 }
 
 func TestLatencyNotHTTP(t *testing.T) {
-	g := newLatencyRig(t, LatencySizes{})
+	g := newLatencyRig(t, everyRequest())
 	c := newHTTPConn("10.1.2.3", 40005)
 	// Binary data and text that is no request, to port 80.
 	runProg(t, g.dp, flow.Egress, c.seg(t, 1, []byte{0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0, 0, 0x47, 0x45, 0x54, 0x20}))
@@ -426,7 +430,7 @@ func TestLatencyNotHTTP(t *testing.T) {
 }
 
 func TestLatencyLimitAndOrder(t *testing.T) {
-	g := newLatencyRig(t, LatencySizes{ScanLimit: 1024, Scans: 64, RingSize: 1 << 16})
+	g := newLatencyRig(t, LatencySizes{UntracedSampling: 1, ScanLimit: 1024, Scans: 64, RingSize: 1 << 16})
 	g.send(newHTTPConn("10.1.2.3", 40006), 1, tracedRequest(2000, "traceparent: "+testTP), 1448)
 	// A gap: the second segment skips 100 bytes.
 	c := newHTTPConn("10.1.2.3", 40007)
@@ -452,7 +456,7 @@ func TestLatencyLimitAndOrder(t *testing.T) {
 // itself. The first segment sent again while its own scan still awaits the
 // next one is the same request: not counted, found once.
 func TestLatencyFirstSegmentResent(t *testing.T) {
-	g := newLatencyRig(t, LatencySizes{ScanLimit: 16 << 10, Scans: 64, RingSize: 1 << 16})
+	g := newLatencyRig(t, LatencySizes{UntracedSampling: 1, ScanLimit: 16 << 10, Scans: 64, RingSize: 1 << 16})
 	req := tracedRequest(800, "traceparent: "+testTP)
 	n := uint32(len(req))
 	c := newHTTPConn("10.1.2.3", 40020)
@@ -486,7 +490,7 @@ func TestLatencyFirstSegmentResent(t *testing.T) {
 // continued: every one is either found or counted as forgotten.
 func TestLatencyFlood(t *testing.T) {
 	const scans, conns = 32, 300
-	g := newLatencyRig(t, LatencySizes{Scans: scans, ScanLimit: 16 << 10, RingSize: 1 << 20})
+	g := newLatencyRig(t, LatencySizes{UntracedSampling: 1, Scans: scans, ScanLimit: 16 << 10, RingSize: 1 << 20})
 	req := tracedRequest(600, "traceparent: "+testTP)
 	cut := 400
 	for i := range conns {
@@ -512,7 +516,7 @@ func TestLatencyFlood(t *testing.T) {
 }
 
 func TestLatencyOptions(t *testing.T) {
-	g := newLatencyRig(t, LatencySizes{})
+	g := newLatencyRig(t, everyRequest())
 	c := newHTTPConn("10.1.2.3", 40009)
 	opt := append(mustHex(testTraceID), mustHex(testSpanID)...)
 	c.tcpOpts = []layers.TCPOption{{OptionType: layers.TCPOptionKindNop}, {OptionType: layers.TCPOptionKindNop},
@@ -528,7 +532,7 @@ func TestLatencyOptions(t *testing.T) {
 }
 
 func TestLatencyIPv6(t *testing.T) {
-	g := newLatencyRig(t, LatencySizes{})
+	g := newLatencyRig(t, everyRequest())
 	c := newHTTPConn("2001:db8::1", 40011)
 	g.send(c, 77, tracedRequest(2500, "traceparent: "+testTP), 1428)
 	s := g.read()
@@ -555,7 +559,7 @@ func TestLatencyTunnels(t *testing.T) {
 		}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			g := newLatencyRig(t, LatencySizes{})
+			g := newLatencyRig(t, everyRequest())
 			c := newHTTPConn("10.1.2.3", 40012)
 			for off := 0; off < len(req); off += 1400 {
 				end := min(off+1400, len(req))
@@ -579,7 +583,7 @@ func TestLatencyTunnels(t *testing.T) {
 // segments cross them with other MACs, the other direction's program,
 // and one of them inside VXLAN).
 func TestLatencySampling(t *testing.T) {
-	g := newLatencyRig(t, LatencySizes{Sampling: 4, ScanLimit: 16 << 10, Scans: 64, RingSize: 1 << 20})
+	g := newLatencyRig(t, LatencySizes{UntracedSampling: 1, Sampling: 4, ScanLimit: 16 << 10, Scans: 64, RingSize: 1 << 20})
 	c := newHTTPConn("10.1.2.3", 40013)
 	other := newHTTPConn("10.1.2.3", 40013)
 	other.smac, other.dmac = macOuterA, macOuterB
@@ -616,6 +620,70 @@ func TestLatencySampling(t *testing.T) {
 		t.Errorf("%d of %d segments sampled at 1 in 4", n, segs)
 	}
 	g.checkCounters(map[string]uint64{"sampled": uint64(3 * len(first))})
+}
+
+// TestLatencyUntracedSampling: a request with a trace context is stamped
+// whatever the untraced sampling, in one record with its context, and with
+// its first segment's time when the context is in a later one; a request
+// without one is stamped for 1 in N requests only, the same requests at
+// every hook, and the others counted.
+func TestLatencyUntracedSampling(t *testing.T) {
+	t.Run("none", func(t *testing.T) {
+		s := DefaultLatencySizes()
+		s.UntracedSampling = 0
+		g := newLatencyRig(t, s)
+		c := newHTTPConn("10.1.2.3", 40020)
+		g.send(c, 1000, tracedRequest(100, ""), 1448)  // untraced, one segment
+		g.send(c, 5000, tracedRequest(3000, ""), 1448) // untraced, three
+		g.send(c, 9000, tracedRequest(100, "traceparent: "+testTP), 1448)
+		// The context in the second segment: the record comes with it,
+		// but carries the first segment's time.
+		req := tracedRequest(2048, "traceparent: "+testTP)
+		runProg(t, g.dp, flow.Egress, c.seg(t, 20000, req[:1448]))
+		between := hop.MonotonicNow()
+		runProg(t, g.dp, flow.Egress, c.seg(t, 20000+1448, req[1448:]))
+		kinds, got := g.readRecords()
+		if fmt.Sprint(kinds) != fmt.Sprint([]int{latencyRecBoth, latencyRecBoth}) {
+			t.Fatalf("records %v, want the two traced requests' stamps and contexts", kinds)
+		}
+		if st := got.stamps[0]; st.Seq != 9000 || st.Len != uint32(len(tracedRequest(100, "traceparent: "+testTP))) {
+			t.Errorf("first stamp %+v, want the request at 9000", st)
+		}
+		if st := got.stamps[1]; st.Seq != 20000 || st.Len != 1448 || st.TimeNs >= between || got.contexts[1].Seq != 20000 {
+			t.Errorf("second stamp %+v (context %+v), want the first segment's at 20000, 1448 bytes, before %d", st, got.contexts[1], between)
+		}
+		g.checkCounters(map[string]uint64{"requests": 4, "found_traceparent": 2, "not_found": 2, "untraced_skipped": 2})
+	})
+	t.Run("1in4", func(t *testing.T) {
+		onOneCPU(t) // the second hook takes the first's verdict: scan_reused
+		s := DefaultLatencySizes()
+		s.UntracedSampling = 4
+		g := newLatencyRig(t, s)
+		c := newHTTPConn("10.1.2.3", 40021)
+		other := newHTTPConn("10.1.2.3", 40021)
+		other.smac, other.dmac = macOuterA, macOuterB
+		const requests = 200
+		req := tracedRequest(100, "")
+		for i := range requests {
+			seq := uint32(i * len(req))
+			runProg(t, g.dp, flow.Egress, c.seg(t, seq, req))
+			runProg(t, g.dp, flow.Ingress, other.seg(t, seq, req))
+		}
+		got := g.read()
+		byHook := map[flow.Direction][]uint32{}
+		for _, st := range got.stamps {
+			byHook[st.Key.Direction] = append(byHook[st.Key.Direction], st.Seq)
+		}
+		kept := byHook[flow.Egress]
+		if fmt.Sprint(byHook[flow.Ingress]) != fmt.Sprint(kept) {
+			t.Errorf("egress kept %v, ingress %v: want the same requests", kept, byHook[flow.Ingress])
+		}
+		if n := len(kept); n < requests/8 || n > requests/2 {
+			t.Errorf("%d of %d requests stamped at 1 in 4", n, requests)
+		}
+		g.checkCounters(map[string]uint64{"requests": 2 * requests, "not_found": 2 * requests,
+			"untraced_skipped": uint64(2 * (requests - len(kept))), "scan_reused": requests})
+	})
 }
 
 // TestDecodeLatencyRecord: the field-by-field decoder reads every field of

@@ -425,7 +425,8 @@ const (
 	loupeLatencyCounterLATENCY_RING_FULL_SAMPLED loupeLatencyCounter = 17
 	loupeLatencyCounterLATENCY_RING_FULL_CONTEXT loupeLatencyCounter = 18
 	loupeLatencyCounterLATENCY_SCAN_REUSED       loupeLatencyCounter = 19
-	loupeLatencyCounterLATENCY_COUNTER_MAX       loupeLatencyCounter = 20
+	loupeLatencyCounterLATENCY_UNTRACED_SKIPPED  loupeLatencyCounter = 20
+	loupeLatencyCounterLATENCY_COUNTER_MAX       loupeLatencyCounter = 21
 )
 
 type loupeLatencyEvent struct {
@@ -575,17 +576,20 @@ type loupeTableState struct {
 }
 
 type loupeTraceScan struct {
-	_        structs.HostLayout
-	StartSeq uint32
-	NextSeq  uint32
-	Scanned  uint32
-	CarryLen uint8
-	Flags    uint8
-	Source   uint8
-	Pad      uint8
-	TraceId  [16]uint8
-	SpanId   [8]uint8
-	Carry    [128]uint8
+	_         structs.HostLayout
+	StartSeq  uint32
+	NextSeq   uint32
+	Scanned   uint32
+	CarryLen  uint8
+	Flags     uint8
+	Source    uint8
+	Stamp     uint8
+	TraceId   [16]uint8
+	SpanId    [8]uint8
+	StampTime uint64
+	StampLen  uint32
+	Pad       uint32
+	Carry     [128]uint8
 }
 
 type loupeTraceScratch struct {
@@ -608,7 +612,7 @@ type loupeTraceScratch struct {
 	Tunneled     uint8
 	Stored       uint8
 	StampPending uint8
-	Pad          uint8
+	Untraced     uint8
 	_            [4]byte
 	StampTime    uint64
 	SegHash      uint64
@@ -671,116 +675,117 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	loupeMapCaptureAdmissions      = "capture_admissions"
-	loupeMapCaptureConfigSel       = "capture_config_sel"
-	loupeMapCaptureConfigs         = "capture_configs"
-	loupeMapCaptureConns           = "capture_conns"
-	loupeMapCaptureCounters        = "capture_counters"
-	loupeMapCaptureEvents          = "capture_events"
-	loupeMapCaptureFilterProgs     = "capture_filter_progs"
-	loupeMapCaptureFiltered        = "capture_filtered"
-	loupeMapCaptureHttp            = "capture_http"
-	loupeMapCaptureHttpServers     = "capture_http_servers"
-	loupeMapCaptureKeep            = "capture_keep"
-	loupeMapCaptureKeepCursor      = "capture_keep_cursor"
-	loupeMapCapturePackets         = "capture_packets"
-	loupeMapCaptureShared          = "capture_shared"
-	loupeMapCaptureWindow          = "capture_window"
-	loupeMapCounters               = "counters"
-	loupeMapDnsCounters            = "dns_counters"
-	loupeMapDnsFlowsA              = "dns_flows_a"
-	loupeMapDnsFlowsB              = "dns_flows_b"
-	loupeMapDnsQueries             = "dns_queries"
-	loupeMapDnsScratch             = "dns_scratch"
-	loupeMapDnsStats               = "dns_stats"
-	loupeMapEventLayout            = "event_layout"
-	loupeMapFlowEvents             = "flow_events"
-	loupeMapFlowIndexA             = "flow_index_a"
-	loupeMapFlowIndexB             = "flow_index_b"
-	loupeMapFlowSlotsA             = "flow_slots_a"
-	loupeMapFlowSlotsB             = "flow_slots_b"
-	loupeMapFlowSlotsFill          = "flow_slots_fill"
-	loupeMapFlowState              = "flow_state"
-	loupeMapFlowsA                 = "flows_a"
-	loupeMapFlowsAggKey            = "flows_agg_key"
-	loupeMapFlowsB                 = "flows_b"
-	loupeMapHandshakeCounters      = "handshake_counters"
-	loupeMapHandshakeFlowsA        = "handshake_flows_a"
-	loupeMapHandshakeFlowsB        = "handshake_flows_b"
-	loupeMapHandshakePending       = "handshake_pending"
-	loupeMapHandshakeStats         = "handshake_stats"
-	loupeMapHandshakeSynacks       = "handshake_synacks"
-	loupeMapLatencyCounters        = "latency_counters"
-	loupeMapLatencyEvents          = "latency_events"
-	loupeMapLatencyScans           = "latency_scans"
-	loupeMapLatencySeen            = "latency_seen"
-	loupeMapLatencySlots           = "latency_slots"
-	loupeMapRules0                 = "rules_0"
-	loupeMapRules1                 = "rules_1"
-	loupeMapRulesCache             = "rules_cache"
-	loupeMapRulesCfg               = "rules_cfg"
-	loupeMapRulesDst0              = "rules_dst_0"
-	loupeMapRulesDst1              = "rules_dst_1"
-	loupeMapRulesIfaces0           = "rules_ifaces_0"
-	loupeMapRulesIfaces1           = "rules_ifaces_1"
-	loupeMapRulesScratch           = "rules_scratch"
-	loupeMapRulesSel               = "rules_sel"
-	loupeMapRulesSrc0              = "rules_src_0"
-	loupeMapRulesSrc1              = "rules_src_1"
-	loupeMapRulesStats             = "rules_stats"
-	loupeMapSketchCells            = "sketch_cells"
-	loupeMapSketchCm               = "sketch_cm"
-	loupeMapSketchConf             = "sketch_conf"
-	loupeMapSketchFilter           = "sketch_filter"
-	loupeMapSketchSpill            = "sketch_spill"
-	loupeMapTraceScratch           = "trace_scratch"
-	loupeMapTunnelScratch          = "tunnel_scratch"
-	loupeMapTunnelsA               = "tunnels_a"
-	loupeMapTunnelsB               = "tunnels_b"
-	loupeProgLoupeEgress           = "loupe_egress"
-	loupeProgLoupeFlowsEgress      = "loupe_flows_egress"
-	loupeProgLoupeFlowsIngress     = "loupe_flows_ingress"
-	loupeProgLoupeIngress          = "loupe_ingress"
-	loupeVarCaptureConnZero        = "capture_conn_zero"
-	loupeVarCfgCapCapture          = "cfg_cap_capture"
-	loupeVarCfgCapDns              = "cfg_cap_dns"
-	loupeVarCfgCapFlows            = "cfg_cap_flows"
-	loupeVarCfgCapHandshake        = "cfg_cap_handshake"
-	loupeVarCfgCapLatency          = "cfg_cap_latency"
-	loupeVarCfgCapRules            = "cfg_cap_rules"
-	loupeVarCfgHttpServers         = "cfg_http_servers"
-	loupeVarCfgOffpath             = "cfg_offpath"
-	loupeVarCfgRulesCache          = "cfg_rules_cache"
-	loupeVarCfgSharedTable         = "cfg_shared_table"
-	loupeVarCfgSketch              = "cfg_sketch"
-	loupeVarCfgSketchCells         = "cfg_sketch_cells"
-	loupeVarCfgSketchFilterBits    = "cfg_sketch_filter_bits"
-	loupeVarCfgSketchFilterHashes  = "cfg_sketch_filter_hashes"
-	loupeVarCfgSketchFilterWords   = "cfg_sketch_filter_words"
-	loupeVarCfgSketchRows          = "cfg_sketch_rows"
-	loupeVarCfgSketchSub           = "cfg_sketch_sub"
-	loupeVarCfgSketchWidth         = "cfg_sketch_width"
-	loupeVarCfgSlotBudget          = "cfg_slot_budget"
-	loupeVarCfgSlots               = "cfg_slots"
-	loupeVarHandshakeSlotMask      = "handshake_slot_mask"
-	loupeVarKeepPackets            = "keep_packets"
-	loupeVarKeepSlotsPerCpu        = "keep_slots_per_cpu"
-	loupeVarKeepSnap               = "keep_snap"
-	loupeVarLatencySampleThreshold = "latency_sample_threshold"
-	loupeVarLatencyScanLimit       = "latency_scan_limit"
-	loupeVarLatencySlotMask        = "latency_slot_mask"
-	loupeVarUnusedCaptureCounter   = "unused_capture_counter"
-	loupeVarUnusedCaptureEvent     = "unused_capture_event"
-	loupeVarUnusedCapturePkt       = "unused_capture_pkt"
-	loupeVarUnusedCounter          = "unused_counter"
-	loupeVarUnusedDnsCounter       = "unused_dns_counter"
-	loupeVarUnusedDnsFlag          = "unused_dns_flag"
-	loupeVarUnusedHandshakeCounter = "unused_handshake_counter"
-	loupeVarUnusedLatencyCounter   = "unused_latency_counter"
-	loupeVarUnusedLatencyEvent     = "unused_latency_event"
-	loupeVarUnusedRuleStats        = "unused_rule_stats"
-	loupeVarUnusedTunnelFlag       = "unused_tunnel_flag"
-	loupeVarUnusedTunnelType       = "unused_tunnel_type"
+	loupeMapCaptureAdmissions        = "capture_admissions"
+	loupeMapCaptureConfigSel         = "capture_config_sel"
+	loupeMapCaptureConfigs           = "capture_configs"
+	loupeMapCaptureConns             = "capture_conns"
+	loupeMapCaptureCounters          = "capture_counters"
+	loupeMapCaptureEvents            = "capture_events"
+	loupeMapCaptureFilterProgs       = "capture_filter_progs"
+	loupeMapCaptureFiltered          = "capture_filtered"
+	loupeMapCaptureHttp              = "capture_http"
+	loupeMapCaptureHttpServers       = "capture_http_servers"
+	loupeMapCaptureKeep              = "capture_keep"
+	loupeMapCaptureKeepCursor        = "capture_keep_cursor"
+	loupeMapCapturePackets           = "capture_packets"
+	loupeMapCaptureShared            = "capture_shared"
+	loupeMapCaptureWindow            = "capture_window"
+	loupeMapCounters                 = "counters"
+	loupeMapDnsCounters              = "dns_counters"
+	loupeMapDnsFlowsA                = "dns_flows_a"
+	loupeMapDnsFlowsB                = "dns_flows_b"
+	loupeMapDnsQueries               = "dns_queries"
+	loupeMapDnsScratch               = "dns_scratch"
+	loupeMapDnsStats                 = "dns_stats"
+	loupeMapEventLayout              = "event_layout"
+	loupeMapFlowEvents               = "flow_events"
+	loupeMapFlowIndexA               = "flow_index_a"
+	loupeMapFlowIndexB               = "flow_index_b"
+	loupeMapFlowSlotsA               = "flow_slots_a"
+	loupeMapFlowSlotsB               = "flow_slots_b"
+	loupeMapFlowSlotsFill            = "flow_slots_fill"
+	loupeMapFlowState                = "flow_state"
+	loupeMapFlowsA                   = "flows_a"
+	loupeMapFlowsAggKey              = "flows_agg_key"
+	loupeMapFlowsB                   = "flows_b"
+	loupeMapHandshakeCounters        = "handshake_counters"
+	loupeMapHandshakeFlowsA          = "handshake_flows_a"
+	loupeMapHandshakeFlowsB          = "handshake_flows_b"
+	loupeMapHandshakePending         = "handshake_pending"
+	loupeMapHandshakeStats           = "handshake_stats"
+	loupeMapHandshakeSynacks         = "handshake_synacks"
+	loupeMapLatencyCounters          = "latency_counters"
+	loupeMapLatencyEvents            = "latency_events"
+	loupeMapLatencyScans             = "latency_scans"
+	loupeMapLatencySeen              = "latency_seen"
+	loupeMapLatencySlots             = "latency_slots"
+	loupeMapRules0                   = "rules_0"
+	loupeMapRules1                   = "rules_1"
+	loupeMapRulesCache               = "rules_cache"
+	loupeMapRulesCfg                 = "rules_cfg"
+	loupeMapRulesDst0                = "rules_dst_0"
+	loupeMapRulesDst1                = "rules_dst_1"
+	loupeMapRulesIfaces0             = "rules_ifaces_0"
+	loupeMapRulesIfaces1             = "rules_ifaces_1"
+	loupeMapRulesScratch             = "rules_scratch"
+	loupeMapRulesSel                 = "rules_sel"
+	loupeMapRulesSrc0                = "rules_src_0"
+	loupeMapRulesSrc1                = "rules_src_1"
+	loupeMapRulesStats               = "rules_stats"
+	loupeMapSketchCells              = "sketch_cells"
+	loupeMapSketchCm                 = "sketch_cm"
+	loupeMapSketchConf               = "sketch_conf"
+	loupeMapSketchFilter             = "sketch_filter"
+	loupeMapSketchSpill              = "sketch_spill"
+	loupeMapTraceScratch             = "trace_scratch"
+	loupeMapTunnelScratch            = "tunnel_scratch"
+	loupeMapTunnelsA                 = "tunnels_a"
+	loupeMapTunnelsB                 = "tunnels_b"
+	loupeProgLoupeEgress             = "loupe_egress"
+	loupeProgLoupeFlowsEgress        = "loupe_flows_egress"
+	loupeProgLoupeFlowsIngress       = "loupe_flows_ingress"
+	loupeProgLoupeIngress            = "loupe_ingress"
+	loupeVarCaptureConnZero          = "capture_conn_zero"
+	loupeVarCfgCapCapture            = "cfg_cap_capture"
+	loupeVarCfgCapDns                = "cfg_cap_dns"
+	loupeVarCfgCapFlows              = "cfg_cap_flows"
+	loupeVarCfgCapHandshake          = "cfg_cap_handshake"
+	loupeVarCfgCapLatency            = "cfg_cap_latency"
+	loupeVarCfgCapRules              = "cfg_cap_rules"
+	loupeVarCfgHttpServers           = "cfg_http_servers"
+	loupeVarCfgOffpath               = "cfg_offpath"
+	loupeVarCfgRulesCache            = "cfg_rules_cache"
+	loupeVarCfgSharedTable           = "cfg_shared_table"
+	loupeVarCfgSketch                = "cfg_sketch"
+	loupeVarCfgSketchCells           = "cfg_sketch_cells"
+	loupeVarCfgSketchFilterBits      = "cfg_sketch_filter_bits"
+	loupeVarCfgSketchFilterHashes    = "cfg_sketch_filter_hashes"
+	loupeVarCfgSketchFilterWords     = "cfg_sketch_filter_words"
+	loupeVarCfgSketchRows            = "cfg_sketch_rows"
+	loupeVarCfgSketchSub             = "cfg_sketch_sub"
+	loupeVarCfgSketchWidth           = "cfg_sketch_width"
+	loupeVarCfgSlotBudget            = "cfg_slot_budget"
+	loupeVarCfgSlots                 = "cfg_slots"
+	loupeVarHandshakeSlotMask        = "handshake_slot_mask"
+	loupeVarKeepPackets              = "keep_packets"
+	loupeVarKeepSlotsPerCpu          = "keep_slots_per_cpu"
+	loupeVarKeepSnap                 = "keep_snap"
+	loupeVarLatencySampleThreshold   = "latency_sample_threshold"
+	loupeVarLatencyScanLimit         = "latency_scan_limit"
+	loupeVarLatencySlotMask          = "latency_slot_mask"
+	loupeVarLatencyUntracedThreshold = "latency_untraced_threshold"
+	loupeVarUnusedCaptureCounter     = "unused_capture_counter"
+	loupeVarUnusedCaptureEvent       = "unused_capture_event"
+	loupeVarUnusedCapturePkt         = "unused_capture_pkt"
+	loupeVarUnusedCounter            = "unused_counter"
+	loupeVarUnusedDnsCounter         = "unused_dns_counter"
+	loupeVarUnusedDnsFlag            = "unused_dns_flag"
+	loupeVarUnusedHandshakeCounter   = "unused_handshake_counter"
+	loupeVarUnusedLatencyCounter     = "unused_latency_counter"
+	loupeVarUnusedLatencyEvent       = "unused_latency_event"
+	loupeVarUnusedRuleStats          = "unused_rule_stats"
+	loupeVarUnusedTunnelFlag         = "unused_tunnel_flag"
+	loupeVarUnusedTunnelType         = "unused_tunnel_type"
 )
 
 // loadLoupe returns the embedded CollectionSpec for loupe.
@@ -907,46 +912,47 @@ type loupeMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type loupeVariableSpecs struct {
-	CaptureConnZero        *ebpf.VariableSpec `ebpf:"capture_conn_zero"`
-	CfgCapCapture          *ebpf.VariableSpec `ebpf:"cfg_cap_capture"`
-	CfgCapDns              *ebpf.VariableSpec `ebpf:"cfg_cap_dns"`
-	CfgCapFlows            *ebpf.VariableSpec `ebpf:"cfg_cap_flows"`
-	CfgCapHandshake        *ebpf.VariableSpec `ebpf:"cfg_cap_handshake"`
-	CfgCapLatency          *ebpf.VariableSpec `ebpf:"cfg_cap_latency"`
-	CfgCapRules            *ebpf.VariableSpec `ebpf:"cfg_cap_rules"`
-	CfgHttpServers         *ebpf.VariableSpec `ebpf:"cfg_http_servers"`
-	CfgOffpath             *ebpf.VariableSpec `ebpf:"cfg_offpath"`
-	CfgRulesCache          *ebpf.VariableSpec `ebpf:"cfg_rules_cache"`
-	CfgSharedTable         *ebpf.VariableSpec `ebpf:"cfg_shared_table"`
-	CfgSketch              *ebpf.VariableSpec `ebpf:"cfg_sketch"`
-	CfgSketchCells         *ebpf.VariableSpec `ebpf:"cfg_sketch_cells"`
-	CfgSketchFilterBits    *ebpf.VariableSpec `ebpf:"cfg_sketch_filter_bits"`
-	CfgSketchFilterHashes  *ebpf.VariableSpec `ebpf:"cfg_sketch_filter_hashes"`
-	CfgSketchFilterWords   *ebpf.VariableSpec `ebpf:"cfg_sketch_filter_words"`
-	CfgSketchRows          *ebpf.VariableSpec `ebpf:"cfg_sketch_rows"`
-	CfgSketchSub           *ebpf.VariableSpec `ebpf:"cfg_sketch_sub"`
-	CfgSketchWidth         *ebpf.VariableSpec `ebpf:"cfg_sketch_width"`
-	CfgSlotBudget          *ebpf.VariableSpec `ebpf:"cfg_slot_budget"`
-	CfgSlots               *ebpf.VariableSpec `ebpf:"cfg_slots"`
-	HandshakeSlotMask      *ebpf.VariableSpec `ebpf:"handshake_slot_mask"`
-	KeepPackets            *ebpf.VariableSpec `ebpf:"keep_packets"`
-	KeepSlotsPerCpu        *ebpf.VariableSpec `ebpf:"keep_slots_per_cpu"`
-	KeepSnap               *ebpf.VariableSpec `ebpf:"keep_snap"`
-	LatencySampleThreshold *ebpf.VariableSpec `ebpf:"latency_sample_threshold"`
-	LatencyScanLimit       *ebpf.VariableSpec `ebpf:"latency_scan_limit"`
-	LatencySlotMask        *ebpf.VariableSpec `ebpf:"latency_slot_mask"`
-	UnusedCaptureCounter   *ebpf.VariableSpec `ebpf:"unused_capture_counter"`
-	UnusedCaptureEvent     *ebpf.VariableSpec `ebpf:"unused_capture_event"`
-	UnusedCapturePkt       *ebpf.VariableSpec `ebpf:"unused_capture_pkt"`
-	UnusedCounter          *ebpf.VariableSpec `ebpf:"unused_counter"`
-	UnusedDnsCounter       *ebpf.VariableSpec `ebpf:"unused_dns_counter"`
-	UnusedDnsFlag          *ebpf.VariableSpec `ebpf:"unused_dns_flag"`
-	UnusedHandshakeCounter *ebpf.VariableSpec `ebpf:"unused_handshake_counter"`
-	UnusedLatencyCounter   *ebpf.VariableSpec `ebpf:"unused_latency_counter"`
-	UnusedLatencyEvent     *ebpf.VariableSpec `ebpf:"unused_latency_event"`
-	UnusedRuleStats        *ebpf.VariableSpec `ebpf:"unused_rule_stats"`
-	UnusedTunnelFlag       *ebpf.VariableSpec `ebpf:"unused_tunnel_flag"`
-	UnusedTunnelType       *ebpf.VariableSpec `ebpf:"unused_tunnel_type"`
+	CaptureConnZero          *ebpf.VariableSpec `ebpf:"capture_conn_zero"`
+	CfgCapCapture            *ebpf.VariableSpec `ebpf:"cfg_cap_capture"`
+	CfgCapDns                *ebpf.VariableSpec `ebpf:"cfg_cap_dns"`
+	CfgCapFlows              *ebpf.VariableSpec `ebpf:"cfg_cap_flows"`
+	CfgCapHandshake          *ebpf.VariableSpec `ebpf:"cfg_cap_handshake"`
+	CfgCapLatency            *ebpf.VariableSpec `ebpf:"cfg_cap_latency"`
+	CfgCapRules              *ebpf.VariableSpec `ebpf:"cfg_cap_rules"`
+	CfgHttpServers           *ebpf.VariableSpec `ebpf:"cfg_http_servers"`
+	CfgOffpath               *ebpf.VariableSpec `ebpf:"cfg_offpath"`
+	CfgRulesCache            *ebpf.VariableSpec `ebpf:"cfg_rules_cache"`
+	CfgSharedTable           *ebpf.VariableSpec `ebpf:"cfg_shared_table"`
+	CfgSketch                *ebpf.VariableSpec `ebpf:"cfg_sketch"`
+	CfgSketchCells           *ebpf.VariableSpec `ebpf:"cfg_sketch_cells"`
+	CfgSketchFilterBits      *ebpf.VariableSpec `ebpf:"cfg_sketch_filter_bits"`
+	CfgSketchFilterHashes    *ebpf.VariableSpec `ebpf:"cfg_sketch_filter_hashes"`
+	CfgSketchFilterWords     *ebpf.VariableSpec `ebpf:"cfg_sketch_filter_words"`
+	CfgSketchRows            *ebpf.VariableSpec `ebpf:"cfg_sketch_rows"`
+	CfgSketchSub             *ebpf.VariableSpec `ebpf:"cfg_sketch_sub"`
+	CfgSketchWidth           *ebpf.VariableSpec `ebpf:"cfg_sketch_width"`
+	CfgSlotBudget            *ebpf.VariableSpec `ebpf:"cfg_slot_budget"`
+	CfgSlots                 *ebpf.VariableSpec `ebpf:"cfg_slots"`
+	HandshakeSlotMask        *ebpf.VariableSpec `ebpf:"handshake_slot_mask"`
+	KeepPackets              *ebpf.VariableSpec `ebpf:"keep_packets"`
+	KeepSlotsPerCpu          *ebpf.VariableSpec `ebpf:"keep_slots_per_cpu"`
+	KeepSnap                 *ebpf.VariableSpec `ebpf:"keep_snap"`
+	LatencySampleThreshold   *ebpf.VariableSpec `ebpf:"latency_sample_threshold"`
+	LatencyScanLimit         *ebpf.VariableSpec `ebpf:"latency_scan_limit"`
+	LatencySlotMask          *ebpf.VariableSpec `ebpf:"latency_slot_mask"`
+	LatencyUntracedThreshold *ebpf.VariableSpec `ebpf:"latency_untraced_threshold"`
+	UnusedCaptureCounter     *ebpf.VariableSpec `ebpf:"unused_capture_counter"`
+	UnusedCaptureEvent       *ebpf.VariableSpec `ebpf:"unused_capture_event"`
+	UnusedCapturePkt         *ebpf.VariableSpec `ebpf:"unused_capture_pkt"`
+	UnusedCounter            *ebpf.VariableSpec `ebpf:"unused_counter"`
+	UnusedDnsCounter         *ebpf.VariableSpec `ebpf:"unused_dns_counter"`
+	UnusedDnsFlag            *ebpf.VariableSpec `ebpf:"unused_dns_flag"`
+	UnusedHandshakeCounter   *ebpf.VariableSpec `ebpf:"unused_handshake_counter"`
+	UnusedLatencyCounter     *ebpf.VariableSpec `ebpf:"unused_latency_counter"`
+	UnusedLatencyEvent       *ebpf.VariableSpec `ebpf:"unused_latency_event"`
+	UnusedRuleStats          *ebpf.VariableSpec `ebpf:"unused_rule_stats"`
+	UnusedTunnelFlag         *ebpf.VariableSpec `ebpf:"unused_tunnel_flag"`
+	UnusedTunnelType         *ebpf.VariableSpec `ebpf:"unused_tunnel_type"`
 }
 
 // loupeObjects contains all objects after they have been loaded into the kernel.
@@ -1112,46 +1118,47 @@ func (m *loupeMaps) Close() error {
 //
 // It can be passed to loadLoupeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type loupeVariables struct {
-	CaptureConnZero        *ebpf.Variable `ebpf:"capture_conn_zero"`
-	CfgCapCapture          *ebpf.Variable `ebpf:"cfg_cap_capture"`
-	CfgCapDns              *ebpf.Variable `ebpf:"cfg_cap_dns"`
-	CfgCapFlows            *ebpf.Variable `ebpf:"cfg_cap_flows"`
-	CfgCapHandshake        *ebpf.Variable `ebpf:"cfg_cap_handshake"`
-	CfgCapLatency          *ebpf.Variable `ebpf:"cfg_cap_latency"`
-	CfgCapRules            *ebpf.Variable `ebpf:"cfg_cap_rules"`
-	CfgHttpServers         *ebpf.Variable `ebpf:"cfg_http_servers"`
-	CfgOffpath             *ebpf.Variable `ebpf:"cfg_offpath"`
-	CfgRulesCache          *ebpf.Variable `ebpf:"cfg_rules_cache"`
-	CfgSharedTable         *ebpf.Variable `ebpf:"cfg_shared_table"`
-	CfgSketch              *ebpf.Variable `ebpf:"cfg_sketch"`
-	CfgSketchCells         *ebpf.Variable `ebpf:"cfg_sketch_cells"`
-	CfgSketchFilterBits    *ebpf.Variable `ebpf:"cfg_sketch_filter_bits"`
-	CfgSketchFilterHashes  *ebpf.Variable `ebpf:"cfg_sketch_filter_hashes"`
-	CfgSketchFilterWords   *ebpf.Variable `ebpf:"cfg_sketch_filter_words"`
-	CfgSketchRows          *ebpf.Variable `ebpf:"cfg_sketch_rows"`
-	CfgSketchSub           *ebpf.Variable `ebpf:"cfg_sketch_sub"`
-	CfgSketchWidth         *ebpf.Variable `ebpf:"cfg_sketch_width"`
-	CfgSlotBudget          *ebpf.Variable `ebpf:"cfg_slot_budget"`
-	CfgSlots               *ebpf.Variable `ebpf:"cfg_slots"`
-	HandshakeSlotMask      *ebpf.Variable `ebpf:"handshake_slot_mask"`
-	KeepPackets            *ebpf.Variable `ebpf:"keep_packets"`
-	KeepSlotsPerCpu        *ebpf.Variable `ebpf:"keep_slots_per_cpu"`
-	KeepSnap               *ebpf.Variable `ebpf:"keep_snap"`
-	LatencySampleThreshold *ebpf.Variable `ebpf:"latency_sample_threshold"`
-	LatencyScanLimit       *ebpf.Variable `ebpf:"latency_scan_limit"`
-	LatencySlotMask        *ebpf.Variable `ebpf:"latency_slot_mask"`
-	UnusedCaptureCounter   *ebpf.Variable `ebpf:"unused_capture_counter"`
-	UnusedCaptureEvent     *ebpf.Variable `ebpf:"unused_capture_event"`
-	UnusedCapturePkt       *ebpf.Variable `ebpf:"unused_capture_pkt"`
-	UnusedCounter          *ebpf.Variable `ebpf:"unused_counter"`
-	UnusedDnsCounter       *ebpf.Variable `ebpf:"unused_dns_counter"`
-	UnusedDnsFlag          *ebpf.Variable `ebpf:"unused_dns_flag"`
-	UnusedHandshakeCounter *ebpf.Variable `ebpf:"unused_handshake_counter"`
-	UnusedLatencyCounter   *ebpf.Variable `ebpf:"unused_latency_counter"`
-	UnusedLatencyEvent     *ebpf.Variable `ebpf:"unused_latency_event"`
-	UnusedRuleStats        *ebpf.Variable `ebpf:"unused_rule_stats"`
-	UnusedTunnelFlag       *ebpf.Variable `ebpf:"unused_tunnel_flag"`
-	UnusedTunnelType       *ebpf.Variable `ebpf:"unused_tunnel_type"`
+	CaptureConnZero          *ebpf.Variable `ebpf:"capture_conn_zero"`
+	CfgCapCapture            *ebpf.Variable `ebpf:"cfg_cap_capture"`
+	CfgCapDns                *ebpf.Variable `ebpf:"cfg_cap_dns"`
+	CfgCapFlows              *ebpf.Variable `ebpf:"cfg_cap_flows"`
+	CfgCapHandshake          *ebpf.Variable `ebpf:"cfg_cap_handshake"`
+	CfgCapLatency            *ebpf.Variable `ebpf:"cfg_cap_latency"`
+	CfgCapRules              *ebpf.Variable `ebpf:"cfg_cap_rules"`
+	CfgHttpServers           *ebpf.Variable `ebpf:"cfg_http_servers"`
+	CfgOffpath               *ebpf.Variable `ebpf:"cfg_offpath"`
+	CfgRulesCache            *ebpf.Variable `ebpf:"cfg_rules_cache"`
+	CfgSharedTable           *ebpf.Variable `ebpf:"cfg_shared_table"`
+	CfgSketch                *ebpf.Variable `ebpf:"cfg_sketch"`
+	CfgSketchCells           *ebpf.Variable `ebpf:"cfg_sketch_cells"`
+	CfgSketchFilterBits      *ebpf.Variable `ebpf:"cfg_sketch_filter_bits"`
+	CfgSketchFilterHashes    *ebpf.Variable `ebpf:"cfg_sketch_filter_hashes"`
+	CfgSketchFilterWords     *ebpf.Variable `ebpf:"cfg_sketch_filter_words"`
+	CfgSketchRows            *ebpf.Variable `ebpf:"cfg_sketch_rows"`
+	CfgSketchSub             *ebpf.Variable `ebpf:"cfg_sketch_sub"`
+	CfgSketchWidth           *ebpf.Variable `ebpf:"cfg_sketch_width"`
+	CfgSlotBudget            *ebpf.Variable `ebpf:"cfg_slot_budget"`
+	CfgSlots                 *ebpf.Variable `ebpf:"cfg_slots"`
+	HandshakeSlotMask        *ebpf.Variable `ebpf:"handshake_slot_mask"`
+	KeepPackets              *ebpf.Variable `ebpf:"keep_packets"`
+	KeepSlotsPerCpu          *ebpf.Variable `ebpf:"keep_slots_per_cpu"`
+	KeepSnap                 *ebpf.Variable `ebpf:"keep_snap"`
+	LatencySampleThreshold   *ebpf.Variable `ebpf:"latency_sample_threshold"`
+	LatencyScanLimit         *ebpf.Variable `ebpf:"latency_scan_limit"`
+	LatencySlotMask          *ebpf.Variable `ebpf:"latency_slot_mask"`
+	LatencyUntracedThreshold *ebpf.Variable `ebpf:"latency_untraced_threshold"`
+	UnusedCaptureCounter     *ebpf.Variable `ebpf:"unused_capture_counter"`
+	UnusedCaptureEvent       *ebpf.Variable `ebpf:"unused_capture_event"`
+	UnusedCapturePkt         *ebpf.Variable `ebpf:"unused_capture_pkt"`
+	UnusedCounter            *ebpf.Variable `ebpf:"unused_counter"`
+	UnusedDnsCounter         *ebpf.Variable `ebpf:"unused_dns_counter"`
+	UnusedDnsFlag            *ebpf.Variable `ebpf:"unused_dns_flag"`
+	UnusedHandshakeCounter   *ebpf.Variable `ebpf:"unused_handshake_counter"`
+	UnusedLatencyCounter     *ebpf.Variable `ebpf:"unused_latency_counter"`
+	UnusedLatencyEvent       *ebpf.Variable `ebpf:"unused_latency_event"`
+	UnusedRuleStats          *ebpf.Variable `ebpf:"unused_rule_stats"`
+	UnusedTunnelFlag         *ebpf.Variable `ebpf:"unused_tunnel_flag"`
+	UnusedTunnelType         *ebpf.Variable `ebpf:"unused_tunnel_type"`
 }
 
 // loupePrograms contains all programs after they have been loaded into the kernel.

@@ -192,7 +192,8 @@ func TestLatencyBadInput(t *testing.T) {
 	raw.Close()
 	const table = 64
 	a := startAgent(t, n.router, agentOpts{args: []string{"--latency", "--iface", n.r1, "--iface", n.r2,
-		"--latency-table-size", fmt.Sprint(table), "--latency-ring-size", "64KiB"}})
+		"--latency-table-size", fmt.Sprint(table), "--latency-ring-size", "64KiB",
+		"--latency-untraced-sampling", "1"}}) // the malformed headers' requests are recorded
 	base := a.settle()
 
 	// Malformed and oversized trace headers: each request scanned at two
