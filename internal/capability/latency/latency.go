@@ -118,7 +118,7 @@ func (u *Unit) Open(h *capability.Host) error {
 		return err
 	}
 	u.reader, u.out = r, out
-	u.log.Info("latency on", "sampling", u.cfg.Sampling, "header_scan_limit", u.cfg.HeaderScanLimit,
+	u.log.Info("latency on", "sampling", u.cfg.Sampling, "untraced_sampling", u.cfg.UntracedSampling, "header_scan_limit", u.cfg.HeaderScanLimit,
 		"scan_table_size", u.cfg.ScanTableSize, "ring_size", u.cfg.RingSize, "table_size", u.cfg.Matching.TableSize,
 		"match_window", u.cfg.Matching.MatchWindow)
 	return nil
@@ -207,7 +207,7 @@ func (u *Unit) Collectors() []prometheus.Collector {
 // Status says whether the capability runs, its sizes and what was read.
 func (u *Unit) Status() capability.Status {
 	d := map[string]any{
-		"sampling": u.cfg.Sampling, "header_scan_limit": u.cfg.HeaderScanLimit, "scan_table_size": u.cfg.ScanTableSize,
+		"sampling": u.cfg.Sampling, "untraced_sampling": u.cfg.UntracedSampling, "header_scan_limit": u.cfg.HeaderScanLimit, "scan_table_size": u.cfg.ScanTableSize,
 		"ring_size": u.cfg.RingSize, "stamps": u.stamps.Load(), "contexts": u.contexts.Load(),
 		"bad_records": u.bad.Load(),
 	}
