@@ -322,9 +322,8 @@ __noinline int latency_stamp_untraced(const struct flow_key *key, struct trace_s
 
 /* latency_context reports the scan's context (source src), in one record
  * with the request's stamp: the stamp that waits (the context was in the
- * request's first segment) or the one held since it. A context without
- * its stamp (the scan's state was taken over from an older build's, or
- * lost its stamp) goes alone. */
+ * request's first segment) or the one held since it. A context with
+ * neither (none is expected) goes alone. */
 __noinline int latency_context(const struct flow_key *key, struct trace_scratch *s, __u8 src)
 {
 	if (!key || !s)

@@ -124,7 +124,8 @@ struct trace_scratch {
 	 * there): only then does ending it delete an entry. */
 	__u8 stored;
 	/* The request's stamp waits for the scan of its first segment, to go
-	 * in one record with the context found there (latency/hop.h). */
+	 * in one record with the context found there, or to be held in the
+	 * scan's state if the header block goes on (latency/hop.h). */
 	__u8 stamp_pending;
 	/* The request is stamped even without a context in its headers: the
 	 * untraced sampling keeps it, or an IP or TCP option carried one. */

@@ -612,7 +612,7 @@ type loupeTraceScratch struct {
 	Tunneled     uint8
 	Stored       uint8
 	StampPending uint8
-	Untraced     uint8
+	Keep         uint8
 	_            [4]byte
 	StampTime    uint64
 	SegHash      uint64
