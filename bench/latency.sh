@@ -26,7 +26,8 @@
 #     CPU, with --latency and without, alternating, BENCH_LATENCY_ROUNDS
 #     rounds of BENCH_LATENCY_SECONDS; with h2load's requests as they are
 #     (no trace context), at the default untraced sampling and with every
-#     request stamped, then with traceparent on every request.
+#     request stamped, then with traceparent on every request, sampled
+#     (flags 01) and not (00).
 #
 # Knobs: BENCH_LATENCY_REQUESTS (2000), BENCH_LATENCY_PER_POSITION (200),
 # BENCH_LATENCY_ROUNDS (3), BENCH_LATENCY_SECONDS (10), BENCH_LATENCY_PARTS
@@ -229,11 +230,12 @@ bench_latency() {
 	# alternating, rounds.
 	if [[ $parts == *" http "* ]]; then
 	say "" "### HTTP request latency with and without \`--latency\`" "" \
-		"h2load --h1 from pod A to nginx in pod B, 8 connections, ${secs} s per run, one agent per node with \`--latency\` or without; the two alternate, $rounds rounds. The machine has 2 CPUs shared by h2load, nginx, both agents and other work: compare within this run only. Three times: h2load's requests as they are, without a trace context, with the default untraced sampling (1 request in 16 stamped: its stamps reach the agents, and a record without a trace id); the same with \`--latency-untraced-sampling 1\` (every request stamped, as before the untraced sampling); and with a \`traceparent\` header on every request, the seed's case (every request stamped, its context found, and a record with its trace id)." ""
+		"h2load --h1 from pod A to nginx in pod B, 8 connections, ${secs} s per run, one agent per node with \`--latency\` or without; the two alternate, $rounds rounds. The machine has 2 CPUs shared by h2load, nginx, both agents and other work: compare within this run only. Four times: h2load's requests as they are, without a trace context, with the default untraced sampling (1 request in 16 stamped: its stamps reach the agents, and a record without a trace id); the same with \`--latency-untraced-sampling 1\` (every request stamped, as before the untraced sampling); with a \`traceparent\` header on every request, the seed's case (every request stamped, its context found, and a record with its trace id); and with a \`traceparent\` of a trace not sampled on every request (flags \`00\`, as most requests carry under head sampling: 1 in 16 stamped, the rest counted)." ""
 	local mode
-	for mode in untraced untraced-all traced; do
+	for mode in untraced untraced-all traced unsampled; do
 		local hdr=() args=()
 		[[ $mode == traced ]] && hdr=(-H "traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+		[[ $mode == unsampled ]] && hdr=(-H "traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00")
 		[[ $mode == untraced-all ]] && args=(--latency-untraced-sampling 1)
 		: >"$tsv"
 		: >"$WORK/cpu.tsv"
@@ -259,6 +261,7 @@ bench_latency() {
 		done
 		case $mode in
 		traced) say "**Every request with \`traceparent\`**" "" ;;
+		unsampled) say "**Every request with \`traceparent\` of a trace not sampled (flags \`00\`: stamped as requests without a context are)**" "" ;;
 		untraced) say "**Requests without a trace context (1 in 16 stamped, the default)**" "" ;;
 		*) say "**Requests without a trace context, every one stamped (\`--latency-untraced-sampling 1\`)**" "" ;;
 		esac

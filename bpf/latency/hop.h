@@ -8,11 +8,12 @@
  * number of its first payload byte and its payload bytes) and its header
  * block scanned for a trace context (trace.h), across the segments that
  * follow. The stamp waits for the scan's end: it goes out with the context
- * found, in one record; without one, only for the requests the untraced
- * sampling keeps (latency_untraced_threshold, decided alike at every hook
- * from the 5-tuple and the first sequence number), since a request without
- * a context links to no trace and every stamp costs the ring, the matcher
- * and the latency log. The trace id carried in TCP option 25 (OpenTelemetry eBPF
+ * found, in one record; without one (or with one that says its trace is not
+ * sampled), only for the requests the untraced sampling keeps
+ * (latency_untraced_threshold, decided alike at every hook from the 5-tuple
+ * and the first sequence number), since such a request links to no
+ * recorded trace and every stamp costs the ring, the matcher and the
+ * latency log. The trace id carried in TCP option 25 (OpenTelemetry eBPF
  * Instrumentation, formerly Beyla) or IPv4 option 136 (Cilium) is read
  * from the request's first segment. At latency_sample_threshold, any TCP
  * segment with payload is stamped too (LATENCY_KIND_SAMPLED).
@@ -87,6 +88,7 @@ enum latency_counter {
 	LATENCY_RING_FULL_CONTEXT,  /* ...contexts */
 	LATENCY_SCAN_REUSED,        /* request starts judged as at the hook before on this CPU: not scanned again */
 	LATENCY_UNTRACED_SKIPPED,   /* requests without a context, not stamped (the untraced sampling) */
+	LATENCY_UNSAMPLED_SKIPPED,  /* requests whose context says not sampled, not stamped (likewise) */
 	LATENCY_COUNTER_MAX,
 };
 
@@ -323,11 +325,23 @@ __noinline int latency_stamp_untraced(const struct flow_key *key, struct trace_s
 /* latency_context reports the scan's context (source src), in one record
  * with the request's stamp: the stamp that waits (the context was in the
  * request's first segment) or the one held since it. A context with
- * neither (none is expected) goes alone. */
+ * neither (none is expected) goes alone.
+ *
+ * A context that says its trace is not sampled (traceparent's flags, b3's
+ * sampling state 0) is treated as no context: its trace is not recorded, so
+ * hop spans would hang off no span, and under head sampling most requests
+ * carry such a context. The untraced sampling decides, and the record of a
+ * request it keeps carries the trace id. */
 __noinline int latency_context(const struct flow_key *key, struct trace_scratch *s, __u8 src)
 {
 	if (!key || !s)
 		return 0;
+	if ((s->scan.flags & TRACE_F_UNSAMPLED) && !(s->scan.stamp & TRACE_STAMP_KEEP)) {
+		s->stamp_pending = 0;
+		s->scan.stamp &= ~TRACE_STAMP_HELD;
+		latency_count(LATENCY_UNSAMPLED_SKIPPED);
+		return 0;
+	}
 	if (s->stamp_pending) {
 		s->stamp_pending = 0;
 		latency_emit(key, LATENCY_REC_STAMP_CONTEXT, LATENCY_KIND_REQUEST, src, s->seq, s->seg_len,

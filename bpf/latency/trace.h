@@ -58,9 +58,10 @@ enum trace_flag {
 	TRACE_F_SKIP_LINE = 1 << 0, /* the current line goes on in the next segment and needs no look */
 	TRACE_F_B3_TRACE = 1 << 1,  /* trace_id holds an X-B3-TraceId */
 	TRACE_F_B3_SPAN = 1 << 2,   /* span_id holds an X-B3-SpanId */
+	TRACE_F_UNSAMPLED = 1 << 3, /* the context found says its trace is not sampled (latency/hop.h) */
 };
 
-/* A request whose header block is being scanned, at one hook: 176 bytes. */
+/* A request whose header block is being scanned, at one hook: 184 bytes. */
 struct trace_scan {
 	__u32 start_seq; /* the request's first byte */
 	__u32 next_seq;  /* where the next segment must start */
@@ -381,6 +382,8 @@ __noinline int trace_judge(struct trace_scratch *s, __u32 n)
 		f1 = trace_hexval[line[(i + 54) & 255]];
 		if ((f0 | f1) > 15 || !trace_value_end(s, i + 55, n))
 			return TRACE_J_BAD;
+		if (!(f1 & 1)) /* trace-flags' "sampled" bit */
+			s->scan.flags |= TRACE_F_UNSAMPLED;
 		s->scan.source = TRACE_SRC_TRACEPARENT;
 		return TRACE_J_FOUND;
 	}
@@ -402,6 +405,8 @@ __noinline int trace_judge(struct trace_scratch *s, __u32 n)
 			c = line[(i + 1) & 255];
 			if (line[i & 255] != '-' || (c != '0' && c != '1' && c != 'd'))
 				return TRACE_J_BAD;
+			if (c == '0') /* the sampling state: not sampled */
+				s->scan.flags |= TRACE_F_UNSAMPLED;
 			if (!trace_value_end(s, i + 2, n) &&
 			    (line[(i + 2) & 255] != '-' || trace_hex_at(s, i + 3, 16, TRACE_HEX_PARENT | TRACE_HEX_UPPER) ||
 			     !trace_value_end(s, i + 19, n)))

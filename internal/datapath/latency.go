@@ -26,8 +26,9 @@ type LatencySizes struct {
 	// but requests).
 	Sampling int
 	// UntracedSampling stamps 1 in UntracedSampling HTTP requests whose
-	// header block holds no trace context (1: all, 0: none); a request
-	// with a context is always stamped.
+	// header block holds no trace context, or one that says its trace is
+	// not sampled (1: all, 0: none); a request of a sampled trace is
+	// always stamped.
 	UntracedSampling int
 	// ScanLimit is the bytes of a request's header block scanned for its
 	// trace context, at most.
@@ -300,6 +301,7 @@ var latencyCounterNames = [loupeLatencyCounterLATENCY_COUNTER_MAX]string{
 	loupeLatencyCounterLATENCY_RING_FULL_CONTEXT: "ring_full_context",
 	loupeLatencyCounterLATENCY_SCAN_REUSED:       "scan_reused",
 	loupeLatencyCounterLATENCY_UNTRACED_SKIPPED:  "untraced_skipped",
+	loupeLatencyCounterLATENCY_UNSAMPLED_SKIPPED: "unsampled_skipped",
 }
 
 // LatencyCounters reads and sums the latency capability's per-CPU

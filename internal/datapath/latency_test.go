@@ -654,6 +654,46 @@ func TestLatencyUntracedSampling(t *testing.T) {
 		}
 		g.checkCounters(map[string]uint64{"requests": 4, "found_traceparent": 2, "not_found": 2, "untraced_skipped": 2})
 	})
+	// A context that says its trace is not sampled counts as none: stamped
+	// only if the untraced sampling keeps the request, then with its
+	// trace id.
+	unsampled := []string{
+		"traceparent: 00-" + testTraceID + "-" + testSpanID + "-00",
+		"b3: " + testTraceID + "-" + testSpanID + "-0",
+	}
+	t.Run("unsampled", func(t *testing.T) {
+		for _, every := range []bool{false, true} {
+			s := DefaultLatencySizes()
+			s.UntracedSampling = 0
+			if every {
+				s.UntracedSampling = 1
+			}
+			g := newLatencyRig(t, s)
+			c := newHTTPConn("10.1.2.3", 40022)
+			for i, h := range unsampled {
+				g.send(c, uint32(1000+10000*i), tracedRequest(100, h), 1448)
+			}
+			// The sampled form of each, for contrast: always stamped.
+			g.send(c, 30000, tracedRequest(100, "traceparent: "+testTP), 1448)
+			g.send(c, 40000, tracedRequest(100, "b3: "+testTraceID+"-"+testSpanID+"-1"), 1448)
+			kinds, got := g.readRecords()
+			want := []int{latencyRecBoth, latencyRecBoth}
+			counters := map[string]uint64{"requests": 4, "found_traceparent": 2, "found_b3_single": 2, "unsampled_skipped": 2}
+			if every {
+				want = append(want, latencyRecBoth, latencyRecBoth)
+				delete(counters, "unsampled_skipped")
+			}
+			if fmt.Sprint(kinds) != fmt.Sprint(want) {
+				t.Fatalf("untraced sampling %d: records %v, want %v", s.UntracedSampling, kinds, want)
+			}
+			for _, cx := range got.contexts {
+				if cx.TraceID != [16]byte(mustHex(testTraceID)) {
+					t.Errorf("context %+v: want trace id %s", cx, testTraceID)
+				}
+			}
+			g.checkCounters(counters)
+		}
+	})
 	t.Run("1in4", func(t *testing.T) {
 		onOneCPU(t) // the second hook takes the first's verdict: scan_reused
 		s := DefaultLatencySizes()

@@ -426,7 +426,8 @@ const (
 	loupeLatencyCounterLATENCY_RING_FULL_CONTEXT loupeLatencyCounter = 18
 	loupeLatencyCounterLATENCY_SCAN_REUSED       loupeLatencyCounter = 19
 	loupeLatencyCounterLATENCY_UNTRACED_SKIPPED  loupeLatencyCounter = 20
-	loupeLatencyCounterLATENCY_COUNTER_MAX       loupeLatencyCounter = 21
+	loupeLatencyCounterLATENCY_UNSAMPLED_SKIPPED loupeLatencyCounter = 21
+	loupeLatencyCounterLATENCY_COUNTER_MAX       loupeLatencyCounter = 22
 )
 
 type loupeLatencyEvent struct {

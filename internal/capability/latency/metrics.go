@@ -19,7 +19,7 @@ func newCollector(u *Unit) *collector {
 	}
 	return &collector{u: u,
 		up:       d("up", "1 when the latency capability runs at the TC hooks; 0 when the kernel refused it (the reason is in the log and loupe status)."),
-		events:   d("events_total", "What the kernel's latency capability saw, by counter (bpf/latency/hop.h): requests scanned, contexts found per source, not found, not fully scanned (limit, evicted, out of order, load error, abandoned), malformed values, non-HTTP payload, scan table full, sampled segments, ring full per record kind, scans reused from the hook before on the same CPU (scan_reused), requests without a context left unstamped by the untraced sampling (untraced_skipped).", "event"),
+		events:   d("events_total", "What the kernel's latency capability saw, by counter (bpf/latency/hop.h): requests scanned, contexts found per source, not found, not fully scanned (limit, evicted, out of order, load error, abandoned), malformed values, non-HTTP payload, scan table full, sampled segments, ring full per record kind, scans reused from the hook before on the same CPU (scan_reused), requests without a context, or with one that says its trace is not sampled, left unstamped by the untraced sampling (untraced_skipped, unsampled_skipped).", "event"),
 		records:  d("records_total", "Records read from the latency ring and handed on, by kind: stamp, context.", "kind"),
 		bad:      d("bad_records_total", "Records of the latency ring that did not decode."),
 		readErrs: d("read_errors_total", "Failed reads of the latency ring."),
