@@ -128,15 +128,19 @@ func checkFlowsMatchKernelCounters(t *testing.T, o agentOpts) {
 	// By service port, every TCP byte both ways is the server's port's,
 	// and each connection is two flows (one per direction), however many
 	// evictions it spanned.
-	var tcpBytes, tcpPackets uint64
+	var tcpBytes, tcpPackets, tcpRetrans uint64
 	for _, r := range recs {
 		if r.Iface == p.vethA && r.IsTCP() {
-			tcpBytes, tcpPackets = tcpBytes+r.Bytes, tcpPackets+r.Packets
+			tcpBytes, tcpPackets, tcpRetrans = tcpBytes+r.Bytes, tcpPackets+r.Packets, tcpRetrans+r.Retransmits
 		}
 	}
 	// The clients' sockets are in the agent's namespace: their RTTs and
-	// retransmissions (none) are on their egress records, so the group
-	// has them too.
+	// retransmissions are on their egress records, so the group has them
+	// too. Retransmissions are few or none on a veth, but not never: on a
+	// loaded machine a late ACK lets a tail loss probe or the FIN's timer
+	// send a segment again (it happened once, with the duplicate FIN
+	// dropped by the receiver), so the group's count is checked against
+	// the records', not against zero.
 	want := fmt.Sprintf(`{"port":5001,"proto":6,"bytes":%d,"packets":%d,"flows":%d,"accuracy":"exact",`, tcpBytes, tcpPackets, 2*len(conns))
 	row := strings.TrimSpace(a.run("top", "--by", "port", "--proto", "tcp", "--iface", p.vethA, "--json"))
 	var sig struct {
@@ -145,8 +149,12 @@ func checkFlowsMatchKernelCounters(t *testing.T, o agentOpts) {
 		Retransmits *uint64 `json:"retransmits"`
 	}
 	if err := json.Unmarshal([]byte(row), &sig); err != nil || !strings.HasPrefix(row, want) || sig.RTTMin == nil || sig.RTTMax == nil ||
-		*sig.RTTMin == 0 || *sig.RTTMin > *sig.RTTMax || sig.Retransmits == nil || *sig.Retransmits != 0 {
-		t.Errorf("loupe top --by port --proto tcp --json:\n got %s\nwant %s and the clients' RTTs, no retransmission (%v)", row, want, err)
+		*sig.RTTMin == 0 || *sig.RTTMin > *sig.RTTMax || sig.Retransmits == nil || *sig.Retransmits != tcpRetrans {
+		t.Errorf("loupe top --by port --proto tcp --json:\n got %s\nwant %s, the clients' RTTs and the records' %d retransmissions (%v)",
+			row, want, tcpRetrans, err)
+	}
+	if tcpRetrans != 0 {
+		t.Logf("%d TCP segments sent again on %s", tcpRetrans, p.vethA)
 	}
 
 	// Each connection is its own flow, in both directions, with its
