@@ -23,6 +23,12 @@ type Metrics struct {
 
 	mu    sync.Mutex
 	pairs map[[3]string]prometheus.Observer
+	// recent holds the pairs observed last, looked through before the
+	// map: a node's records have the same few hops, and hashing the
+	// three strings of every hop was most of Observe. The names come
+	// from the matcher's interface cache, so a hit compares pointers.
+	recent     [8]recentPair
+	recentNext int
 
 	stats *statsCollector
 }
@@ -53,23 +59,44 @@ func NewMetrics(maxPairs int, stats func() Stats) *Metrics {
 	return m
 }
 
+type recentPair struct {
+	k [3]string
+	o prometheus.Observer
+}
+
 // Observe adds the hops of r.
 func (m *Metrics) Observe(r *Request) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, h := range r.Hops {
-		k := [3]string{h.FromIface, h.ToIface, h.Direction}
-		o, ok := m.pairs[k]
-		if !ok {
-			if len(m.pairs) >= m.maxPairs {
-				m.overflow.Inc()
-				continue
-			}
-			o = m.hist.WithLabelValues(k[:]...)
-			m.pairs[k] = o
+	for i := range r.Hops {
+		h := &r.Hops[i]
+		if o := m.observer(h); o != nil {
+			o.Observe(float64(h.LatencyNs) / 1e9)
 		}
-		o.Observe(float64(h.LatencyNs) / 1e9)
 	}
+}
+
+// observer is the histogram of h's pair, or nil when the pairs are at
+// their bound (counted); m.mu is held.
+func (m *Metrics) observer(h *Hop) prometheus.Observer {
+	for i := range m.recent {
+		if c := &m.recent[i]; c.o != nil && c.k[0] == h.FromIface && c.k[1] == h.ToIface && c.k[2] == h.Direction {
+			return c.o
+		}
+	}
+	k := [3]string{h.FromIface, h.ToIface, h.Direction}
+	o, ok := m.pairs[k]
+	if !ok {
+		if len(m.pairs) >= m.maxPairs {
+			m.overflow.Inc()
+			return nil
+		}
+		o = m.hist.WithLabelValues(k[:]...)
+		m.pairs[k] = o
+	}
+	m.recent[m.recentNext] = recentPair{k: k, o: o}
+	m.recentNext = (m.recentNext + 1) % len(m.recent)
+	return o
 }
 
 // Collectors are the metrics to register.

@@ -72,3 +72,51 @@ loupe_hop_table_entries 2
 		t.Error(err)
 	}
 }
+
+// TestMetricsManyPairs: more pairs than Observe keeps at hand, observed in
+// turn, with names built afresh each time (equal strings, other memory):
+// every histogram gets its own pair's hops, and only them.
+func TestMetricsManyPairs(t *testing.T) {
+	const pairs, rounds = 12, 5
+	m := NewMetrics(64, nil)
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(m.Collectors()...)
+	for r := range rounds {
+		for p := range pairs {
+			from := "v" + string(rune('a'+p)) // new memory each time
+			m.Observe(&Request{Hops: []Hop{{FromIface: from, ToIface: "vxlan0", Direction: Out, LatencyNs: int64(1000 * (p + 1))}}})
+			if r%2 == 0 { // the same pair in the other direction, now and then
+				m.Observe(&Request{Hops: []Hop{{FromIface: from, ToIface: "vxlan0", Direction: In, LatencyNs: 1}}})
+			}
+		}
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for _, mf := range mfs {
+		if mf.GetName() != "loupe_hop_latency_seconds" {
+			continue
+		}
+		for _, mt := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, lp := range mt.GetLabel() {
+				l[lp.GetName()] = lp.GetValue()
+			}
+			p := int(l["from_iface"][1] - 'a')
+			wantN, wantSum := uint64(rounds), float64(rounds*1000*(p+1))/1e9
+			if l["direction"] == In {
+				wantN, wantSum = (rounds+1)/2, float64((rounds+1)/2)/1e9
+			}
+			h := mt.GetHistogram()
+			if h.GetSampleCount() != wantN || h.GetSampleSum() < wantSum*0.999999 || h.GetSampleSum() > wantSum*1.000001 {
+				t.Errorf("%v: %d samples summing to %g, want %d and %g", l, h.GetSampleCount(), h.GetSampleSum(), wantN, wantSum)
+			}
+			seen++
+		}
+	}
+	if seen != 2*pairs {
+		t.Errorf("%d histograms, want %d", seen, 2*pairs)
+	}
+}
