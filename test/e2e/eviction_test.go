@@ -36,9 +36,11 @@ func TestNoLossAcrossEvictions(t *testing.T) {
 		}
 		udpBytes += ipv4Overhead(size)
 		if i%100 == 0 {
-			// Spread over ~1 s of swaps, slowly enough for the
-			// receiving socket's buffer.
-			time.Sleep(5 * time.Millisecond)
+			// Spread over ~2 s of swaps, slowly enough for the
+			// receiving socket's buffer. Over ~1 s the agent once did
+			// 49 swaps, not the 50 asked below: a swap with its grace
+			// period and drain takes ~25 ms on this 2-CPU VM, not 10.
+			time.Sleep(10 * time.Millisecond)
 		}
 	}
 	<-tcpDone
