@@ -290,13 +290,14 @@ static __always_inline void latency_stamp_hold(struct trace_scratch *s)
 	s->scan.stamp |= TRACE_STAMP_HELD | (s->tunneled ? TRACE_STAMP_TUNNELED : 0);
 }
 
-/* latency_stamp_untraced ends the scan of a request without a context: its
- * stamp (waiting, or held since its first segment) goes out alone if the
- * untraced sampling keeps the request, and is dropped otherwise. This and
- * latency_context are global functions: inline, the records they write
- * took stack in latency_scan's frame, which the scan's chain of calls
- * shares. */
-__noinline int latency_stamp_untraced(const struct flow_key *key, struct trace_scratch *s)
+/* latency_stamp_untraced ends the scan of a request without a context (or
+ * with one of a trace not sampled): its stamp (waiting, or held since its
+ * first segment) goes out alone if the untraced sampling keeps the request,
+ * and is dropped and counted (skipped: LATENCY_UNTRACED_SKIPPED or
+ * LATENCY_UNSAMPLED_SKIPPED) otherwise. This and latency_context are global
+ * functions: inline, the records they write took stack in latency_scan's
+ * frame, which the scan's chain of calls shares. */
+__noinline int latency_stamp_untraced(const struct flow_key *key, struct trace_scratch *s, __u32 skipped)
 {
 	__u8 held;
 
@@ -308,7 +309,7 @@ __noinline int latency_stamp_untraced(const struct flow_key *key, struct trace_s
 	s->scan.stamp &= ~TRACE_STAMP_HELD;
 	if (!(s->scan.stamp & TRACE_STAMP_KEEP)) {
 		s->stamp_pending = 0;
-		latency_count(LATENCY_UNTRACED_SKIPPED);
+		latency_count(skipped == LATENCY_UNSAMPLED_SKIPPED ? LATENCY_UNSAMPLED_SKIPPED : LATENCY_UNTRACED_SKIPPED);
 		return 0;
 	}
 	if (s->stamp_pending) {
@@ -328,20 +329,16 @@ __noinline int latency_stamp_untraced(const struct flow_key *key, struct trace_s
  * neither (none is expected) goes alone.
  *
  * A context that says its trace is not sampled (traceparent's flags, b3's
- * sampling state 0) is treated as no context: its trace is not recorded, so
- * hop spans would hang off no span, and under head sampling most requests
- * carry such a context. The untraced sampling decides, and the record of a
- * request it keeps carries the trace id. */
+ * sampling state 0) is treated as no context, and not reported: its trace
+ * is not recorded, so hop spans would hang off no span, and under head
+ * sampling most requests carry such a context. The untraced sampling
+ * decides whether the request is stamped. */
 __noinline int latency_context(const struct flow_key *key, struct trace_scratch *s, __u8 src)
 {
 	if (!key || !s)
 		return 0;
-	if ((s->scan.flags & TRACE_F_UNSAMPLED) && !(s->scan.stamp & TRACE_STAMP_KEEP)) {
-		s->stamp_pending = 0;
-		s->scan.stamp &= ~TRACE_STAMP_HELD;
-		latency_count(LATENCY_UNSAMPLED_SKIPPED);
-		return 0;
-	}
+	if (s->scan.flags & TRACE_F_UNSAMPLED)
+		return latency_stamp_untraced(key, s, LATENCY_UNSAMPLED_SKIPPED);
 	if (s->stamp_pending) {
 		s->stamp_pending = 0;
 		latency_emit(key, LATENCY_REC_STAMP_CONTEXT, LATENCY_KIND_REQUEST, src, s->seq, s->seg_len,
@@ -653,7 +650,7 @@ __noinline int latency_scan(struct __sk_buff *skb, const struct flow_key *key)
 		}
 		return 0;
 	}
-	latency_stamp_untraced(key, s);
+	latency_stamp_untraced(key, s, LATENCY_UNTRACED_SKIPPED);
 	/* Most requests' header blocks end in their first segment: their
 	 * scan was never stored, and deleting it would cost a locked hash
 	 * lookup per request for nothing. */

@@ -654,9 +654,10 @@ func TestLatencyUntracedSampling(t *testing.T) {
 		}
 		g.checkCounters(map[string]uint64{"requests": 4, "found_traceparent": 2, "not_found": 2, "untraced_skipped": 2})
 	})
-	// A context that says its trace is not sampled counts as none: stamped
-	// only if the untraced sampling keeps the request, then with its
-	// trace id.
+	// A context that says its trace is not sampled counts as none: the
+	// request is stamped only if the untraced sampling keeps it, and the
+	// context is not reported (no span is to hang off a trace the backend
+	// does not record).
 	unsampled := []string{
 		"traceparent: 00-" + testTraceID + "-" + testSpanID + "-00",
 		"b3: " + testTraceID + "-" + testSpanID + "-0",
@@ -680,15 +681,18 @@ func TestLatencyUntracedSampling(t *testing.T) {
 			want := []int{latencyRecBoth, latencyRecBoth}
 			counters := map[string]uint64{"requests": 4, "found_traceparent": 2, "found_b3_single": 2, "unsampled_skipped": 2}
 			if every {
-				want = append(want, latencyRecBoth, latencyRecBoth)
+				want = append([]int{latencyRecStamp, latencyRecStamp}, want...)
 				delete(counters, "unsampled_skipped")
 			}
 			if fmt.Sprint(kinds) != fmt.Sprint(want) {
 				t.Fatalf("untraced sampling %d: records %v, want %v", s.UntracedSampling, kinds, want)
 			}
+			if len(got.contexts) != 2 {
+				t.Errorf("%d contexts, want the 2 of the sampled traces", len(got.contexts))
+			}
 			for _, cx := range got.contexts {
-				if cx.TraceID != [16]byte(mustHex(testTraceID)) {
-					t.Errorf("context %+v: want trace id %s", cx, testTraceID)
+				if cx.TraceID != [16]byte(mustHex(testTraceID)) || cx.Seq < 30000 {
+					t.Errorf("context %+v: want trace id %s, of a sampled trace's request", cx, testTraceID)
 				}
 			}
 			g.checkCounters(counters)
