@@ -347,7 +347,7 @@ func (w *Writer) appendEPB(id uint32, p *Packet) {
 			w.buf = le.AppendUint16(w.buf, 4)
 			w.buf = le.AppendUint32(w.buf, uint32(p.Direction))
 		}
-		if p.Comment != "" && w.commentLen(p.Comment) == len(p.Comment) {
+		if p.Comment != "" && w.validComment(p.Comment) {
 			// Valid as it is: appendStringOpt's check, made once.
 			opt := len(w.buf)
 			w.buf = le.AppendUint32(w.buf, 0)
@@ -418,16 +418,27 @@ func appendString(dst []byte, s string) []byte {
 	return dst
 }
 
-// commentLen is stringLen(s), remembering the last valid s.
-func (w *Writer) commentLen(s string) int {
+// validComment tells whether s can be written as it is (valid UTF-8 of
+// at most maxOptLen bytes), remembering the last s that can. Tested as
+// such, not inferred from stringLen: an invalid byte grows by two and a
+// cut can take two back, so a length that stays the same says nothing.
+func (w *Writer) validComment(s string) bool {
 	if s == w.valid {
+		return true
+	}
+	if len(s) <= maxOptLen && utf8.ValidString(s) {
+		w.valid = s
+		return true
+	}
+	return false
+}
+
+// commentLen is stringLen(s), without its scan for a valid s.
+func (w *Writer) commentLen(s string) int {
+	if w.validComment(s) {
 		return len(s)
 	}
-	n := stringLen(s)
-	if n == len(s) { // an invalid byte grows, a cut shrinks: s is valid
-		w.valid = s
-	}
-	return n
+	return stringLen(s)
 }
 
 // stringLen is len(appendString(nil, s)).

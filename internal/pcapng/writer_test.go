@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
@@ -247,6 +248,27 @@ func TestLongComment(t *testing.T) {
 	c := secs[0].packets[0].comments
 	if len(c) != 1 || len(c[0]) != 65534 || c[0] != long[:65534] {
 		t.Errorf("comment of %d bytes, want the first 65534 of %d", len(c[0]), len(long))
+	}
+}
+
+// TestCommentInvalidAtTheLimit: a comment of exactly 65535 bytes whose
+// first byte is invalid UTF-8 is written valid (U+FFFD, then as many of the
+// rest as fit), though its written length equals its own, and so is the
+// same comment on the next packet, whatever the writer remembers of it.
+func TestCommentInvalidAtTheLimit(t *testing.T) {
+	c := "\xff" + strings.Repeat("a", 65534)
+	secs, err := parse(encode(t, []Packet{
+		{TimeNs: base, Ifindex: 1, Data: frame(60, 1), Comment: c},
+		{TimeNs: base + 1, Ifindex: 1, Data: frame(60, 1), Comment: c},
+	}, testOptions()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "\uFFFD" + strings.Repeat("a", 65532)
+	for i, p := range secs[0].packets {
+		if len(p.comments) != 1 || p.comments[0] != want {
+			t.Errorf("packet %d: comment of %d bytes (valid %v), want U+FFFD and 65532 a's", i, len(p.comments[0]), utf8.ValidString(p.comments[0]))
+		}
 	}
 }
 
