@@ -297,7 +297,7 @@ static __always_inline void latency_stamp_hold(struct trace_scratch *s)
  * LATENCY_UNSAMPLED_SKIPPED) otherwise. This and latency_context are global
  * functions: inline, the records they write took stack in latency_scan's
  * frame, which the scan's chain of calls shares. */
-__noinline int latency_stamp_untraced(const struct flow_key *key, struct trace_scratch *s, __u32 skipped)
+__noinline int latency_stamp_untraced(const struct flow_key *key, struct trace_scratch *s, enum latency_counter skipped)
 {
 	__u8 held;
 
@@ -309,7 +309,7 @@ __noinline int latency_stamp_untraced(const struct flow_key *key, struct trace_s
 	s->scan.stamp &= ~TRACE_STAMP_HELD;
 	if (!(s->scan.stamp & TRACE_STAMP_KEEP)) {
 		s->stamp_pending = 0;
-		latency_count(skipped == LATENCY_UNSAMPLED_SKIPPED ? LATENCY_UNSAMPLED_SKIPPED : LATENCY_UNTRACED_SKIPPED);
+		latency_count(skipped);
 		return 0;
 	}
 	if (s->stamp_pending) {
