@@ -282,12 +282,95 @@ __noinline int tunnel_note(const struct flow_key *key, __u32 idx)
  * copy of the key, no array of hashes. */
 static __noinline void spill(__u32 half, struct sketch_slot *hdr, const struct flow_key *key, __u64 len)
 {
+	const struct flow_key *insert = key; /* what goes into the sketch */
+	__u64 packets = 1, bytes = len;
+	struct sketch_cell *c = 0, *c1;
+	__u32 idx, take = 0; /* take: the tag of key, when key takes c */
+
 	if (!hdr || !key)
 		return;
-	sketch_insert(half & 1, key, len);
+	/* The totals first: what the insert leaves live is then few enough
+	 * for the registers, and the frame stays small. */
 	sketch_count_spill(half & 1, hdr, key, len);
 	counter_inc(COUNTER_SPILLED_PACKETS);
 	counter_add(COUNTER_SPILLED_BYTES, len);
+	/* With a flow cache (sketch.h), the packet goes to its flow's entry,
+	 * or takes the lighter entry of its set, whose flow goes into the
+	 * sketch. One insert below whatever the path: each inlined copy
+	 * would add its own stack slots to the deepest chain of calls. */
+	if (cfg_sketch_cache) {
+		__u64 h = slot_hash(key);
+		__u32 tag = (__u32)h | 1;
+
+		idx = sketch_cache_set(half & 1, h);
+		c = bpf_map_lookup_elem(&sketch_cells, &idx);
+		idx++;
+		c1 = bpf_map_lookup_elem(&sketch_cells, &idx);
+		if (!c || !c1) {
+			c = 0;
+		} else if (*sketch_cache_tag(c1) == tag && slot_key_eq((const struct flow_key *)c1->key_xor, key)) {
+			c = c1;
+			insert = 0;
+		} else if (*sketch_cache_tag(c) == tag && slot_key_eq((const struct flow_key *)c->key_xor, key)) {
+			insert = 0;
+		} else {
+			if (c1->packets < c->packets)
+				c = c1;
+			insert = 0;
+			if (c->packets) {
+				insert = (const struct flow_key *)c->key_xor;
+				packets = c->packets;
+				bytes = c->bytes;
+			}
+			take = tag;
+		}
+	}
+	if (insert)
+		sketch_insert(half & 1, insert, packets, bytes);
+	if (!c)
+		return;
+	if (take) {
+		__builtin_memcpy(c->key_xor, key, sizeof(*key));
+		*sketch_cache_tag(c) = take;
+		c->packets = 0;
+		c->bytes = 0;
+	}
+	c->packets++;
+	c->bytes += len;
+}
+
+/* spill_cached counts a packet of len bytes into its flow's entry of the
+ * flow cache of half (sketch.h), if the flow holds one, and returns 1;
+ * otherwise it returns 0 and counts nothing. account_in asks it first once
+ * this CPU found the half's table full: a flow with an entry is not in the
+ * table (it spilled because the table refused it, and the table takes no
+ * flow until userspace clears it, the cache with it), so a hit spares the
+ * table's lookup too. Not inlined, for the reasons spill is not. */
+static __noinline int spill_cached(__u32 half, struct sketch_slot *hdr, const struct flow_key *key, __u64 len)
+{
+	struct sketch_cell *c;
+	__u32 idx, tag;
+	__u64 h;
+
+	if (!hdr || !key)
+		return 0;
+	h = slot_hash(key);
+	tag = (__u32)h | 1;
+	idx = sketch_cache_set(half & 1, h);
+	for (int way = 0; way < SKETCH_CACHE_WAYS; way++, idx++) {
+		c = bpf_map_lookup_elem(&sketch_cells, &idx);
+		if (!c)
+			return 0;
+		if (*sketch_cache_tag(c) == tag && slot_key_eq((const struct flow_key *)c->key_xor, key)) {
+			c->packets++;
+			c->bytes += len;
+			sketch_count_spill(half & 1, hdr, key, len);
+			counter_inc(COUNTER_SPILLED_PACKETS);
+			counter_add(COUNTER_SPILLED_BYTES, len);
+			return 1;
+		}
+	}
+	return 0;
 }
 
 /* slot_hit counts p, whose flow key is key, into its flow's slot in this
@@ -364,6 +447,23 @@ static __always_inline void account_in(void *table, void *slots, void *index, __
 	__u64 now;
 	long err;
 
+	/* Sketch mode: once this CPU saw the half's table full, a flow that
+	 * holds an entry of the flow cache is counted there, without the
+	 * table's lookup (spill_cached), and a new flow goes to the sketch
+	 * without trying the insert, which would fail again (the table only
+	 * empties when userspace clears it, flag included). A sampled packet
+	 * (a rule's `sample`) is not spilled: the sketch counts packets, not
+	 * what a packet stands for, so it keeps the ring buffer, which
+	 * carries its sampling rate. Nor is a GSO/GRO super-packet: the
+	 * sketch has no counters for the segments it stands for, and the
+	 * ring buffer keeps its wire counts exact. All of this is gone from
+	 * the loaded program when cfg_sketch is 0. */
+	if (cfg_sketch && sampling == 1 && p->len.segments == 1) {
+		hdr = sketch_header(half);
+		if (cfg_sketch_cache && hdr && hdr->full && spill_cached(half, hdr, key, p->len.bytes))
+			return;
+	}
+
 	if (cfg_slots) {
 		place = slot_hit(half, key, p, sampling);
 		if (place == 0)
@@ -376,22 +476,9 @@ static __always_inline void account_in(void *table, void *slots, void *index, __
 		}
 	}
 
-	/* Sketch mode: once this CPU saw the half's table full, a new flow
-	 * goes to the sketch without trying the insert, which would fail
-	 * again (the table only empties when userspace clears it, flag
-	 * included): a helper call and its bucket lock less per spilled
-	 * packet. A sampled packet (a rule's `sample`) is not spilled: the
-	 * sketch counts packets, not what a packet stands for, so it keeps
-	 * the ring buffer, which carries its sampling rate. Nor is a GSO/GRO
-	 * super-packet: the sketch has no counters for the segments it stands
-	 * for, and the ring buffer keeps its wire counts exact. All of this
-	 * is gone from the loaded program when cfg_sketch is 0. */
-	if (cfg_sketch && sampling == 1 && p->len.segments == 1) {
-		hdr = sketch_header(half);
-		if (hdr && hdr->full) {
-			spill(half, hdr, key, p->len.bytes);
-			return;
-		}
+	if (hdr && hdr->full) {
+		spill(half, hdr, key, p->len.bytes);
+		return;
 	}
 
 	/* The flow's first packet in this table: before the insert, so that

@@ -98,14 +98,17 @@ volatile const __u32 cfg_sketch_filter_words = 1;
 volatile const __u32 cfg_sketch_filter_hashes = 1;
 volatile const __u32 cfg_sketch_rows = 1;
 volatile const __u32 cfg_sketch_width = 1;
+/* sketch.Params.Cache: the flow cache's entries per half (0: no cache, every
+ * spilled packet inserted as it comes). */
+volatile const __u32 cfg_sketch_cache = 0;
 
-/* max_entries of the four maps are set from Go: 2 x Cells, 2 x filter
- * words, 2 x Rows x Width, 2 x SKETCH_SPILL_STRIDE. */
+/* max_entries of the four maps are set from Go: 2 x (Cells + Cache), 2 x
+ * filter words, 2 x Rows x Width, 2 x SKETCH_SPILL_STRIDE. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 6);
-	__type(key, __u32);                /* Key: half x Cells + cell */
-	__type(value, struct sketch_cell); /* Value: the cell, per CPU */
+	__type(key, __u32);                /* Key: half x Cells + cell; then 2 x Cells + half x Cache + entry */
+	__type(value, struct sketch_cell); /* Value: the cell, or a flow cache entry, per CPU */
 } sketch_cells SEC(".maps");
 
 struct {
@@ -242,15 +245,16 @@ static __always_inline void sketch_count_spill(__u32 half, struct sketch_slot *h
 	s->bytes += len;
 }
 
-/* sketch_insert records one packet of len bytes of the flow key into half
- * of this CPU's sketch: the insert of doc.go, as sketch.Encoder.Add does it.
+/* sketch_insert records packets packets of len bytes in all of the flow key
+ * into half of this CPU's sketch: the insert of doc.go, as
+ * sketch.Encoder.AddN does it.
  *
  *	a, b = the key's two hashes; g(i) = fmix64(a + i*b)
  *	filter: seen = every probe's bit already set; set every probe's bit
  *	for each of the flow's K cells (from g(1..K)):
  *		if !seen: key_xor ^= key; flow_count += 1
- *		check += (u32)a; packets += 1; bytes += len
- *	for each row r: pair at column c(r) (from g(K+1+r)): packets += 1; bytes += len
+ *		check += (u32)a * packets; packets += packets; bytes += len
+ *	for each row r: pair at column c(r) (from g(K+1+r)): packets += packets; bytes += len
  *
  * Two full hashes and one finalizer per cell and per row: 34 multiplies
  * with Size's four rows, where a full hash per index was 90. Nothing is
@@ -261,7 +265,7 @@ static __always_inline void sketch_count_spill(__u32 half, struct sketch_slot *h
  *
  * Every index is below its map's max_entries by construction; the lookups'
  * NULL checks are the verifier's, and never taken. */
-static __always_inline void sketch_insert(__u32 half, const struct flow_key *key, __u64 len)
+static __always_inline void sketch_insert(__u32 half, const struct flow_key *key, __u64 packets, __u64 len)
 {
 	const __u32 *kw = (const __u32 *)key;
 	__u64 a, b, m, pos, step;
@@ -320,8 +324,8 @@ static __always_inline void sketch_insert(__u32 half, const struct flow_key *key
 					x[i] ^= kw[i];
 				c->flow_count++;
 			}
-			c->check += (__u32)a;
-			c->packets++;
+			c->check += (__u32)a * (__u32)packets;
+			c->packets += packets;
 			c->bytes += len;
 		}
 	}
@@ -342,10 +346,46 @@ static __always_inline void sketch_insert(__u32 half, const struct flow_key *key
 			c = bpf_map_lookup_elem(&sketch_cm, &idx);
 			if (!c)
 				return;
-			c->packets++;
+			c->packets += packets;
 			c->bytes += len;
 		}
 	}
+}
+
+/* The flow cache (doc.go, "The flow cache"): per CPU and half, Cache
+ * entries in front of the sketch, in sets of two picked by the flow tables'
+ * hash (slot_hash, flows/slots.h). A spilled flow's packets add up in its
+ * entry; a flow without one takes the entry of its set with fewer packets
+ * (a free one has none), and the flow that held it goes into the sketch,
+ * all its packets in one insert (flows.h, spill). Userspace reads the
+ * entries with the half and adds their exact counts to what the flow set
+ * decodes of the same flows (internal/sketch, TakeCache). On traffic whose packets are mostly a few flows', a
+ * spilled packet then costs a hash, two entries and two adds, where the
+ * insert touches the filter's words, three cells and the count-min rows,
+ * far apart in memory; keeping the heavier flow of a set keeps the few
+ * flows that carry most packets.
+ *
+ * The entries are struct sketch_cell records of the sketch_cells map, after
+ * both halves' cells (a map of their own would be one more than the entry
+ * programs may use): key_xor holds the flow's 60-byte key, then its tag (the
+ * hash's low half, its low bit set; 0: a free entry); packets and bytes are
+ * the flow's since it took the entry; flow_count and check stay 0. */
+#define SKETCH_CACHE_WAYS 2
+
+/* sketch_cache_set returns the index of the first entry of the set of hash
+ * h in half; the second follows it. */
+static __always_inline __u32 sketch_cache_set(__u32 half, __u64 h)
+{
+	__u32 sets = cfg_sketch_cache / SKETCH_CACHE_WAYS;
+
+	return 2 * cfg_sketch_cells + (half ? cfg_sketch_cache : 0) +
+	       SKETCH_CACHE_WAYS * (__u32)(((h >> 32) * sets) >> 32);
+}
+
+/* sketch_cache_tag is where an entry keeps its tag. */
+static __always_inline __u32 *sketch_cache_tag(struct sketch_cell *c)
+{
+	return (__u32 *)&c->key_xor[60];
 }
 
 #endif

@@ -271,7 +271,7 @@ func planFor(spec *ebpf.CollectionSpec, opts Options, ncpu int) (MemoryPlan, err
 func sketchMapBytes(spec *ebpf.CollectionSpec, p sketch.Params, ncpu int) uint64 {
 	var total uint64
 	for name, n := range map[string]int{
-		loupeMapSketchCells:  2 * p.FlowSet.Cells,
+		loupeMapSketchCells:  2 * (p.FlowSet.Cells + p.Cache),
 		loupeMapSketchFilter: 2 * p.FlowSet.FilterBytes() / 8,
 		loupeMapSketchCm:     2 * p.CountMin.Rows * p.CountMin.Width,
 	} {

@@ -758,6 +758,7 @@ const (
 	loupeVarCfgRulesCache            = "cfg_rules_cache"
 	loupeVarCfgSharedTable           = "cfg_shared_table"
 	loupeVarCfgSketch                = "cfg_sketch"
+	loupeVarCfgSketchCache           = "cfg_sketch_cache"
 	loupeVarCfgSketchCells           = "cfg_sketch_cells"
 	loupeVarCfgSketchFilterBits      = "cfg_sketch_filter_bits"
 	loupeVarCfgSketchFilterHashes    = "cfg_sketch_filter_hashes"
@@ -925,6 +926,7 @@ type loupeVariableSpecs struct {
 	CfgRulesCache            *ebpf.VariableSpec `ebpf:"cfg_rules_cache"`
 	CfgSharedTable           *ebpf.VariableSpec `ebpf:"cfg_shared_table"`
 	CfgSketch                *ebpf.VariableSpec `ebpf:"cfg_sketch"`
+	CfgSketchCache           *ebpf.VariableSpec `ebpf:"cfg_sketch_cache"`
 	CfgSketchCells           *ebpf.VariableSpec `ebpf:"cfg_sketch_cells"`
 	CfgSketchFilterBits      *ebpf.VariableSpec `ebpf:"cfg_sketch_filter_bits"`
 	CfgSketchFilterHashes    *ebpf.VariableSpec `ebpf:"cfg_sketch_filter_hashes"`
@@ -1131,6 +1133,7 @@ type loupeVariables struct {
 	CfgRulesCache            *ebpf.Variable `ebpf:"cfg_rules_cache"`
 	CfgSharedTable           *ebpf.Variable `ebpf:"cfg_shared_table"`
 	CfgSketch                *ebpf.Variable `ebpf:"cfg_sketch"`
+	CfgSketchCache           *ebpf.Variable `ebpf:"cfg_sketch_cache"`
 	CfgSketchCells           *ebpf.Variable `ebpf:"cfg_sketch_cells"`
 	CfgSketchFilterBits      *ebpf.Variable `ebpf:"cfg_sketch_filter_bits"`
 	CfgSketchFilterHashes    *ebpf.Variable `ebpf:"cfg_sketch_filter_hashes"`

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 
 	"github.com/cilium/ebpf"
@@ -21,7 +22,11 @@ import (
 //
 // Each half is four ranges of four per-CPU arrays: the flow set's cells,
 // the flow filter's words, the count-min pairs, and the spill slots (exact
-// spill totals per interface and direction, and the half's full flag).
+// spill totals per interface and direction, and the half's full flag); and
+// a fifth range, the flow cache's entries, in the cells' array after both
+// halves' cells. A half decodes with its flow cache (sketch.TakeCache,
+// sketch.DecodeCached): each entry's exact counts are added to what the
+// flow set decodes of its flow.
 //
 // Pinning: the sketch maps are pinned with the tables, in the same set, so
 // that a sketch half swapped out before a crash (or still active when the
@@ -69,7 +74,7 @@ func checkSketchParams(p sketch.Params) error {
 		return fmt.Errorf("sketch: %d filter hashes, the datapath does at most %d", p.FlowSet.FilterHashes, maxSketchFilterHas)
 	case p.FlowSet.FilterBits > math.MaxUint32:
 		return fmt.Errorf("sketch: %d filter bits, want at most 2^32-1", p.FlowSet.FilterBits)
-	case 2*p.FlowSet.Cells > math.MaxUint32, 2*words > math.MaxUint32, 2*p.CountMin.Rows*p.CountMin.Width > math.MaxUint32:
+	case 2*(p.FlowSet.Cells+p.Cache) > math.MaxUint32, 2*words > math.MaxUint32, 2*p.CountMin.Rows*p.CountMin.Width > math.MaxUint32:
 		return errors.New("sketch: two halves exceed 2^32 array entries")
 	}
 	return nil
@@ -95,12 +100,13 @@ func sizeSketch(spec *ebpf.CollectionSpec, p *sketch.Params) error {
 		loupeVarCfgSketchFilterHashes: uint32(fs.FilterHashes),
 		loupeVarCfgSketchRows:         uint32(cm.Rows),
 		loupeVarCfgSketchWidth:        uint32(cm.Width),
+		loupeVarCfgSketchCache:        uint32(p.Cache),
 	} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return fmt.Errorf("set %s: %w", name, err)
 		}
 	}
-	spec.Maps[loupeMapSketchCells].MaxEntries = uint32(2 * fs.Cells)
+	spec.Maps[loupeMapSketchCells].MaxEntries = uint32(2 * (fs.Cells + p.Cache))
 	spec.Maps[loupeMapSketchFilter].MaxEntries = uint32(2 * words)
 	spec.Maps[loupeMapSketchCm].MaxEntries = uint32(2 * cm.Rows * cm.Width)
 	return nil
@@ -122,6 +128,8 @@ type SketchHalf struct {
 	Params sketch.Params
 	// FlowSet[cpu] is a CPU's flow set (Params.FlowSet.Cells ×
 	// sketch.CellSize bytes): sketch.Decode(Params.FlowSet, FlowSet).
+	// With a flow cache, FlowSet, Filter and CountMin are as the datapath
+	// left them: without what Cache holds.
 	FlowSet [][]byte
 	// Filter[cpu] is a CPU's flow filter (Params.FlowSet.FilterBytes()):
 	// not needed to decode; there for tests and diagnostics.
@@ -140,6 +148,11 @@ type SketchHalf struct {
 	// FullCPUs is the number of CPUs that saw the table full (their full
 	// flag, which spares a spilled packet the table's failed insert).
 	FullCPUs int
+	// Cache[cpu] is a CPU's flow cache (Params.Cache × sketch.CellSize
+	// bytes; nil without one): sketch.FoldCache inserts it.
+	Cache [][]byte
+	// Cached is the number of flows the CPUs' flow caches held.
+	Cached int
 }
 
 // Total is the traffic the half holds: every spilled packet, exactly.
@@ -188,16 +201,29 @@ func (s *sketchMaps) read(half uint32) (*SketchHalf, error) {
 	fs, cm := s.p.FlowSet, s.p.CountMin
 	h := &SketchHalf{Params: s.p}
 	var err error
-	if h.FlowSet, err = readPerCPU(s.cells, half, fs.Cells, sketch.CellSize, s.ncpu); err != nil {
+	if h.FlowSet, err = readPerCPU(s.cells, half*uint32(fs.Cells), fs.Cells, sketch.CellSize, s.ncpu); err != nil {
 		return nil, fmt.Errorf("read sketch flow set: %w", err)
 	}
-	if h.Filter, err = readPerCPU(s.filter, half, fs.FilterBytes()/8, 8, s.ncpu); err != nil {
+	words := fs.FilterBytes() / 8
+	if h.Filter, err = readPerCPU(s.filter, half*uint32(words), words, 8, s.ncpu); err != nil {
 		return nil, fmt.Errorf("read sketch flow filter: %w", err)
 	}
-	if h.CountMin, err = readPerCPU(s.cm, half, cm.Rows*cm.Width, sketch.CounterSize, s.ncpu); err != nil {
+	if h.CountMin, err = readPerCPU(s.cm, half*uint32(cm.Rows*cm.Width), cm.Rows*cm.Width, sketch.CounterSize, s.ncpu); err != nil {
 		return nil, fmt.Errorf("read count-min sketch: %w", err)
 	}
-	slots, err := readPerCPU(s.spill, half, s.slots+1, spillSlotSize, s.ncpu)
+	if s.p.Cache > 0 {
+		if h.Cache, err = readPerCPU(s.cells, s.cacheStart(half), s.p.Cache, sketch.CellSize, s.ncpu); err != nil {
+			return nil, fmt.Errorf("read the sketch's flow cache: %w", err)
+		}
+		for _, c := range h.Cache {
+			for e := 0; e < len(c); e += sketch.CellSize {
+				if binary.LittleEndian.Uint64(c[e+sketch.CellPacketsOffset:]) != 0 {
+					h.Cached++
+				}
+			}
+		}
+	}
+	slots, err := readPerCPU(s.spill, half*uint32(s.slots+1), s.slots+1, spillSlotSize, s.ncpu)
 	if err != nil {
 		return nil, fmt.Errorf("read spill totals: %w", err)
 	}
@@ -243,26 +269,37 @@ func (s *sketchMaps) read(half uint32) (*SketchHalf, error) {
 func (s *sketchMaps) clear(half uint32) error {
 	fs, cm := s.p.FlowSet, s.p.CountMin
 	for _, z := range []struct {
-		m    *ebpf.Map
-		n    int
-		size int
+		m     *ebpf.Map
+		start uint32
+		n     int
+		size  int
 	}{
-		{s.cells, fs.Cells, sketch.CellSize},
-		{s.filter, fs.FilterBytes() / 8, 8},
-		{s.cm, cm.Rows * cm.Width, sketch.CounterSize},
-		{s.spill, s.slots + 1, spillSlotSize},
+		{s.cells, half * uint32(fs.Cells), fs.Cells, sketch.CellSize},
+		{s.filter, half * uint32(fs.FilterBytes()/8), fs.FilterBytes() / 8, 8},
+		{s.cm, half * uint32(cm.Rows*cm.Width), cm.Rows * cm.Width, sketch.CounterSize},
+		{s.spill, half * uint32(s.slots+1), s.slots + 1, spillSlotSize},
+		{s.cells, s.cacheStart(half), s.p.Cache, sketch.CellSize},
 	} {
-		if err := zeroPerCPU(z.m, uint32(half)*uint32(z.n), z.n, z.size, s.ncpu); err != nil {
+		if z.n == 0 {
+			continue
+		}
+		if err := zeroPerCPU(z.m, z.start, z.n, z.size, s.ncpu); err != nil {
 			return fmt.Errorf("clear sketch: %w", err)
 		}
 	}
 	return nil
 }
 
-// readPerCPU reads entries [half·n, half·n+n) of a per-CPU array whose
+// cacheStart is the index of a half's first flow cache entry in the cells'
+// array: after both halves' cells (sketch_cache_entry).
+func (s *sketchMaps) cacheStart(half uint32) uint32 {
+	return uint32(2*s.p.FlowSet.Cells) + half*uint32(s.p.Cache)
+}
+
+// readPerCPU reads entries [start, start+n) of a per-CPU array whose
 // values are size bytes (a multiple of 8), and returns each CPU's n values
 // back to back.
-func readPerCPU(m *ebpf.Map, half uint32, n, size, ncpu int) ([][]byte, error) {
+func readPerCPU(m *ebpf.Map, start uint32, n, size, ncpu int) ([][]byte, error) {
 	out := make([][]byte, ncpu)
 	for c := range out {
 		out[c] = make([]byte, n*size)
@@ -270,7 +307,6 @@ func readPerCPU(m *ebpf.Map, half uint32, n, size, ncpu int) ([][]byte, error) {
 	const chunk = 4096
 	keys := make([]byte, 4*chunk)
 	vals := make([]byte, chunk*ncpu*size)
-	start := half * uint32(n)
 	for done := 0; done < n; {
 		cnt := min(chunk, n-done)
 		got, err := arrayLookupBatch(m, start+uint32(done), keys[:4*cnt], vals[:cnt*ncpu*size])
@@ -389,12 +425,18 @@ func retiredSketch(maps map[string]*ebpf.Map, ncpu int) (*sketchMaps, error) {
 	}
 	s := &sketchMaps{cells: maps[loupeMapSketchCells], filter: maps[loupeMapSketchFilter], cm: maps[loupeMapSketchCm],
 		spill: maps[loupeMapSketchSpill], p: p, slots: slots, ncpu: ncpu}
+	// The flow cache's entries follow both halves' cells: sketch_conf
+	// does not hold its size (a set from before the cache has none), the
+	// cells' array does.
+	if s.cells != nil && int(s.cells.MaxEntries()) > 2*p.FlowSet.Cells {
+		s.p.Cache = (int(s.cells.MaxEntries()) - 2*p.FlowSet.Cells) / 2
+	}
 	for _, c := range []struct {
 		m          *ebpf.Map
 		name       string
 		size, want int
 	}{
-		{s.cells, loupeMapSketchCells, sketch.CellSize, 2 * p.FlowSet.Cells},
+		{s.cells, loupeMapSketchCells, sketch.CellSize, 2 * (p.FlowSet.Cells + s.p.Cache)},
 		{s.filter, loupeMapSketchFilter, 8, 2 * (p.FlowSet.FilterBytes() / 8)},
 		{s.cm, loupeMapSketchCm, sketch.CounterSize, 2 * p.CountMin.Rows * p.CountMin.Width},
 		{s.spill, loupeMapSketchSpill, spillSlotSize, 2 * (slots + 1)},
@@ -449,11 +491,15 @@ func (h *SketchHalf) Decode() (flow.Spill, error) {
 	if total.Packets == 0 {
 		return flow.Spill{}, nil
 	}
-	res, err := sketch.DecodeFiltered(h.Params.FlowSet, h.FlowSet, h.Filter)
+	countMin, cached, err := h.takeCache()
+	if err != nil {
+		return flow.Spill{}, err
+	}
+	res, err := sketch.DecodeCached(h.Params.FlowSet, h.FlowSet, h.Filter, cached)
 	if err != nil {
 		return flow.Spill{}, fmt.Errorf("decode the sketch: %w", err)
 	}
-	cm, err := sketch.NewCountMin(h.Params.CountMin, h.CountMin)
+	cm, err := sketch.NewCountMin(h.Params.CountMin, countMin)
 	if err != nil {
 		return flow.Spill{}, fmt.Errorf("read the count-min sketch: %w", err)
 	}
@@ -485,6 +531,24 @@ func (h *SketchHalf) Decode() (flow.Spill, error) {
 		s.Totals = append(s.Totals, flow.SpillTotal{Packets: h.Other.Packets, Bytes: h.Other.Bytes})
 	}
 	return s, nil
+}
+
+// takeCache returns the flows of the CPUs' flow caches (sketch.TakeCache)
+// and copies of the CPUs' count-min sketches that count them; nil flows
+// and the half's own sketches without a cache. The half is left as read.
+func (h *SketchHalf) takeCache() (countMin [][]byte, cached [][]sketch.Flow, err error) {
+	if h.Cache == nil {
+		return h.CountMin, nil, nil
+	}
+	n := len(h.CountMin)
+	countMin, cached = make([][]byte, n), make([][]sketch.Flow, n)
+	for c := range n {
+		countMin[c] = slices.Clone(h.CountMin[c])
+		if cached[c], err = sketch.TakeCache(h.Params, h.FlowSet[c], h.Filter[c], countMin[c], h.Cache[c]); err != nil {
+			return nil, nil, fmt.Errorf("take in the flow cache of CPU %d: %w", c, err)
+		}
+	}
+	return countMin, cached, nil
 }
 
 func spillFlows(fs []sketch.Flow) []flow.SpillFlow {

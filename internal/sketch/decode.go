@@ -81,8 +81,22 @@ func Decode(p FlowSetParams, tables [][]byte) (Result, error) {
 // false positive): its counts are then not known, and it is Unverified with
 // no upper bound (^0), for an estimate to take over.
 func DecodeFiltered(p FlowSetParams, tables, filters [][]byte) (Result, error) {
+	return DecodeCached(p, tables, filters, nil)
+}
+
+// DecodeCached is DecodeFiltered with, per CPU, the flows TakeCache took
+// from that CPU's flow cache (cached[cpu], or nil): exact counts, added to
+// what the flow sets decode for the same keys. A cached flow whose key a
+// CPU's filter holds, on a CPU that neither decoded it nor decoded
+// completely, may have more packets in that CPU's residual: it is
+// Unverified without a bound, as a flow decoded on another CPU would be.
+// Cached keys help recover phantoms (recoverPhantoms) on every CPU.
+func DecodeCached(p FlowSetParams, tables, filters [][]byte, cached [][]Flow) (Result, error) {
 	if err := p.Validate(); err != nil {
 		return Result{}, err
+	}
+	if cached != nil && len(cached) != len(tables) {
+		return Result{}, fmt.Errorf("%d flow caches for %d flow sets", len(cached), len(tables))
 	}
 	results := make([]Result, len(tables))
 	rests := make([]*residual, len(tables))
@@ -103,8 +117,21 @@ func DecodeFiltered(p FlowSetParams, tables, filters [][]byte) (Result, error) {
 	if err := errors.Join(errs...); err != nil {
 		return Result{}, err
 	}
-	recoverPhantoms(results, rests)
-	merged := Merge(results...)
+	all := results
+	if cached != nil {
+		// The caches as one more result, with nothing left to decode:
+		// their keys are known to recoverPhantoms on every CPU, and
+		// Merge adds their counts to the flow sets'.
+		var c Result
+		for _, fs := range cached {
+			c.Flows = append(c.Flows, fs...)
+		}
+		all = append(results[:len(results):len(results)], c)
+		rests = append(rests, nil)
+	}
+	recoverPhantoms(all, rests)
+	results = all[:len(results)] // as recoverPhantoms left them
+	merged := Merge(all...)
 	if filters != nil {
 		if err := unsure(p, &merged, results, filters); err != nil {
 			return Result{}, err

@@ -62,13 +62,19 @@ func (e *Encoder) AddN(k *Key, packets, bytes uint64) (inserted bool) {
 		byteOrder.PutUint64(b[offPackets:], byteOrder.Uint64(b[offPackets:])+packets)
 		byteOrder.PutUint64(b[offBytes:], byteOrder.Uint64(b[offBytes:])+bytes)
 	}
+	e.addCountMin(h, packets, bytes)
+	return inserted
+}
+
+// addCountMin adds packets and bytes to the count-min pairs of the flow of
+// hash h.
+func (e *Encoder) addCountMin(h keyHash, packets, bytes uint64) {
 	cm := e.p.CountMin
 	for r := range cm.Rows {
 		off := (r*cm.Width + h.column(r, cm.Width)) * CounterSize
 		byteOrder.PutUint64(e.CountMin[off:], byteOrder.Uint64(e.CountMin[off:])+packets)
 		byteOrder.PutUint64(e.CountMin[off+8:], byteOrder.Uint64(e.CountMin[off+8:])+bytes)
 	}
-	return inserted
 }
 
 // testAndSet sets the flow's bits in the flow filter and reports whether they

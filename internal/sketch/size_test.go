@@ -25,7 +25,10 @@ func TestSize(t *testing.T) {
 	if p.CountMin.Rows != DefaultRows || p.CountMin.Bytes() > budget/8 {
 		t.Errorf("count-min %+v (%d bytes), want %d rows in an eighth", p.CountMin, p.CountMin.Bytes(), DefaultRows)
 	}
-	if next := flowSetFor(fs.Cells/K + 1); next.Bytes()+p.CountMin.Bytes() <= budget {
+	if want := budget / 16 / CellSize / CacheWays * CacheWays; p.Cache != want {
+		t.Errorf("flow cache of %d entries, want %d", p.Cache, want)
+	}
+	if next := flowSetFor(fs.Cells/K + 1); next.Bytes()+p.CountMin.Bytes()+p.CacheBytes() <= budget {
 		t.Errorf("a flow set of %d cells would fit too", next.Cells)
 	}
 	if !isPrime(fs.FilterBits) || fs.FilterHashes != 10 {
@@ -37,8 +40,8 @@ func TestSize(t *testing.T) {
 	if fpr := fs.FilterFPR(fs.Capacity()); fpr > filterFPR {
 		t.Errorf("filter false-positive rate %.5f at capacity, want at most %g", fpr, filterFPR)
 	}
-	t.Logf("16 MiB: %d cells (%d flows), filter %d bits × %d, count-min %d × %d; %d bytes",
-		fs.Cells, fs.Capacity(), fs.FilterBits, fs.FilterHashes, p.CountMin.Rows, p.CountMin.Width, p.Bytes())
+	t.Logf("16 MiB: %d cells (%d flows), filter %d bits × %d, count-min %d × %d, flow cache %d; %d bytes",
+		fs.Cells, fs.Capacity(), fs.FilterBits, fs.FilterHashes, p.CountMin.Rows, p.CountMin.Width, p.Cache, p.Bytes())
 
 	if _, err := SizeFlowSet(flowSetFor(minSub).Bytes() - 1); err == nil {
 		t.Error("a budget below the smallest flow set accepted")
