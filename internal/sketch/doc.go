@@ -255,12 +255,11 @@
 // Measured at capacity: 0.095 % on 100,000 fresh keys (TestFilterFPR, a
 // 1 MiB budget), 0.097 % on 10^6 for 16 MiB. The rate grows with the
 // filter's fill, so a table filled to capacity holds far fewer phantoms: 13
-// among 123,225 flows (0.011 %) for the 16 MiB flow set without a flow
-// cache (164,301 cells). SizeCountMin gives the
+// among 123,225 flows (0.011 %) for 16 MiB. SizeCountMin gives the
 // count-min sketch its rows and the widest rows the budget allows; Size
 // splits a budget, a sixteenth (up to MaxCache entries) to the flow cache and
-// an eighth to the count-min sketch. 16 MiB per CPU: 152,568 cells
-// (114,426 flows), a 1,645,183-bit filter, a count-min sketch of 4 × 32,768
+// a sixteenth to the count-min sketch. 16 MiB per CPU: 164,301 cells
+// (123,225 flows), a 1,771,687-bit filter, a count-min sketch of 4 × 16,384
 // and a flow cache of 11,914 entries.
 //
 // # Count-min

@@ -22,8 +22,8 @@ func TestSize(t *testing.T) {
 	if p.Bytes() > budget {
 		t.Errorf("%d bytes, over the budget %d", p.Bytes(), budget)
 	}
-	if p.CountMin.Rows != DefaultRows || p.CountMin.Bytes() > budget/8 {
-		t.Errorf("count-min %+v (%d bytes), want %d rows in an eighth", p.CountMin, p.CountMin.Bytes(), DefaultRows)
+	if p.CountMin.Rows != DefaultRows || p.CountMin.Bytes() > budget/16 {
+		t.Errorf("count-min %+v (%d bytes), want %d rows in a sixteenth", p.CountMin, p.CountMin.Bytes(), DefaultRows)
 	}
 	if want := budget / 16 / CellSize / CacheWays * CacheWays; p.Cache != want {
 		t.Errorf("flow cache of %d entries, want %d", p.Cache, want)
