@@ -83,18 +83,7 @@ func TestFoldCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := DecodeCached(p.FlowSet, [][]byte{cached.FlowSet}, [][]byte{cached.Filter}, [][]Flow{taken})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !res.Complete() || len(res.Flows) != len(tr) {
-		t.Fatalf("decoded %d flows (%d unverified, %d undecoded), want %d", len(res.Flows), len(res.Unverified), res.Undecoded, len(tr))
-	}
-	for _, f := range res.Flows {
-		if want := tr[f.Key]; f.Packets != want.Packets || f.Bytes != want.Bytes {
-			t.Errorf("flow %x: %d packets %d bytes, want %+v", f.Key[:12], f.Packets, f.Bytes, want)
-		}
-	}
+	decodesExactly(t, p, cached, taken, tr)
 	if !bytes.Equal(cm, direct.CountMin) {
 		t.Error("count-min with the cache taken: differs from every packet inserted as it came")
 	}
@@ -177,9 +166,24 @@ func TestTakeCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(taken) != inCache {
-		t.Errorf("took %d flows whole, want %d", len(taken), inCache)
+		t.Errorf("took %d flows, want %d", len(taken), inCache)
 	}
-	res, err := DecodeCached(p.FlowSet, [][]byte{cached.FlowSet}, [][]byte{cached.Filter}, [][]Flow{taken})
+	decodesExactly(t, p, cached, taken, tr)
+	// The count-min sketch counts every packet, the taken flows' too.
+	cm, err := NewCountMin(p.CountMin, [][]byte{cached.CountMin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cm.Total() != tr.total() {
+		t.Errorf("count-min total %+v, want %+v", cm.Total(), tr.total())
+	}
+}
+
+// decodesExactly decodes one CPU's sketch with the flows taken from its
+// cache and checks that every flow of tr comes back with its exact counts.
+func decodesExactly(t *testing.T, p Params, e *Encoder, taken []Flow, tr truth) {
+	t.Helper()
+	res, err := DecodeCached(p.FlowSet, [][]byte{e.FlowSet}, [][]byte{e.Filter}, [][]Flow{taken})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,13 +194,5 @@ func TestTakeCache(t *testing.T) {
 		if want := tr[f.Key]; f.Packets != want.Packets || f.Bytes != want.Bytes {
 			t.Errorf("flow %x: %d packets %d bytes, want %+v", f.Key[:12], f.Packets, f.Bytes, want)
 		}
-	}
-	// The count-min sketch counts every packet, the taken flows' too.
-	cm, err := NewCountMin(p.CountMin, [][]byte{cached.CountMin})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cm.Total() != tr.total() {
-		t.Errorf("count-min total %+v, want %+v", cm.Total(), tr.total())
 	}
 }
