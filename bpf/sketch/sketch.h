@@ -359,8 +359,9 @@ static __always_inline void sketch_insert(__u32 half, const struct flow_key *key
  * (a free one has none), and the flow that held it goes into the sketch,
  * all its packets in one insert (flows.h, spill). Userspace reads the
  * entries with the half and adds their exact counts to what the flow set
- * decodes of the same flows (internal/sketch, TakeCache). On traffic whose packets are mostly a few flows', a
- * spilled packet then costs a hash, two entries and two adds, where the
+ * decodes of the same flows (internal/sketch, TakeCache). On traffic whose
+ * packets are mostly a few flows', a spilled packet then costs a hash, two
+ * entries and two adds, where the
  * insert touches the filter's words, three cells and the count-min rows,
  * far apart in memory; keeping the heavier flow of a set keeps the few
  * flows that carry most packets.

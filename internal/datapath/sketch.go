@@ -149,10 +149,9 @@ type SketchHalf struct {
 	// flag, which spares a spilled packet the table's failed insert).
 	FullCPUs int
 	// Cache[cpu] is a CPU's flow cache (Params.Cache × sketch.CellSize
-	// bytes; nil without one): sketch.FoldCache inserts it.
+	// bytes; nil without one): Decode takes its entries as they are
+	// (sketch.TakeCache); sketch.FoldCache inserts them instead.
 	Cache [][]byte
-	// Cached is the number of flows the CPUs' flow caches held.
-	Cached int
 }
 
 // Total is the traffic the half holds: every spilled packet, exactly.
@@ -214,13 +213,6 @@ func (s *sketchMaps) read(half uint32) (*SketchHalf, error) {
 	if s.p.Cache > 0 {
 		if h.Cache, err = readPerCPU(s.cells, s.cacheStart(half), s.p.Cache, sketch.CellSize, s.ncpu); err != nil {
 			return nil, fmt.Errorf("read the sketch's flow cache: %w", err)
-		}
-		for _, c := range h.Cache {
-			for e := 0; e < len(c); e += sketch.CellSize {
-				if binary.LittleEndian.Uint64(c[e+sketch.CellPacketsOffset:]) != 0 {
-					h.Cached++
-				}
-			}
 		}
 	}
 	slots, err := readPerCPU(s.spill, half*uint32(s.slots+1), s.slots+1, spillSlotSize, s.ncpu)
@@ -291,7 +283,7 @@ func (s *sketchMaps) clear(half uint32) error {
 }
 
 // cacheStart is the index of a half's first flow cache entry in the cells'
-// array: after both halves' cells (sketch_cache_entry).
+// array: after both halves' cells (sketch_cache_set).
 func (s *sketchMaps) cacheStart(half uint32) uint32 {
 	return uint32(2*s.p.FlowSet.Cells) + half*uint32(s.p.Cache)
 }
@@ -544,7 +536,7 @@ func (h *SketchHalf) takeCache() (countMin [][]byte, cached [][]sketch.Flow, err
 	countMin, cached = make([][]byte, n), make([][]sketch.Flow, n)
 	for c := range n {
 		countMin[c] = slices.Clone(h.CountMin[c])
-		if cached[c], err = sketch.TakeCache(h.Params, h.FlowSet[c], h.Filter[c], countMin[c], h.Cache[c]); err != nil {
+		if cached[c], err = sketch.TakeCache(h.Params, countMin[c], h.Cache[c]); err != nil {
 			return nil, nil, fmt.Errorf("take in the flow cache of CPU %d: %w", c, err)
 		}
 	}

@@ -194,7 +194,15 @@ func checkHalf(t *testing.T, h *SketchHalf, cpu int, enc *sketch.Encoder, flows 
 	if h == nil {
 		t.Fatal("no sketch half")
 	}
-	if h.Params.Cache > 0 && len(flows) > 0 && h.Cached == 0 {
+	cached := 0
+	for c := range h.Cache {
+		fs, err := sketch.CacheFlows(h.Params, h.Cache[c])
+		if err != nil {
+			t.Fatal(err)
+		}
+		cached += len(fs)
+	}
+	if h.Params.Cache > 0 && len(flows) > 0 && cached == 0 {
 		t.Errorf("a flow cache of %d entries held none of %d flows when read", h.Params.Cache, len(flows))
 	}
 	// What the datapath left, with its flow caches inserted: every packet
@@ -242,8 +250,8 @@ func checkHalf(t *testing.T, h *SketchHalf, cpu int, enc *sketch.Encoder, flows 
 			t.Errorf("flow %x: %d packets %d bytes, want %d and %d (known %v)", f.Key[44:58], f.Packets, f.Bytes, want.Packets, want.Bytes, ok)
 		}
 	}
-	// The agent's decode, which takes the flows of the caches that the
-	// sketches have none of as they are: the same flows.
+	// The agent's decode, which takes the caches' entries as they are
+	// and adds them to what the flow sets decode: the same flows.
 	sp, err := h.Decode()
 	if err != nil {
 		t.Fatalf("the agent's decode: %v", err)

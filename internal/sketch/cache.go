@@ -10,10 +10,20 @@ import "fmt"
 // the CPU's structures, laid out as Encoder's, and are updated in place. It
 // returns the number of flows it inserted.
 func FoldCache(p Params, flowSet, filter, countMin, cache []byte) (int, error) {
-	e, flows, err := cacheOf(p, flowSet, filter, countMin, cache)
+	flows, err := CacheFlows(p, cache)
 	if err != nil {
 		return 0, err
 	}
+	if err := checkLen("flow set", flowSet, p.FlowSet.Cells, CellSize); err != nil {
+		return 0, err
+	}
+	if len(filter) != p.FlowSet.FilterBytes() {
+		return 0, fmt.Errorf("flow filter: %d bytes, want %d", len(filter), p.FlowSet.FilterBytes())
+	}
+	if err := checkCountMin(p, countMin); err != nil {
+		return 0, err
+	}
+	e := &Encoder{p: p, FlowSet: flowSet, Filter: filter, CountMin: countMin}
 	for i := range flows {
 		e.AddN(&flows[i].Key, flows[i].Packets, flows[i].Bytes)
 	}
@@ -28,36 +38,31 @@ func FoldCache(p Params, flowSet, filter, countMin, cache []byte) (int, error) {
 // (DecodeCached adds them to what the flow set decodes); they take none of
 // the flow set's capacity and none of the filter's false positives. They
 // are counted in countMin, updated in place, so that its estimates stay
-// upper bounds of all the traffic; the flow set and the filter are left as
-// they are.
-func TakeCache(p Params, flowSet, filter, countMin, cache []byte) ([]Flow, error) {
-	e, flows, err := cacheOf(p, flowSet, filter, countMin, cache)
+// upper bounds of all the traffic; the flow set and the filter are not
+// touched.
+func TakeCache(p Params, countMin, cache []byte) ([]Flow, error) {
+	flows, err := CacheFlows(p, cache)
 	if err != nil {
 		return nil, err
 	}
+	if err := checkCountMin(p, countMin); err != nil {
+		return nil, err
+	}
+	e := &Encoder{p: p, CountMin: countMin}
 	for i := range flows {
 		e.addCountMin(hashKey(&flows[i].Key), flows[i].Packets, flows[i].Bytes)
 	}
 	return flows, nil
 }
 
-// cacheOf checks the sizes of one CPU's structures and returns an Encoder
-// over them and the flows its cache holds.
-func cacheOf(p Params, flowSet, filter, countMin, cache []byte) (*Encoder, []Flow, error) {
+// CacheFlows returns the flows a CPU's flow cache holds (p.Cache entries
+// of CellSize bytes), in entry order; a free entry holds none.
+func CacheFlows(p Params, cache []byte) ([]Flow, error) {
 	if err := p.Validate(); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if err := checkLen("flow cache", cache, p.Cache, CellSize); err != nil {
-		return nil, nil, err
-	}
-	if err := checkLen("flow set", flowSet, p.FlowSet.Cells, CellSize); err != nil {
-		return nil, nil, err
-	}
-	if len(filter) != p.FlowSet.FilterBytes() {
-		return nil, nil, fmt.Errorf("flow filter: %d bytes, want %d", len(filter), p.FlowSet.FilterBytes())
-	}
-	if len(countMin) != p.CountMin.Bytes() {
-		return nil, nil, fmt.Errorf("count-min sketch: %d bytes, want %d", len(countMin), p.CountMin.Bytes())
+		return nil, err
 	}
 	var flows []Flow
 	for i := range p.Cache {
@@ -71,7 +76,14 @@ func cacheOf(p Params, flowSet, filter, countMin, cache []byte) (*Encoder, []Flo
 		copy(fl.Key[:cacheKeySize], c[offKeyXor:])
 		flows = append(flows, fl)
 	}
-	return &Encoder{p: p, FlowSet: flowSet, Filter: filter, CountMin: countMin}, flows, nil
+	return flows, nil
+}
+
+func checkCountMin(p Params, countMin []byte) error {
+	if len(countMin) != p.CountMin.Bytes() {
+		return fmt.Errorf("count-min sketch: %d bytes, want %d", len(countMin), p.CountMin.Bytes())
+	}
+	return nil
 }
 
 // cacheKeySize is the part of a cache entry's key_xor that holds the key.

@@ -79,7 +79,7 @@ func TestFoldCache(t *testing.T) {
 	// Decoding takes the entries as they are and adds them to what the
 	// flow set gives for their flows, which are in both: exact.
 	cm := bytes.Clone(cached.CountMin)
-	taken, err := TakeCache(p, cached.FlowSet, cached.Filter, cm, cache)
+	taken, err := TakeCache(p, cm, cache)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func TestTakeCache(t *testing.T) {
 		t.Fatalf("folded in, %d flows decoded completely (%v): the test does not test the capacity taken", len(res.Flows), err)
 	}
 
-	taken, err := TakeCache(p, cached.FlowSet, cached.Filter, cached.CountMin, cache)
+	taken, err := TakeCache(p, cached.CountMin, cache)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -165,9 +165,9 @@
 // positive falls on, which depends on the order of the inserts.
 //
 // What it saves: on traffic whose packets belong mostly to a few flows (any
-// real link), a spilled packet costs a hash, one entry and two adds, where
-// the insert reads FilterHashes filter words, K cells and Rows count-min
-// pairs.
+// real link), a spilled packet costs a hash, a set of two entries and two
+// adds, where the insert reads FilterHashes filter words, K cells and Rows
+// count-min pairs.
 //
 // # Decoding
 //

@@ -33,10 +33,6 @@ const (
 	offBytes     = 80
 )
 
-// CellPacketsOffset is the byte offset of a cell's packets, and of a flow
-// cache entry's: 0 in a free entry.
-const CellPacketsOffset = offPackets
-
 // byteOrder is the order the kernel writes the maps in. The datapath is built
 // for bpfel only (internal/datapath/gen.go), so this is little-endian on every
 // host the objects load on; the native order says where the bytes come from.
