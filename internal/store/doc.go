@@ -128,8 +128,9 @@
 // the accuracy of the groups with a record that is not exact:
 // accuracy.go), keeps the groups that may be among the first n (of the
 // pairs, only those whose addresses' totals reach a floor: pairs.go), and
-// counts their distinct flows exactly, with a set of packed flow keys
-// (distinct.go, keyset.go);
+// counts their distinct flows exactly, with a bit per flow id: a Reader
+// gives every distinct flow key of its segments an id, once per segment
+// (flowids.go, distinct.go);
 // its port grouping looks up only the connections whose SYNs say their
 // service is the higher port (service.go). Follow (follow.go) hands over
 // the segments a writer publishes, as it publishes them. Writer

@@ -2,12 +2,9 @@ package store
 
 import "context"
 
-// KeyPaths is keyPaths, for tests.
-type KeyPaths = keyPaths
-
-// TopLimits is Top with a set of flow keys whose workers fold every
-// flushEvery keys and hold budget keys at most, telling paths which ways
-// the set took, for tests of its paths.
-func (r *Reader) TopLimits(ctx context.Context, q Query, by GroupBy, n, flushEvery, budget int, paths *KeyPaths) ([]TopEntry, error) {
-	return r.top(ctx, q, by, SortBytes, n, keyLimits{flushEvery: flushEvery, budget: budget, paths: paths}, true, nil)
+// TopBitsBudget is Top with the bits of its second pass bounded to budget
+// bytes a reading, telling readings how many readings it took, for tests
+// of the name groupings' shares.
+func (r *Reader) TopBitsBudget(ctx context.Context, q Query, by GroupBy, n, budget int, readings *int) ([]TopEntry, error) {
+	return r.top(ctx, q, by, SortBytes, n, flowLimits{bitsBudget: budget, readings: readings}, true, nil)
 }

@@ -129,6 +129,16 @@ func TestTopByNames(t *testing.T) {
 		if fmt.Sprint(rows) != fmt.Sprint(tc.want) {
 			t.Errorf("top --by %v (namespace %q, workload %q):\n got %q\nwant %q", tc.by, q.Namespace, q.Workload, rows, tc.want)
 		}
+		// Counted one candidate at a time, in bits of its own, the flows
+		// come out the same.
+		var readings int
+		one, err := r.TopBitsBudget(context.Background(), q, tc.by, 0, 1, &readings)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(one, got) || readings != len(got) {
+			t.Errorf("top --by %v, a candidate a reading: %d readings of %v, want %d of %v", tc.by, readings, one, len(got), got)
+		}
 		// The first n are the first n of all.
 		if n := 2; len(got) > n {
 			if short := top(t, r, q, tc.by, n); fmt.Sprint(short) != fmt.Sprint(got[:n]) {

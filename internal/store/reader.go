@@ -53,7 +53,8 @@ func OpenReader(dir string) (*Reader, error) {
 	return r, nil
 }
 
-// Close unmaps the segments the Reader keeps for its next query. Queries
+// Close unmaps the segments the Reader keeps for its next query, and
+// forgets the ids it gave their addresses and flows. Queries
 // may still run afterwards: they map what they read again.
 func (r *Reader) Close() error {
 	r.cache.close()

@@ -9,10 +9,11 @@ import (
 // segCache keeps the segments Top maps, and what it learnt of them, from
 // one query of a Reader to the next: a segment file never changes once
 // written, so its mapping, the CRCs of its blocks and the global ids of
-// its addresses stay true for as long as it is live. A warm Top then
-// neither maps, faults in nor checksums anything again, nor looks up an
-// address dictionary entry it looked up before (the web UI asks the same
-// Reader over and over; `loupe top` runs one query and gains nothing).
+// its addresses and of its records' flows stay true for as long as it is
+// live. A warm Top then neither maps, faults in nor checksums anything
+// again, nor looks up an address dictionary entry or a flow key it looked
+// up before (the web UI asks the same Reader over and over; `loupe top`
+// runs one query and gains nothing).
 //
 // A cached segment is found by its id and taken only if the file opened
 // for this query is the very one it was mapped from, unchanged: the same
@@ -23,12 +24,14 @@ import (
 type segCache struct {
 	mu   sync.Mutex
 	segs map[uint64]*cachedSeg
-	in   *interner // the canonical addresses' global ids (interner.remapOf)
-	raw  *interner // the addresses as stored, the flow keys' (interner.rawOf)
+	in    *interner // the canonical addresses' global ids (interner.remapOf)
+	raw   *interner // the addresses as stored, the flow keys' (interner.rawOf)
+	flows *flowIDs  // the flows' ids (flowIDs.idsOf), of keys that hold raw's ids
 	// addrs is the address entries of the cached segments, a bound of the
 	// live addresses: an interner far bigger holds mostly addresses of
-	// deleted segments, and is replaced.
-	addrs int
+	// deleted segments, and is replaced. records bounds the live flows
+	// as addrs the addresses.
+	addrs, records int
 }
 
 type cachedSeg struct {
@@ -54,10 +57,11 @@ func identOf(sf snapFile) (fileIdent, bool) {
 }
 
 // interners returns the interners queries starting now share, of
-// canonical addresses and of addresses as stored, each replaced by an
-// empty one when it holds over twice the addresses the cached segments
-// have (and more than 64 Ki).
-func (c *segCache) interners() (canon, raw *interner) {
+// canonical addresses and of flows (with the addresses as stored that
+// their keys hold), each replaced by an empty one when it holds over
+// twice the addresses the cached segments have, or the flows their
+// records can be (and more than 64 Ki).
+func (c *segCache) interners() (canon *interner, flows *flowIDs) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	limit := 2 * max(c.addrs, 1<<16)
@@ -67,7 +71,10 @@ func (c *segCache) interners() (canon, raw *interner) {
 	if c.raw == nil || c.raw.size() > limit {
 		c.raw = &interner{}
 	}
-	return c.in, c.raw
+	if c.flows == nil || c.flows.raw != c.raw || c.flows.size() > 2*max(c.records, 1<<16) {
+		c.flows = newFlowIDs(c.raw)
+	}
+	return c.in, c.flows
 }
 
 // acquire returns the mapped segment of sf, from the cache or mapped now
@@ -102,6 +109,7 @@ func (c *segCache) acquire(sf snapFile) (*cachedSeg, error) {
 	}
 	c.segs[sf.e.id] = cs
 	c.addrs += s.nAddr
+	c.records += s.n
 	return cs, nil
 }
 
@@ -125,19 +133,21 @@ func (c *segCache) retain(live map[uint64]bool) {
 	}
 }
 
-// close drops every segment: unmapped now, or by the last query reading
-// it.
+// close drops every segment (unmapped now, or by the last query reading
+// it) and the interners: a Reader used again after Close starts afresh.
 func (c *segCache) close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for id, cs := range c.segs {
 		c.dropLocked(id, cs)
 	}
+	c.in, c.raw, c.flows = nil, nil, nil
 }
 
 func (c *segCache) dropLocked(id uint64, cs *cachedSeg) {
 	delete(c.segs, id)
 	c.addrs -= cs.s.nAddr
+	c.records -= cs.s.n
 	cs.gone = true
 	if cs.refs == 0 {
 		cs.s.release()

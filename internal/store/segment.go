@@ -94,6 +94,11 @@ type segment struct {
 	ids    []uint32
 	rawIn  *interner // as idsIn, for the addresses as stored
 	rawIDs []uint32
+	// flowIDs are the flow ids of the records in flowIn, which Top
+	// computes once per segment (flowIDs.idsOf).
+	flowMu  sync.Mutex
+	flowIn  *flowIDs
+	flowIDs []uint32
 	addrs  []byte // 16 bytes per entry
 	fams   []byte // one per address entry
 	macs   []byte // 6 bytes per entry
