@@ -25,14 +25,14 @@ import (
 // that each table takes them while it is in the caches, and workers
 // computing two segments meet on one lock only for the same partition.
 type flowIDs struct {
-	raw   *interner // the addresses as stored, whose ids the keys hold
-	vlan  int       // the VLAN column, or -1 if this format has none
-	ctxs  ctxInterner
-	next  atomic.Uint32 // ids handed out
+	raw  *interner // the addresses as stored, whose ids the keys hold
+	vlan int       // the VLAN column, or -1 if this format has none
+	ctxs ctxInterner
+	next atomic.Uint32 // ids handed out
 	// prepMu makes one prepare at a time: a query that wants the ids of
 	// segments another is preparing waits for them.
 	prepMu sync.Mutex
-	parts [1 << partBits]struct {
+	parts  [1 << partBits]struct {
 		mu sync.Mutex
 		t  flowTable
 	}

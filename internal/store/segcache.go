@@ -22,8 +22,8 @@ import (
 // the manifest no longer lists are dropped, and unmapped once no query
 // reads them.
 type segCache struct {
-	mu   sync.Mutex
-	segs map[uint64]*cachedSeg
+	mu    sync.Mutex
+	segs  map[uint64]*cachedSeg
 	in    *interner // the canonical addresses' global ids (interner.remapOf)
 	raw   *interner // the addresses as stored, the flow keys' (interner.rawOf)
 	flows *flowIDs  // the flows' ids (flowIDs.idsOf), of keys that hold raw's ids

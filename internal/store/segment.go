@@ -99,12 +99,12 @@ type segment struct {
 	flowMu  sync.Mutex
 	flowIn  *flowIDs
 	flowIDs []uint32
-	addrs  []byte // 16 bytes per entry
-	fams   []byte // one per address entry
-	macs   []byte // 6 bytes per entry
-	names  []byte // kindNames block, decoded by nameDict
-	nAddr  int
-	nMAC   int
+	addrs   []byte // 16 bytes per entry
+	fams    []byte // one per address entry
+	macs    []byte // 6 bytes per entry
+	names   []byte // kindNames block, decoded by nameDict
+	nAddr   int
+	nMAC    int
 }
 
 // mapSegment maps an open segment file and verifies its header, and the
