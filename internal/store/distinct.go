@@ -206,7 +206,7 @@ func (w *flowWorker) segment(s *segment, f *segFilter) {
 			}
 		}
 	}
-	ids := st.flows.idsOf(s)
+	ids, groups := st.flows.idsOf(s), st.ports.get(s.id)
 	c := &s.cols
 	src, dst, packets, bytes := c[cSrcAddr], c[cDstAddr], c[cPackets], c[cBytes]
 	lo, hi := uint32(sh.lo), uint32(sh.hi)
@@ -230,8 +230,12 @@ func (w *flowWorker) segment(s *segment, f *segFilter) {
 				k = sh.pairs.find(uint64(sa)<<32 | uint64(da))
 			}
 		default:
-			k = bare
-			if k == noID {
+			switch {
+			case bare != noID:
+				k = bare
+			case groups != nil:
+				k = sh.groups.find(uint64(groups[i]))
+			default:
 				k = sh.groups.find(st.group(s, i, &w.conns, &w.names))
 			}
 		}

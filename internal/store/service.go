@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"slices"
+	"sync"
 
 	"loupe/internal/flow"
 )
@@ -37,11 +38,11 @@ import (
 // to be the side with the lower port, and the client is a side that sent
 // a SYN: so only connections with a SYN from the lower port to the higher
 // need resolving, and only those whose service is the higher port are
-// kept. Top's first pass finds the first as it sums every record under its
-// lower port; a second scan reads the SYNs the other way of those
-// connections alone, if there are any; and only if some connection's
-// service is the higher port does Top sum the records again. Every other
-// connection's service is the lower port, without a lookup.
+// kept. Top's first pass (synPass) finds the first, reading the SYN
+// records alone; a second scan reads the SYNs the other way of those
+// connections alone, if there are any; then Top sums the records, each
+// under its service port, once. Every other connection's service is the
+// lower port, without a lookup.
 
 // connID is a TCP connection: the canonical address and port of the side
 // with the lower port, then of the other side.
@@ -173,6 +174,26 @@ func (sv *services) port(c *connCache, s *segment, i int) uint16 {
 	return lp
 }
 
+// groups sets col[i] to the group (protocol and service port) of each row
+// i of s, as port finds it, in one loop.
+func (sv *services) groups(s *segment, c *connCache, col []uint32) {
+	cols := &s.cols
+	eth, protos, sport, dport := cols[cEthType], cols[cProto], cols[cSrcPort], cols[cDstPort]
+	lookup := len(sv.high) > 0
+	for i := range s.n {
+		proto := protos[i]
+		var port uint16
+		if hasPorts(le.Uint16(eth[2*i:]), proto) {
+			sp, dp := le.Uint16(sport[2*i:]), le.Uint16(dport[2*i:])
+			port = min(sp, dp)
+			if lookup && proto == flow.ProtoTCP && sp != dp {
+				port = sv.port(c, s, i)
+			}
+		}
+		col[i] = uint32(proto)<<16 | uint32(port)
+	}
+}
+
 // keyPort is port for a flow key's fields: its addresses as stored.
 func (sv *services) keyPort(ethType uint16, proto uint8, src, dst *addrKey, sp, dp uint16) uint16 {
 	port, ok := sv.plain(ethType, proto, sp, dp)
@@ -227,6 +248,39 @@ type synScan struct {
 	win     *compiled
 	files   []snapFile
 	workers []*synWorker
+}
+
+// synPass is ByPort's first pass: it checks every segment, as a query's
+// first pass does, and gathers the window's SYNs from the lower port to the
+// higher. It returns the segments that may hold a record of the query.
+func (r *Reader) synPass(ctx context.Context, st *topState, files []snapFile, rep *Report) ([]snapFile, *synScan, error) {
+	win := st.cq.window()
+	sc := &synScan{win: &win}
+	for range maxWorkers() {
+		sc.workers = append(sc.workers, &synWorker{syns: make(map[connID]synInfo)})
+	}
+	var mu sync.Mutex
+	inWindow := make(map[uint64]bool)
+	matching, err := r.pass(ctx, st, files, rep, func(w int, s *segment, _ *segFilter, ok bool) (bool, error) {
+		// A segment none of whose records match may still hold SYNs
+		// of the window.
+		wf, wok, err := win.forSegment(s)
+		if err != nil {
+			return false, err
+		}
+		if wok {
+			sc.workers[w].scan(s, wf, nil)
+			mu.Lock()
+			inWindow[s.id] = true
+			mu.Unlock()
+		}
+		return ok, nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	sc.files = keepOnly(files, inWindow)
+	return matching, sc, nil
 }
 
 // resolveServices finds the connections whose service is the higher port:
@@ -353,4 +407,32 @@ func (w *synWorker) scan(s *segment, f *segFilter, up *synSet) {
 		v.add(side, int64(le.Uint64(first[8*i:])), fl&flow.TCPAck == 0)
 		w.syns[id] = v
 	}
+}
+
+// portCols keep, per segment, the group of each record (protocol and
+// service port) as the sum pass found it, for the flow pass: a service
+// port that takes a connection's lookup is found once per query. Rows
+// the query does not match hold 0.
+type portCols struct {
+	mu sync.Mutex
+	m  map[uint64][]uint32
+}
+
+func (p *portCols) put(seg uint64, col []uint32) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.m == nil {
+		p.m = make(map[uint64][]uint32)
+	}
+	p.m[seg] = col
+}
+
+// get returns the groups of segment seg, or nil; p may be nil.
+func (p *portCols) get(seg uint64) []uint32 {
+	if p == nil {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.m[seg]
 }

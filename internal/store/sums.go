@@ -4,7 +4,6 @@ import (
 	"container/heap"
 	"context"
 	"slices"
-	"sync"
 
 	"loupe/internal/flow"
 )
@@ -22,8 +21,8 @@ type sumWorker struct {
 	ports   portSums // the port groupings' TCP and UDP groups: folded into st.table at the end
 	remap   []uint32 // the segment's global address ids: read-only
 	conns   connCache
+	col     []uint32  // ByPort: a segment's groups, unless st.ports keeps them
 	names   nameCache // the name groupings
-	syn     synWorker // ByPort, in the query's first pass
 	matched uint64
 	est     errSums // but for ByPair, whose groups pairPass sums
 	sig     sigSums // as est
@@ -42,42 +41,18 @@ type sumWorker struct {
 type sums struct {
 	*sumWorker            // the workers' sums, folded into the first's
 	files      []snapFile // the segments with a matching record
-	syns       *synScan   // ByPort: what the SYNs said
 }
 
-// sumPass runs the first pass. For ByPort, when it is the query's first
-// pass, it also gathers the window's SYNs from the lower port to the
-// higher (service.go).
+// sumPass runs the first pass (for ByPort, the first after the SYNs':
+// service.go).
 func (r *Reader) sumPass(ctx context.Context, st *topState, files []snapFile, rep *Report, n int) (*sums, error) {
-	first := st.first
 	ws := make([]*sumWorker, maxWorkers())
 	for i := range ws {
-		ws[i] = &sumWorker{st: st, syn: synWorker{syns: make(map[connID]synInfo)}, big: bigRecords{max: bigRecordsKept(n)}, est: errSums{}, sig: sigSums{},
+		ws[i] = &sumWorker{st: st, big: bigRecords{max: bigRecordsKept(n)}, est: errSums{}, sig: sigSums{},
 			addrEst: [2]errSums{{}, {}}, addrSig: [2]sigSums{{}, {}}}
 	}
 	out := &sums{}
-	var win compiled
-	var mu sync.Mutex
-	inWindow := make(map[uint64]bool)
-	if st.by == ByPort && first {
-		win = st.cq.window()
-		out.syns = &synScan{win: &win}
-	}
 	matching, err := r.pass(ctx, st, files, rep, func(w int, s *segment, f *segFilter, ok bool) (bool, error) {
-		if out.syns != nil {
-			// A segment none of whose records match may still hold SYNs
-			// of the window.
-			wf, wok, err := win.forSegment(s)
-			if err != nil {
-				return false, err
-			}
-			if wok {
-				ws[w].syn.scan(s, wf, nil)
-				mu.Lock()
-				inWindow[s.id] = true
-				mu.Unlock()
-			}
-		}
 		return ok && ws[w].segment(s, f), nil
 	})
 	if err != nil {
@@ -105,12 +80,6 @@ func (r *Reader) sumPass(ctx context.Context, st *topState, files []snapFile, re
 		}
 	}
 	out.sumWorker, out.files = total, matching
-	if out.syns != nil {
-		out.syns.files = keepOnly(files, inWindow)
-		for _, w := range ws {
-			out.syns.workers = append(out.syns.workers, &w.syn)
-		}
-	}
 	return out, nil
 }
 
@@ -198,11 +167,31 @@ func (w *sumWorker) segment(s *segment, f *segFilter) bool {
 			}
 		} else if by.byPort() {
 			w.ports.init()
+			// ByPort's groups, found in a loop of their own (and kept
+			// for the flow pass): a record's service port takes
+			// several columns and, for some, a connection's lookup.
+			var col []uint32
+			if by == ByPort {
+				if st.ports != nil {
+					col = make([]uint32, s.n)
+					st.ports.put(s.id, col)
+				} else {
+					col = slices.Grow(w.col[:0], s.n)[:s.n]
+					w.col = col
+				}
+				st.svc.groups(s, &w.conns, col)
+			}
 			for i := range s.n {
 				if !simple && !f.match(s, i) {
 					continue
 				}
-				g, b, p := st.group(s, i, &w.conns, &w.names), le.Uint64(bytes[8*i:]), le.Uint64(packets[8*i:])
+				var g uint64
+				if col != nil {
+					g = uint64(col[i])
+				} else {
+					g = st.group(s, i, &w.conns, &w.names)
+				}
+				b, p := le.Uint64(bytes[8*i:]), le.Uint64(packets[8*i:])
 				if a := w.ports.at(g); a != nil {
 					a.bytes, a.packets, a.flows = a.bytes+b, a.packets+p, a.flows+1
 				} else {

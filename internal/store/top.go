@@ -115,9 +115,8 @@ func topLess(a, b *TopEntry) bool {
 // the distinct flows of the candidates alone (distinct.go); a record of
 // any other group costs a lookup by dictionary id or group key. ByPair
 // sums its pairs in a pass of their own, after the first has summed each
-// address (pairs.go); ByPort reads the SYNs of a few connections in
-// between, and sums again only if they move a connection to its higher
-// port (service.go).
+// address (pairs.go); ByPort reads the SYNs first, to sum each record
+// under its service port (service.go).
 
 // topState is what the passes of one Top share.
 type topState struct {
@@ -130,6 +129,7 @@ type topState struct {
 	flows *flowIDs   // the records' flow ids (distinct.go)
 	table *partTable // the first pass's groups for ByPair and the port groupings
 	svc   *services  // ByPort
+	ports *portCols  // ByPort, if flows are counted: each record's group, for the flow pass
 	names *nameGroups
 	segs  *querySegs // the segments every pass reads, mapped once
 	first bool
@@ -255,6 +255,20 @@ func (r *Reader) top(ctx context.Context, q Query, by GroupBy, sort Sort, n int,
 	st := newTopState(&cq, by, sort, in, segs)
 	st.flows = ids
 	st.addrs = addrs != nil && by == ByPair && !counted
+	if by == ByPort {
+		// The services first, so that the records are summed once,
+		// each under its service port.
+		var syns *synScan
+		if files, syns, err = r.synPass(ctx, st, files, rep); err != nil {
+			return nil, err
+		}
+		if st.svc, err = r.resolveServices(ctx, st, syns); err != nil {
+			return nil, err
+		}
+		if counted {
+			st.ports = &portCols{}
+		}
+	}
 	sums, err := r.sumPass(ctx, st, files, rep, pruneN)
 	if err != nil {
 		return nil, err
@@ -274,20 +288,6 @@ func (r *Reader) top(ctx context.Context, q Query, by GroupBy, sort Sort, n int,
 	if by == ByPair {
 		if est, sig, err = r.pairPass(ctx, st, sums, pruneN); err != nil {
 			return nil, err
-		}
-	}
-	if by == ByPort {
-		// The first pass summed each record under its lower port, and
-		// found the connections that may serve the higher.
-		if st.svc, err = r.resolveServices(ctx, st, sums.syns); err != nil {
-			return nil, err
-		}
-		if len(st.svc.high) > 0 {
-			st.table = &partTable{}
-			if sums, err = r.sumPass(ctx, st, sums.files, rep, pruneN); err != nil {
-				return nil, err
-			}
-			est, sig = sums.est, sums.sig
 		}
 	}
 	rep.Matched = sums.matched
