@@ -110,9 +110,10 @@ func (d *duckResults) report(b *strings.Builder, loupe []duckComparable, runs in
 			yes(same), yes(l.warm < 300*time.Millisecond), yes(l.warm <= duckWarm), flows)
 	}
 	if slow {
-		fmt.Fprintf(b, "\nWhere the store takes 300 ms or more (**no** above), its time goes to reading every record twice: "+
-			"once to sum the records by group (and, by pair, the pairs of the busiest addresses; by service port, the SYNs), and once "+
-			"to count the first groups' distinct flows exactly, a key of a set for each (the last column: nearly every record "+
-			"of these is a flow of its own).\n")
+		fmt.Fprintf(b, "\nWhere the store takes 300 ms or more (**no** above), its time goes to the readings before the count: "+
+			"by pair, the sums of every address as a source and as a destination, then the pairs of the addresses whose sums "+
+			"reach a floor; by service port, two readings of the SYNs, then the sums. The count itself reads each record's "+
+			"flow id, which the Reader found once per segment (in the cold row: nearly every record of these is a flow of its own), "+
+			"and sets a bit.\n")
 	}
 }
