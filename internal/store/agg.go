@@ -382,26 +382,6 @@ func (in *interner) size() int {
 	return len(in.keys)
 }
 
-// find returns the id of k, if it was interned. It takes no lock: only
-// for an interner no one adds to any more.
-func (in *interner) find(k addrKey) (uint32, bool) {
-	if len(in.slots) == 0 {
-		return 0, false
-	}
-	hi, lo := le.Uint64(k.a[:8]), le.Uint64(k.a[8:])
-	fam := uint32(k.fam)
-	mask := uint64(len(in.slots) - 1)
-	for h := addrHash(hi, lo, fam) >> in.shift; ; h = (h + 1) & mask {
-		sl := &in.slots[h]
-		if sl.id == 0 {
-			return 0, false
-		}
-		if sl.hi == hi && sl.lo == lo && sl.fam == fam {
-			return sl.id - 1, true
-		}
-	}
-}
-
 // u64Map is an open-addressing map from uint64 keys to uint32 values,
 // filled once (init, put) and then only read.
 type u64Map struct {

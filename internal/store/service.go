@@ -179,38 +179,14 @@ func (sv *services) port(c *connCache, s *segment, i int) uint16 {
 func (sv *services) groups(s *segment, c *connCache, col []uint32) {
 	cols := &s.cols
 	eth, protos, sport, dport := cols[cEthType], cols[cProto], cols[cSrcPort], cols[cDstPort]
-	lookup := len(sv.high) > 0
 	for i := range s.n {
 		proto := protos[i]
-		var port uint16
-		if hasPorts(le.Uint16(eth[2*i:]), proto) {
-			sp, dp := le.Uint16(sport[2*i:]), le.Uint16(dport[2*i:])
-			port = min(sp, dp)
-			if lookup && proto == flow.ProtoTCP && sp != dp {
-				port = sv.port(c, s, i)
-			}
+		port, ok := sv.plain(le.Uint16(eth[2*i:]), proto, le.Uint16(sport[2*i:]), le.Uint16(dport[2*i:]))
+		if !ok {
+			port = sv.port(c, s, i)
 		}
 		col[i] = uint32(proto)<<16 | uint32(port)
 	}
-}
-
-// keyPort is port for a flow key's fields: its addresses as stored.
-func (sv *services) keyPort(ethType uint16, proto uint8, src, dst *addrKey, sp, dp uint16) uint16 {
-	port, ok := sv.plain(ethType, proto, sp, dp)
-	if ok {
-		return port
-	}
-	id := connID{canon(*src), canon(*dst), sp, dp}
-	if sp > dp {
-		id = connID{id.hi, id.lo, dp, sp}
-	}
-	if !sv.bits.has(id.hash()) {
-		return id.lp
-	}
-	if _, ok := sv.high[id]; ok {
-		return id.hp
-	}
-	return id.lp
 }
 
 // plain returns the service port of a record without looking its
