@@ -99,13 +99,14 @@ func (fl *flowIDs) prepare(ctx context.Context, segs []*segment) error {
 		for ; m < len(cold) && (m == 0 || records+cold[m].n <= prepareRecords); m++ {
 			records += cold[m].n
 		}
-		// Each table is sized at once for its share of every record
-		// left, as if each were a flow of its own: a table that grew
-		// from one share of the records to the next was mapped afresh
-		// each time, and fresh memory's page faults cost more than the
-		// keys' inserts. Memory a table's keys do not reach is never
-		// touched, and the last share's fit gives back what they did
-		// not need.
+		// Each table is sized for its share of every record left, as
+		// if each were a flow of its own, up to twice its keys of this
+		// batch: a table that grew from one batch to the next was
+		// mapped afresh each time, and fresh memory's page faults cost
+		// more than the keys' inserts. The bound keeps a store of long
+		// flows, where most keys are not new, from reserving tables
+		// for every record of it; the last batch's fit gives back what
+		// the keys did not need.
 		fl.prepareSome(cold[:m], left>>partBits+left>>(partBits+3)+64, m == len(cold))
 		cold, left = cold[m:], left-records
 	}
@@ -187,7 +188,7 @@ func (fl *flowIDs) prepareSome(segs []*segment, expect int, last bool) {
 				}
 				pt := &fl.parts[p]
 				pt.mu.Lock()
-				pt.t.reserve(max(n, expect))
+				pt.t.reserve(max(n, min(expect, 2*n)))
 				for _, b := range bufs {
 					pt.t.insertAll(b.p[p])
 				}
