@@ -214,8 +214,13 @@ func TestEvictorForcesEvictionWhenFull(t *testing.T) {
 
 	table.put(key(7), Stats{Packets: 4, Bytes: 400, FirstSeen: clock.Mono() + 1, LastSeen: clock.Mono() + 2})
 	events <- Event{Key: key(8), Stats: Stats{Packets: 1, Bytes: 10, FirstSeen: clock.Mono() + 3, LastSeen: clock.Mono() + 3}, Reason: ReasonMapFull}
-	// The full table is evicted long before the hour-long timer.
-	waitFor(t, func() bool { return ev.Stats().Evictions[EvictMapFull] >= 1 })
+	// The full table is evicted long before the hour-long timer. The
+	// eviction is counted as it starts, before its records are out:
+	// wait for both.
+	waitFor(t, func() bool {
+		recs, _ := out.snapshot()
+		return ev.Stats().Evictions[EvictMapFull] >= 1 && len(recs) >= 2
+	})
 	recs, _ := out.snapshot()
 	if len(recs) != 2 {
 		t.Fatalf("forced eviction emitted %d records, want 2", len(recs))
