@@ -319,9 +319,29 @@ func (in *interner) remapOf(s *segment) []uint32 {
 	s.idsMu.Lock()
 	defer s.idsMu.Unlock()
 	if s.idsIn != in {
-		s.ids, s.idsIn = in.remap(s, nil), in
+		s.ids, s.byID, s.idsIn = in.remap(s, nil), nil, in
 	}
 	return s.ids
+}
+
+// sortedOf is remapOf as (global id << 32 | entry) pairs in order of id,
+// computed once per segment and interner. A loop that adds each entry's
+// sums to its global id's walks the global arrays forwards through it,
+// which the CPU prefetches, where the entries' own order is a cache miss
+// per entry once the arrays outgrow the caches. The slice is read-only.
+func (in *interner) sortedOf(s *segment) []uint64 {
+	ids := in.remapOf(s)
+	s.idsMu.Lock()
+	defer s.idsMu.Unlock()
+	if s.byID == nil && s.idsIn == in {
+		byID := make([]uint64, len(ids))
+		for e, g := range ids {
+			byID[e] = uint64(g)<<32 | uint64(e)
+		}
+		slices.Sort(byID)
+		s.byID = byID
+	}
+	return s.byID
 }
 
 // rawOf is remapOf for the addresses as stored (not canonical), which

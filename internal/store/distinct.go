@@ -23,10 +23,11 @@ import (
 // more than a budget the pass reads the segments once per share of the
 // candidates.
 
-// flowLimits bound the second pass.
-type flowLimits struct {
-	bitsBudget int  // bytes of bits one reading holds at most
-	readings   *int // for tests: told how many readings the pass took
+// topLimits bound what Top's passes hold.
+type topLimits struct {
+	bitsBudget int  // bytes of bits one reading of the flow pass holds at most
+	readings   *int // for tests: told how many readings the flow pass took
+	pairCells  int  // cells of pairRound's dense matrix at most; 0: pairDenseCells
 }
 
 // flowBitsBudget is Top's bitsBudget: 64 MiB, the bits of a name
@@ -34,7 +35,7 @@ type flowLimits struct {
 const flowBitsBudget = 64 << 20
 
 // flowPass counts the distinct flows of each candidate in files.
-func (r *Reader) flowPass(ctx context.Context, st *topState, files []snapFile, cands []topCand, lim flowLimits) ([]uint64, error) {
+func (r *Reader) flowPass(ctx context.Context, st *topState, files []snapFile, cands []topCand, lim topLimits) ([]uint64, error) {
 	flows := make([]uint64, len(cands))
 	if len(cands) == 0 {
 		return flows, nil

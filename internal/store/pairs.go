@@ -97,7 +97,11 @@ func (b *bigRecords) pairFloor(n int) uint64 {
 // table holds all of its records; a pair summed in an early round that
 // fails a later floor keeps a partial sum, under that floor and so under
 // the n-th biggest pair's: it is no candidate.
-func (r *Reader) pairPass(ctx context.Context, st *topState, sm *sums, n int) (errSums, sigSums, error) {
+func (r *Reader) pairPass(ctx context.Context, st *topState, sm *sums, n int, lim topLimits) (errSums, sigSums, error) {
+	cells := lim.pairCells
+	if cells == 0 {
+		cells = pairDenseCells
+	}
 	floor := sm.big.pairFloor(n)
 	ws := make([]*pairWorker, maxWorkers())
 	for i := range ws {
@@ -121,7 +125,7 @@ func (r *Reader) pairPass(ctx context.Context, st *topState, sm *sums, n int) (e
 		}
 		round := files[:k]
 		files = files[k:]
-		if err := r.pairRound(ctx, st, sm, ws, round, floor); err != nil {
+		if err := r.pairRound(ctx, st, sm, ws, round, floor, cells); err != nil {
 			return nil, nil, err
 		}
 		if len(files) > 0 && n > 0 {
@@ -135,18 +139,62 @@ func (r *Reader) pairPass(ctx context.Context, st *topState, sm *sums, n int) (e
 	return ws[0].est, ws[0].sig, nil
 }
 
+// pairDenseCells bounds a round's dense matrix (pairRound): 2^17 cells
+// of 24 bytes, 3 MiB per worker.
+const pairDenseCells = 1 << 17
+
 // pairRound sums the pairs of files whose source and destination totals
-// reach floor into st.table.
-func (r *Reader) pairRound(ctx context.Context, st *topState, sm *sums, ws []*pairWorker, files []snapFile, floor uint64) error {
-	// The addresses whose totals reach the floor, as source or
-	// destination, by global id: 1 as source, 2 as destination.
-	role := make([]uint8, len(sm.direct))
+// reach floor into st.table, in a dense matrix of at most maxCells cells
+// where it fits.
+//
+// The addresses that reach the floor are few once the floor has risen,
+// while the records of their pairs are many (the busiest addresses carry
+// most records). So each is given a rank among its role's, and when the
+// ranks make a small enough matrix, a worker sums each record into the
+// cell of its two ranks: an add into memory the caches hold, where a
+// pair's group key takes a partition buffer's append and a hash table's
+// probe. The matrix has one more row and column, where the records of
+// addresses below the floor go: the loop has no branch to mispredict on
+// the many records that pass and the many that do not. The cells go into
+// st.table at the end of the round.
+func (r *Reader) pairRound(ctx context.Context, st *topState, sm *sums, ws []*pairWorker, files []snapFile, floor uint64, maxCells int) error {
+	// The ranks of the addresses whose totals reach the floor, as source
+	// and as destination, by global id, and back.
+	rank := make([][2]uint32, len(sm.direct))
+	var srcs, dsts []uint32
 	for id := range sm.direct {
 		if a := &sm.direct[id]; a.flows > 0 && a.bytes >= floor {
-			role[id] |= 1
+			srcs = append(srcs, uint32(id))
 		}
 		if a := &sm.dstDirect[id]; a.flows > 0 && a.bytes >= floor {
-			role[id] |= 2
+			dsts = append(dsts, uint32(id))
+		}
+	}
+	rows, width := uint32(len(srcs)), uint32(len(dsts))
+	dense := int(rows+1)*int(width+1) <= maxCells
+	// Below the floor: noID, or in the dense matrix the last row and
+	// column. A source's rank is kept as its row's first cell.
+	noSrc, noDst := uint32(noID), uint32(noID)
+	if dense {
+		noSrc, noDst = rows*(width+1), width
+	}
+	for id := range rank {
+		rank[id] = [2]uint32{noSrc, noDst}
+	}
+	for i, id := range srcs {
+		rank[id][0] = uint32(i)
+		if dense {
+			rank[id][0] *= width + 1
+		}
+	}
+	for i, id := range dsts {
+		rank[id][1] = uint32(i)
+	}
+	if dense {
+		cells := int((rows + 1) * (width + 1))
+		for _, w := range ws {
+			w.cells = slices.Grow(w.cells[:0], cells)[:cells]
+			clear(w.cells)
 		}
 	}
 	_, err := r.pass(ctx, st, files, nil, func(wi int, s *segment, f *segFilter, ok bool) (bool, error) {
@@ -156,43 +204,84 @@ func (r *Reader) pairRound(ctx context.Context, st *topState, sm *sums, ws []*pa
 		w := ws[wi]
 		w.src = slices.Grow(w.src[:0], s.nAddr)[:s.nAddr]
 		w.dst = slices.Grow(w.dst[:0], s.nAddr)[:s.nAddr]
-		// The first pass gave every entry of the segment its global id.
-		for e, g := range st.in.remapOf(s) {
-			w.src[e], w.dst[e] = noID, noID
-			if int(g) < len(role) {
-				if role[g]&1 != 0 {
-					w.src[e] = g
-				}
-				if role[g]&2 != 0 {
-					w.dst[e] = g
-				}
+		// The first pass gave every entry of the segment its global id;
+		// in their order, the ranks are read forwards.
+		for _, x := range st.in.sortedOf(s) {
+			e, r := uint32(x), [2]uint32{noSrc, noDst}
+			if g := x >> 32; g < uint64(len(rank)) {
+				r = rank[g]
 			}
+			w.src[e], w.dst[e] = r[0], r[1]
 		}
 		c := &s.cols
 		bytes, packets, src, dst := c[cBytes], c[cPackets], c[cSrcAddr], c[cDstAddr]
 		simple := f.simple()
-		for i := range s.n {
-			sa, da := w.src[le.Uint32(src[4*i:])], w.dst[le.Uint32(dst[4*i:])]
-			if sa == noID || da == noID || (!simple && !f.match(s, i)) {
-				continue
+		pair := func(sr, dr uint32) uint64 {
+			if dense {
+				sr /= width + 1
 			}
-			w.buf.add(uint64(sa)<<32|uint64(da), le.Uint64(bytes[8*i:]), le.Uint64(packets[8*i:]), 1)
+			return uint64(srcs[sr])<<32 | uint64(dsts[dr])
 		}
-		st.table.flush(&w.buf)
+		switch {
+		case dense && simple:
+			for i := range s.n {
+				a := &w.cells[w.src[le.Uint32(src[4*i:])]+w.dst[le.Uint32(dst[4*i:])]]
+				a.bytes += le.Uint64(bytes[8*i:])
+				a.packets += le.Uint64(packets[8*i:])
+				a.flows++
+			}
+		case dense:
+			for i := range s.n {
+				if f.match(s, i) {
+					a := &w.cells[w.src[le.Uint32(src[4*i:])]+w.dst[le.Uint32(dst[4*i:])]]
+					a.bytes += le.Uint64(bytes[8*i:])
+					a.packets += le.Uint64(packets[8*i:])
+					a.flows++
+				}
+			}
+		default:
+			for i := range s.n {
+				sr, dr := w.src[le.Uint32(src[4*i:])], w.dst[le.Uint32(dst[4*i:])]
+				if sr == noID || dr == noID || (!simple && !f.match(s, i)) {
+					continue
+				}
+				w.buf.add(pair(sr, dr), le.Uint64(bytes[8*i:]), le.Uint64(packets[8*i:]), 1)
+			}
+			st.table.flush(&w.buf)
+		}
 		group := func(i int) (uint64, bool) {
-			sa, da := w.src[le.Uint32(src[4*i:])], w.dst[le.Uint32(dst[4*i:])]
-			return uint64(sa)<<32 | uint64(da), sa != noID && da != noID
+			sr, dr := w.src[le.Uint32(src[4*i:])], w.dst[le.Uint32(dst[4*i:])]
+			if sr == noSrc || dr == noDst {
+				return 0, false
+			}
+			return pair(sr, dr), true
 		}
 		w.est.segment(s, f, group)
 		w.sig.segment(s, f, group)
 		return false, nil
 	})
-	return err
+	if err != nil || !dense {
+		return err
+	}
+	// The matrix's cells but its last row and column.
+	for _, w := range ws {
+		for sr := range rows {
+			row := w.cells[sr*(width+1):][:width]
+			for dr := range row {
+				if a := &row[dr]; a.flows > 0 {
+					w.buf.add(uint64(srcs[sr])<<32|uint64(dsts[dr]), a.bytes, a.packets, a.flows)
+				}
+			}
+		}
+		st.table.flush(&w.buf)
+	}
+	return nil
 }
 
 // pairWorker is one goroutine of pairPass.
 type pairWorker struct {
-	src, dst []uint32 // per address entry: its global id if its total reaches the floor, else noID
+	src, dst []uint32 // per address entry: its rank if its total reaches the floor, else noID
+	cells    []agg    // the dense round's sums, source rank major
 	buf      partBuf
 	est      errSums
 	sig      sigSums

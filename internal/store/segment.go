@@ -92,6 +92,7 @@ type segment struct {
 	idsMu  sync.Mutex
 	idsIn  *interner
 	ids    []uint32
+	byID   []uint64  // global id << 32 | entry, in order (interner.sortedOf)
 	rawIn  *interner // as idsIn, for the addresses as stored
 	rawIDs []uint32
 	// flowIDs are the flow ids of the records in flowIn, which Top

@@ -20,6 +20,7 @@ type sumWorker struct {
 	buf     partBuf  // the port groupings' other groups, and the name groupings: folded into st.table
 	ports   portSums // the port groupings' TCP and UDP groups: folded into st.table at the end
 	remap   []uint32 // the segment's global address ids: read-only
+	byEntry [2][]agg // BySrc, ByDst, ByPair: a segment's sums per address entry (local)
 	conns   connCache
 	col     []uint32  // ByPort: a segment's groups, unless st.ports keeps them
 	names   nameCache // the name groupings
@@ -83,6 +84,30 @@ func (r *Reader) sumPass(ctx context.Context, st *topState, files []snapFile, re
 	return out, nil
 }
 
+// local returns the worker's sums per address entry of a segment, for
+// one end (0: source, 1: destination) of BySrc, ByDst and ByPair: n
+// zeroed aggregates. A record adds to its entry's, which the caches hold
+// (a segment has tens of thousands of entries), where the aggregates by
+// global id span every address of the store; fold then adds each entry's
+// sums to its global id's, once per entry instead of once per record.
+func (w *sumWorker) local(end, n int) []agg {
+	// Every aggregate past the last segment's is zero: fold zeroed
+	// what that segment used, and fresh memory is zero.
+	w.byEntry[end] = slices.Grow(w.byEntry[end][:0], n)[:n]
+	return w.byEntry[end]
+}
+
+// fold adds each entry's sums in local to its global id's in direct, in
+// order of id (interner.sortedOf), and zeroes local for the next segment.
+func fold(direct, local []agg, byID []uint64) {
+	for _, x := range byID {
+		if a := &local[uint32(x)]; a.flows > 0 {
+			direct[x>>32].add(a)
+			*a = agg{}
+		}
+	}
+}
+
 func (w *sumWorker) grow() {
 	n := w.st.in.size()
 	if len(w.direct) < n {
@@ -108,17 +133,19 @@ func (w *sumWorker) segment(s *segment, f *segFilter) bool {
 		if by == ByDst {
 			col = c[cDstAddr]
 		}
-		remap, direct := w.remap, w.direct
+		remap := w.remap
+		local := w.local(0, s.nAddr)
 		for i := range s.n {
 			if !simple && !f.match(s, i) {
 				continue
 			}
-			a := &direct[remap[le.Uint32(col[4*i:])]]
+			a := &local[le.Uint32(col[4*i:])]
 			a.bytes += le.Uint64(bytes[8*i:])
 			a.packets += le.Uint64(packets[8*i:])
 			a.flows++
 			matched++
 		}
+		fold(w.direct, local, st.in.sortedOf(s))
 		group := func(i int) (uint64, bool) { return uint64(remap[le.Uint32(col[4*i:])]), true }
 		w.est.segment(s, f, group)
 		w.sig.segment(s, f, group)
@@ -126,21 +153,25 @@ func (w *sumWorker) segment(s *segment, f *segFilter) bool {
 		w.remap = st.in.remapOf(s)
 		w.grow()
 		src, dst, remap := c[cSrcAddr], c[cDstAddr], w.remap
+		asSrc, asDst := w.local(0, s.nAddr), w.local(1, s.nAddr)
 		for i := range s.n {
 			if !simple && !f.match(s, i) {
 				continue
 			}
-			sa, da := remap[le.Uint32(src[4*i:])], remap[le.Uint32(dst[4*i:])]
+			se, de := le.Uint32(src[4*i:]), le.Uint32(dst[4*i:])
 			b, p := le.Uint64(bytes[8*i:]), le.Uint64(packets[8*i:])
-			a := &w.direct[sa]
+			a := &asSrc[se]
 			a.bytes, a.packets, a.flows = a.bytes+b, a.packets+p, a.flows+1
-			a = &w.dstDirect[da]
+			a = &asDst[de]
 			a.bytes, a.packets, a.flows = a.bytes+b, a.packets+p, a.flows+1
 			if w.big.wants(b) {
-				w.big.add(b, uint64(sa)<<32|uint64(da))
+				w.big.add(b, uint64(remap[se])<<32|uint64(remap[de]))
 			}
 			matched++
 		}
+		byID := st.in.sortedOf(s)
+		fold(w.direct, asSrc, byID)
+		fold(w.dstDirect, asDst, byID)
 		if st.addrs {
 			for end, col := range [2][]byte{src, dst} {
 				group := func(i int) (uint64, bool) { return uint64(remap[le.Uint32(col[4*i:])]), true }
@@ -233,13 +264,23 @@ func (p *portSums) init() {
 // at returns the sums of group key g (protocol << 16 | port), or nil if
 // its protocol is neither TCP nor UDP.
 func (p portSums) at(g uint64) *agg {
-	switch uint8(g >> 16) {
-	case flow.ProtoTCP:
-		return &p[uint16(g)]
-	case flow.ProtoUDP:
-		return &p[1<<16|int(uint16(g))]
+	if i, ok := portIndex(g); ok {
+		return &p[i]
 	}
 	return nil
+}
+
+// portIndex returns the index of a port grouping's group key g (protocol
+// << 16 | port) among the TCP and UDP groups (TCP's 2^16 ports, then
+// UDP's), if its protocol is one of the two.
+func portIndex(g uint64) (int, bool) {
+	switch uint8(g >> 16) {
+	case flow.ProtoTCP:
+		return int(uint16(g)), true
+	case flow.ProtoUDP:
+		return 1<<16 | int(uint16(g)), true
+	}
+	return 0, false
 }
 
 // fold adds the groups that have a record to t, through b.

@@ -166,14 +166,14 @@ func newTopState(cq *compiled, by GroupBy, sort Sort, in *interner, segs *queryS
 // may be among the first n only; memory grows with the number of groups
 // and with the distinct flows of those.
 func (r *Reader) Top(ctx context.Context, q Query, by GroupBy, n int) ([]TopEntry, error) {
-	return r.top(ctx, q, by, SortBytes, n, flowLimits{bitsBudget: flowBitsBudget}, true, nil)
+	return r.top(ctx, q, by, SortBytes, n, topLimits{bitsBudget: flowBitsBudget}, true, nil)
 }
 
 // TopBy is Top ranking its groups by sort: by bytes, as Top, or by one of
 // the kernel signals or DNS (Sort), among the groups whose records
 // measured it; ties are broken as Top breaks them.
 func (r *Reader) TopBy(ctx context.Context, q Query, by GroupBy, sort Sort, n int) ([]TopEntry, error) {
-	return r.top(ctx, q, by, sort, n, flowLimits{bitsBudget: flowBitsBudget}, true, nil)
+	return r.top(ctx, q, by, sort, n, topLimits{bitsBudget: flowBitsBudget}, true, nil)
 }
 
 // TopUncounted is Top without the flows counted: every entry's Flows is
@@ -182,7 +182,7 @@ func (r *Reader) TopBy(ctx context.Context, q Query, by GroupBy, sort Sort, n in
 // of Top's time saved where most records are flows of their own: for views
 // that show no flow count (the UI's topology).
 func (r *Reader) TopUncounted(ctx context.Context, q Query, by GroupBy, n int) ([]TopEntry, error) {
-	return r.top(ctx, q, by, SortBytes, n, flowLimits{}, false, nil)
+	return r.top(ctx, q, by, SortBytes, n, topLimits{}, false, nil)
 }
 
 // TopUncountedMany is TopUncounted for each of bys over one query, the
@@ -203,7 +203,7 @@ func (r *Reader) TopUncountedMany(ctx context.Context, q Query, bys []GroupBy, n
 		if _, ok := answers[by]; ok {
 			continue
 		}
-		es, err := r.top(ctx, q, by, SortBytes, n, flowLimits{}, false, fromPair)
+		es, err := r.top(ctx, q, by, SortBytes, n, topLimits{}, false, fromPair)
 		if err != nil {
 			return nil, err
 		}
@@ -219,7 +219,7 @@ func (r *Reader) TopUncountedMany(ctx context.Context, q Query, bys []GroupBy, n
 // top is TopBy, with flows counted if counted is set, within lim. If addrs is not nil, by is ByPair and flows are not
 // counted, addrs is given the answers of BySrc and ByDst from ByPair's
 // first pass.
-func (r *Reader) top(ctx context.Context, q Query, by GroupBy, sort Sort, n int, lim flowLimits, counted bool, addrs map[GroupBy][]TopEntry) ([]TopEntry, error) {
+func (r *Reader) top(ctx context.Context, q Query, by GroupBy, sort Sort, n int, lim topLimits, counted bool, addrs map[GroupBy][]TopEntry) ([]TopEntry, error) {
 	if by < 0 || by >= numGroupBy {
 		return nil, fmt.Errorf("store: top: unknown grouping %d", by)
 	}
@@ -286,7 +286,7 @@ func (r *Reader) top(ctx context.Context, q Query, by GroupBy, sort Sort, n int,
 	}
 	est, sig := sums.est, sums.sig
 	if by == ByPair {
-		if est, sig, err = r.pairPass(ctx, st, sums, pruneN); err != nil {
+		if est, sig, err = r.pairPass(ctx, st, sums, pruneN, lim); err != nil {
 			return nil, err
 		}
 	}

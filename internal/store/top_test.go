@@ -352,15 +352,28 @@ func TestTopPairs(t *testing.T) {
 
 // samePairs checks Top by pair against the brute force for n up to ns
 // (excluded), and that the pair at place at, where there is one, is from
-// src with bytes.
+// src with bytes. Each round of the pair pass sums in its dense matrix
+// (the default here) and, bounded to one cell, in the hash table; both
+// without a filter and with one that every record of these passes, so
+// that it is tested per record.
 func samePairs(t *testing.T, r *store.Reader, recs []flow.Record, ns, at int, src string, bytes uint64) {
 	t.Helper()
-	for n := range ns {
-		got := top(t, r, store.NewQuery(), store.ByPair, n)
-		want := bruteTop(recs, store.NewQuery(), store.ByPair, n)
-		sameTop(t, fmt.Sprintf("n %d", n), got, want)
-		if n > at && (got[at].Src != netip.MustParseAddr(src) || got[at].Bytes != bytes) {
-			t.Fatalf("n %d: pair %d %+v, want from %s with %d bytes", n, at, got[at], src, bytes)
+	filtered := store.NewQuery()
+	filtered.Proto = flow.ProtoTCP
+	for _, q := range []store.Query{store.NewQuery(), filtered} {
+		for _, cells := range []int{0, 1} {
+			for n := range ns {
+				got, err := r.TopPairCells(context.Background(), q, n, cells)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := bruteTop(recs, q, store.ByPair, n)
+				what := fmt.Sprintf("proto %d, cells %d, n %d", q.Proto, cells, n)
+				sameTop(t, what, got, want)
+				if n > at && (got[at].Src != netip.MustParseAddr(src) || got[at].Bytes != bytes) {
+					t.Fatalf("%s: pair %d %+v, want from %s with %d bytes", what, at, got[at], src, bytes)
+				}
+			}
 		}
 	}
 }
