@@ -100,6 +100,10 @@ type segment struct {
 	flowMu  sync.Mutex
 	flowIn  *flowIDs
 	flowIDs []uint32
+	// synRows are the rows the service pass reads, found once
+	// (segment.syns).
+	synMu   sync.Mutex
+	synRows *synRows
 	addrs   []byte // 16 bytes per entry
 	fams    []byte // one per address entry
 	macs    []byte // 6 bytes per entry

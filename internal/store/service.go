@@ -346,26 +346,60 @@ func (w *synWorker) take() map[connID]synInfo {
 	return m
 }
 
+// synRows are the rows of a segment that may be a SYN the service pass
+// reads: TCP records with ports, a SYN, and two different ports, sent
+// from the lower port to the higher (up) or the other way (down). They
+// are a property of the records alone, found once per segment and kept
+// with it: about one record in six is a SYN, and few of those are sent
+// from the lower port, so each scan then reads a fraction of the rows
+// where it read every row's flags, protocol and ports.
+type synRows struct {
+	up, down []uint32
+}
+
+// syns returns the SYN rows of s.
+func (s *segment) syns() *synRows {
+	s.synMu.Lock()
+	defer s.synMu.Unlock()
+	if s.synRows != nil {
+		return s.synRows
+	}
+	c := &s.cols
+	flags, proto, eth, sport, dport := c[cTCPFlags], c[cProto], c[cEthType], c[cSrcPort], c[cDstPort]
+	rows := &synRows{}
+	for i := range s.n {
+		if le.Uint16(flags[2*i:])&flow.TCPSyn == 0 || proto[i] != flow.ProtoTCP || !hasPorts(le.Uint16(eth[2*i:]), flow.ProtoTCP) {
+			continue
+		}
+		switch sp, dp := le.Uint16(sport[2*i:]), le.Uint16(dport[2*i:]); {
+		case sp < dp:
+			rows.up = append(rows.up, uint32(i))
+		case sp > dp:
+			rows.down = append(rows.down, uint32(i))
+		}
+	}
+	rows.up, rows.down = slices.Clip(rows.up), slices.Clip(rows.down)
+	s.synRows = rows
+	return rows
+}
+
 // scan gathers the SYN records of s in the window: those sent from the
 // lower port to the higher if up is nil, else those sent the other way
 // on the connections of up.
 func (w *synWorker) scan(s *segment, f *segFilter, up *synSet) {
 	c := &s.cols
-	flags, proto, eth := c[cTCPFlags], c[cProto], c[cEthType]
-	sport, dport, first := c[cSrcPort], c[cDstPort], c[cFirst]
+	flags, sport, dport, first := c[cTCPFlags], c[cSrcPort], c[cDstPort], c[cFirst]
 	simple := f.simple()
-	for i := range s.n {
-		fl := le.Uint16(flags[2*i:])
-		if fl&flow.TCPSyn == 0 || proto[i] != flow.ProtoTCP || !hasPorts(le.Uint16(eth[2*i:]), flow.ProtoTCP) {
-			continue
-		}
-		sp, dp := le.Uint16(sport[2*i:]), le.Uint16(dport[2*i:])
-		if sp == dp || (sp < dp) != (up == nil) {
-			continue
-		}
+	rows := s.syns().up
+	if up != nil {
+		rows = s.syns().down
+	}
+	for _, row := range rows {
+		i := int(row)
 		if !simple && !f.match(s, i) {
 			continue
 		}
+		sp, dp := le.Uint16(sport[2*i:]), le.Uint16(dport[2*i:])
 		lo, hi, lp, hp, side := le.Uint32(c[cSrcAddr][4*i:]), le.Uint32(c[cDstAddr][4*i:]), sp, dp, 0
 		if up != nil {
 			lo, hi, lp, hp, side = hi, lo, dp, sp, 1
@@ -380,7 +414,7 @@ func (w *synWorker) scan(s *segment, f *segFilter, up *synSet) {
 			}
 		}
 		v := w.syns[id]
-		v.add(side, int64(le.Uint64(first[8*i:])), fl&flow.TCPAck == 0)
+		v.add(side, int64(le.Uint64(first[8*i:])), le.Uint16(flags[2*i:])&flow.TCPAck == 0)
 		w.syns[id] = v
 	}
 }
