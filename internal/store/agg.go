@@ -14,6 +14,11 @@ import (
 
 type agg struct{ packets, bytes, flows uint64 }
 
+// none reports whether nothing was added to a: no record (when flows
+// counts records), no flow new to a count (topState.counting) and no
+// traffic.
+func (a *agg) none() bool { return a.flows == 0 && a.bytes == 0 && a.packets == 0 }
+
 func (a *agg) add(b *agg) {
 	a.packets += b.packets
 	a.bytes += b.bytes

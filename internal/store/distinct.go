@@ -165,8 +165,61 @@ func (sh *flowShared) set(c, id uint32) bool {
 	if len(sh.bits) > 1 {
 		b = sh.bits[int(c)-sh.lo]
 	}
-	w, m := &b[id>>6], uint64(1)<<(id&63)
-	return atomic.LoadUint64(w)&m == 0 && atomic.OrUint64(w, m)&m == 0
+	return flowBits(b).add(id) != 0
+}
+
+// flowBits is a bit per flow id, set by the workers of a pass as they
+// meet the flows.
+type flowBits []uint64
+
+// add sets the bit of flow id, and returns 1 if it was clear, else 0. A
+// flow met before costs a plain load; only a new one takes the atomic OR.
+func (b flowBits) add(id uint32) uint64 {
+	w, sh := &b[id>>6], id&63
+	if atomic.LoadUint64(w)>>sh&1 != 0 {
+		return 0
+	}
+	return ^atomic.OrUint64(w, 1<<sh) >> sh & 1
+}
+
+// newFlow is what a record adds to its group's flows when the flows are
+// counted as the records are summed (topState.counting): 1 if it is its
+// flow's first record met, else 0. A record of signals alone (no
+// traffic) is no flow, as in the flow pass.
+func (st *topState) newFlow(ids []uint32, i int, bytes, packets uint64) uint64 {
+	if bytes|packets == 0 {
+		return 0
+	}
+	return st.counting.add(ids[i])
+}
+
+// countWhileSumming prepares the flow ids of files and the bits with which
+// the records' summing counts their groups' flows (topState.counting),
+// where that replaces the flow pass: when the ranking is by bytes and the
+// grouping is ByPair (its pairs are summed in pairPass, after the first
+// pass has checked every segment) or ByPort (summed after its SYN pass
+// has).
+//
+// Why it is exact: a flow's group is a function of its key for these
+// groupings, so a group's flows are the distinct ids of its records, and
+// each id's bit is set once, by its first record met, which adds 1 to
+// that group. agg.flows then counts flows instead of records, which only
+// changes which groups without any flow (records of signals alone) are
+// kept, and those carry no bytes nor packets and are no candidates by
+// bytes. A pair that is a candidate has every record summed (pairPass), so
+// every one of its flows is counted; a pair summed in part is none.
+func (r *Reader) countWhileSumming(ctx context.Context, st *topState, files []snapFile) error {
+	segs := make([]*segment, 0, len(files))
+	for _, sf := range files {
+		if cs := st.segs.segs[sf.e.id]; cs != nil {
+			segs = append(segs, cs.s)
+		}
+	}
+	if err := st.flows.prepare(ctx, segs); err != nil {
+		return err
+	}
+	st.counting = make(flowBits, (st.flows.size()+63)/64)
+	return nil
 }
 
 // noID marks an address entry or a group that is no candidate.

@@ -141,7 +141,7 @@ func (r *Reader) pairPass(ctx context.Context, st *topState, sm *sums, n int, li
 
 // pairDenseCells bounds a round's dense matrix (pairRound): 2^17 cells
 // of 24 bytes, 3 MiB per worker.
-const pairDenseCells = 1 << 17
+const pairDenseCells = 1 << 19
 
 // pairRound sums the pairs of files whose source and destination totals
 // reach floor into st.table, in a dense matrix of at most maxCells cells
@@ -170,6 +170,10 @@ func (r *Reader) pairRound(ctx context.Context, st *topState, sm *sums, ws []*pa
 			dsts = append(dsts, uint32(id))
 		}
 	}
+	// The busiest first: their records, most of the round's, then sum
+	// into the matrix's first rows and columns, which the caches keep.
+	slices.SortStableFunc(srcs, func(a, b uint32) int { return cmp.Compare(sm.direct[b].bytes, sm.direct[a].bytes) })
+	slices.SortStableFunc(dsts, func(a, b uint32) int { return cmp.Compare(sm.dstDirect[b].bytes, sm.dstDirect[a].bytes) })
 	rows, width := uint32(len(srcs)), uint32(len(dsts))
 	dense := int(rows+1)*int(width+1) <= maxCells
 	// Below the floor: noID, or in the dense matrix the last row and
@@ -222,22 +226,26 @@ func (r *Reader) pairRound(ctx context.Context, st *topState, sm *sums, ws []*pa
 			}
 			return uint64(srcs[sr])<<32 | uint64(dsts[dr])
 		}
+		// When counting (topState.counting), a record of a pair below
+		// the floor may set its flow's bit too: its pair is no
+		// candidate, and no other pair has that flow.
+		var ids []uint32
+		if st.counting != nil {
+			ids = st.flows.idsOf(s)
+		}
 		switch {
-		case dense && simple:
-			for i := range s.n {
-				a := &w.cells[w.src[le.Uint32(src[4*i:])]+w.dst[le.Uint32(dst[4*i:])]]
-				a.bytes += le.Uint64(bytes[8*i:])
-				a.packets += le.Uint64(packets[8*i:])
-				a.flows++
-			}
 		case dense:
 			for i := range s.n {
-				if f.match(s, i) {
-					a := &w.cells[w.src[le.Uint32(src[4*i:])]+w.dst[le.Uint32(dst[4*i:])]]
-					a.bytes += le.Uint64(bytes[8*i:])
-					a.packets += le.Uint64(packets[8*i:])
-					a.flows++
+				if !simple && !f.match(s, i) {
+					continue
 				}
+				b, p := le.Uint64(bytes[8*i:]), le.Uint64(packets[8*i:])
+				fl := uint64(1) // a record, or when counting, a flow new to the bits
+				if ids != nil {
+					fl = st.newFlow(ids, i, b, p)
+				}
+				a := &w.cells[w.src[le.Uint32(src[4*i:])]+w.dst[le.Uint32(dst[4*i:])]]
+				a.bytes, a.packets, a.flows = a.bytes+b, a.packets+p, a.flows+fl
 			}
 		default:
 			for i := range s.n {
@@ -245,7 +253,12 @@ func (r *Reader) pairRound(ctx context.Context, st *topState, sm *sums, ws []*pa
 				if sr == noID || dr == noID || (!simple && !f.match(s, i)) {
 					continue
 				}
-				w.buf.add(pair(sr, dr), le.Uint64(bytes[8*i:]), le.Uint64(packets[8*i:]), 1)
+				b, p := le.Uint64(bytes[8*i:]), le.Uint64(packets[8*i:])
+				fl := uint64(1)
+				if ids != nil {
+					fl = st.newFlow(ids, i, b, p)
+				}
+				w.buf.add(pair(sr, dr), b, p, fl)
 			}
 			st.table.flush(&w.buf)
 		}
@@ -268,7 +281,7 @@ func (r *Reader) pairRound(ctx context.Context, st *topState, sm *sums, ws []*pa
 		for sr := range rows {
 			row := w.cells[sr*(width+1):][:width]
 			for dr := range row {
-				if a := &row[dr]; a.flows > 0 {
+				if a := &row[dr]; !a.none() {
 					w.buf.add(uint64(srcs[sr])<<32|uint64(dsts[dr]), a.bytes, a.packets, a.flows)
 				}
 			}

@@ -100,6 +100,9 @@ type segment struct {
 	flowMu  sync.Mutex
 	flowIn  *flowIDs
 	flowIDs []uint32
+	// sums are the records' sums per address (addrsums.go).
+	sumsMu sync.Mutex
+	sums   *segAddrSums
 	// synRows are the rows the service pass reads, found once
 	// (segment.syns).
 	synMu   sync.Mutex

@@ -125,6 +125,12 @@ func (w *sumWorker) segment(s *segment, f *segFilter) bool {
 	bytes, packets := c[cBytes], c[cPackets]
 	simple := f.simple()
 	var matched uint64
+	// Where every record matches, the segment's sums per address stand
+	// for its records (addrsums.go).
+	var ss *segAddrSums
+	if simple && (st.by == BySrc || st.by == ByDst || (st.by == ByPair && w.big.max <= addrSumsBig)) {
+		ss = w.addrSumsOf(s)
+	}
 	switch by := st.by; by {
 	case BySrc, ByDst:
 		w.remap = st.in.remapOf(s)
@@ -134,18 +140,23 @@ func (w *sumWorker) segment(s *segment, f *segFilter) bool {
 			col = c[cDstAddr]
 		}
 		remap := w.remap
-		local := w.local(0, s.nAddr)
-		for i := range s.n {
-			if !simple && !f.match(s, i) {
-				continue
+		if ss != nil {
+			ss.add(int(by-BySrc), w.direct)
+			matched = uint64(s.n)
+		} else {
+			local := w.local(0, s.nAddr)
+			for i := range s.n {
+				if !f.match(s, i) {
+					continue
+				}
+				a := &local[le.Uint32(col[4*i:])]
+				a.bytes += le.Uint64(bytes[8*i:])
+				a.packets += le.Uint64(packets[8*i:])
+				a.flows++
+				matched++
 			}
-			a := &local[le.Uint32(col[4*i:])]
-			a.bytes += le.Uint64(bytes[8*i:])
-			a.packets += le.Uint64(packets[8*i:])
-			a.flows++
-			matched++
+			fold(w.direct, local, st.in.sortedOf(s))
 		}
-		fold(w.direct, local, st.in.sortedOf(s))
 		group := func(i int) (uint64, bool) { return uint64(remap[le.Uint32(col[4*i:])]), true }
 		w.est.segment(s, f, group)
 		w.sig.segment(s, f, group)
@@ -153,25 +164,36 @@ func (w *sumWorker) segment(s *segment, f *segFilter) bool {
 		w.remap = st.in.remapOf(s)
 		w.grow()
 		src, dst, remap := c[cSrcAddr], c[cDstAddr], w.remap
-		asSrc, asDst := w.local(0, s.nAddr), w.local(1, s.nAddr)
-		for i := range s.n {
-			if !simple && !f.match(s, i) {
-				continue
+		if ss != nil {
+			ss.add(0, w.direct)
+			ss.add(1, w.dstDirect)
+			for _, r := range ss.big {
+				if w.big.wants(r.bytes) {
+					w.big.add(r.bytes, r.pair)
+				}
 			}
-			se, de := le.Uint32(src[4*i:]), le.Uint32(dst[4*i:])
-			b, p := le.Uint64(bytes[8*i:]), le.Uint64(packets[8*i:])
-			a := &asSrc[se]
-			a.bytes, a.packets, a.flows = a.bytes+b, a.packets+p, a.flows+1
-			a = &asDst[de]
-			a.bytes, a.packets, a.flows = a.bytes+b, a.packets+p, a.flows+1
-			if w.big.wants(b) {
-				w.big.add(b, uint64(remap[se])<<32|uint64(remap[de]))
+			matched = uint64(s.n)
+		} else {
+			asSrc, asDst := w.local(0, s.nAddr), w.local(1, s.nAddr)
+			for i := range s.n {
+				if !simple && !f.match(s, i) {
+					continue
+				}
+				se, de := le.Uint32(src[4*i:]), le.Uint32(dst[4*i:])
+				b, p := le.Uint64(bytes[8*i:]), le.Uint64(packets[8*i:])
+				a := &asSrc[se]
+				a.bytes, a.packets, a.flows = a.bytes+b, a.packets+p, a.flows+1
+				a = &asDst[de]
+				a.bytes, a.packets, a.flows = a.bytes+b, a.packets+p, a.flows+1
+				if w.big.wants(b) {
+					w.big.add(b, uint64(remap[se])<<32|uint64(remap[de]))
+				}
+				matched++
 			}
-			matched++
+			byID := st.in.sortedOf(s)
+			fold(w.direct, asSrc, byID)
+			fold(w.dstDirect, asDst, byID)
 		}
-		byID := st.in.sortedOf(s)
-		fold(w.direct, asSrc, byID)
-		fold(w.dstDirect, asDst, byID)
 		if st.addrs {
 			for end, col := range [2][]byte{src, dst} {
 				group := func(i int) (uint64, bool) { return uint64(remap[le.Uint32(col[4*i:])]), true }
@@ -212,6 +234,10 @@ func (w *sumWorker) segment(s *segment, f *segFilter) bool {
 				}
 				st.svc.groups(s, &w.conns, col)
 			}
+			var ids []uint32
+			if st.counting != nil {
+				ids = st.flows.idsOf(s)
+			}
 			for i := range s.n {
 				if !simple && !f.match(s, i) {
 					continue
@@ -223,10 +249,14 @@ func (w *sumWorker) segment(s *segment, f *segFilter) bool {
 					g = st.group(s, i, &w.conns, &w.names)
 				}
 				b, p := le.Uint64(bytes[8*i:]), le.Uint64(packets[8*i:])
+				fl := uint64(1) // a record, or when counting, a flow new to the bits
+				if ids != nil {
+					fl = st.newFlow(ids, i, b, p)
+				}
 				if a := w.ports.at(g); a != nil {
-					a.bytes, a.packets, a.flows = a.bytes+b, a.packets+p, a.flows+1
+					a.bytes, a.packets, a.flows = a.bytes+b, a.packets+p, a.flows+fl
 				} else {
-					w.buf.add(g, b, p, 1)
+					w.buf.add(g, b, p, fl)
 				}
 				matched++
 			}
@@ -286,7 +316,7 @@ func portIndex(g uint64) (int, bool) {
 // fold adds the groups that have a record to t, through b.
 func (p portSums) fold(t *partTable, b *partBuf) {
 	for i := range p {
-		if a := &p[i]; a.flows > 0 {
+		if a := &p[i]; !a.none() {
 			proto := uint64(flow.ProtoTCP)
 			if i>>16 != 0 {
 				proto = flow.ProtoUDP

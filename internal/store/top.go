@@ -129,10 +129,14 @@ type topState struct {
 	flows *flowIDs   // the records' flow ids (distinct.go)
 	table *partTable // the first pass's groups for ByPair and the port groupings
 	svc   *services  // ByPort
-	ports *portCols  // ByPort, if flows are counted: each record's group, for the flow pass
-	names *nameGroups
-	segs  *querySegs // the segments every pass reads, mapped once
-	first bool
+	ports *portCols  // ByPort, if the flow pass counts flows: each record's group, for it
+	// counting, if not nil, is the bits of the flows the summing of the
+	// records counts as it goes (countWhileSumming): agg.flows is then
+	// the group's flows, and there is no flow pass.
+	counting flowBits
+	names    *nameGroups
+	segs     *querySegs // the segments every pass reads, mapped once
+	first    bool
 	// addrs asks ByPair's first pass for the sums of BySrc and ByDst too.
 	addrs bool
 }
@@ -255,6 +259,9 @@ func (r *Reader) top(ctx context.Context, q Query, by GroupBy, sort Sort, n int,
 	st := newTopState(&cq, by, sort, in, segs)
 	st.flows = ids
 	st.addrs = addrs != nil && by == ByPair && !counted
+	// Where the summing can count the flows, it does, and there is no
+	// flow pass (countWhileSumming).
+	countSumming := counted && sort == SortBytes && (by == ByPort || by == ByPair)
 	if by == ByPort {
 		// The services first, so that the records are summed once,
 		// each under its service port.
@@ -265,13 +272,23 @@ func (r *Reader) top(ctx context.Context, q Query, by GroupBy, sort Sort, n int,
 		if st.svc, err = r.resolveServices(ctx, st, syns); err != nil {
 			return nil, err
 		}
-		if counted {
+		switch {
+		case countSumming:
+			if err := r.countWhileSumming(ctx, st, files); err != nil {
+				return nil, err
+			}
+		case counted:
 			st.ports = &portCols{}
 		}
 	}
 	sums, err := r.sumPass(ctx, st, files, rep, pruneN)
 	if err != nil {
 		return nil, err
+	}
+	if by == ByPair && countSumming {
+		if err := r.countWhileSumming(ctx, st, sums.files); err != nil {
+			return nil, err
+		}
 	}
 	if st.addrs {
 		for end, g := range [2]GroupBy{BySrc, ByDst} {
@@ -298,7 +315,13 @@ func (r *Reader) top(ctx context.Context, q Query, by GroupBy, sort Sort, n int,
 		cands = sums.signalCandidates(n, sig, sort)
 	}
 	var flows []uint64
-	if counted {
+	switch {
+	case st.counting != nil:
+		flows = make([]uint64, len(cands))
+		for i := range cands {
+			flows[i] = cands[i].flows
+		}
+	case counted:
 		if flows, err = r.flowPass(ctx, st, sums.files, cands, lim); err != nil {
 			return nil, err
 		}
