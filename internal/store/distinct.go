@@ -41,13 +41,7 @@ func (r *Reader) flowPass(ctx context.Context, st *topState, files []snapFile, c
 		return flows, nil
 	}
 	// Every segment's ids first, so that the bits cover all of them.
-	segs := make([]*segment, 0, len(files))
-	for _, sf := range files {
-		if cs := st.segs.segs[sf.e.id]; cs != nil {
-			segs = append(segs, cs.s)
-		}
-	}
-	if err := st.flows.prepare(ctx, segs); err != nil {
+	if err := st.flows.prepare(ctx, st.segsOf(files)); err != nil {
 		return nil, err
 	}
 	words := (st.flows.size() + 63) / 64
@@ -198,7 +192,10 @@ func (st *topState) newFlow(ids []uint32, i int, bytes, packets uint64) uint64 {
 // where that replaces the flow pass: when the ranking is by bytes and the
 // grouping is ByPair (its pairs are summed in pairPass, after the first
 // pass has checked every segment) or ByPort (summed after its SYN pass
-// has).
+// has). BySrcPort and ByDstPort sum in the query's first pass, before the
+// segments are checked, so they count while summing only where an earlier
+// query gave every segment its ids (and checked it): a warm query
+// (warmCounting).
 //
 // Why it is exact: a flow's group is a function of its key for these
 // groupings, so a group's flows are the distinct ids of its records, and
@@ -209,17 +206,33 @@ func (st *topState) newFlow(ids []uint32, i int, bytes, packets uint64) uint64 {
 // bytes. A pair that is a candidate has every record summed (pairPass), so
 // every one of its flows is counted; a pair summed in part is none.
 func (r *Reader) countWhileSumming(ctx context.Context, st *topState, files []snapFile) error {
+	if err := st.flows.prepare(ctx, st.segsOf(files)); err != nil {
+		return err
+	}
+	st.counting = make(flowBits, (st.flows.size()+63)/64)
+	return nil
+}
+
+// warmCounting sets up countWhileSumming's bits for the segments of
+// files if every one of them has its flow ids already, and reports
+// whether it did.
+func (st *topState) warmCounting(files []snapFile) bool {
+	if !st.flows.have(st.segsOf(files)) {
+		return false
+	}
+	st.counting = make(flowBits, (st.flows.size()+63)/64)
+	return true
+}
+
+// segsOf returns the mapped segments of files.
+func (st *topState) segsOf(files []snapFile) []*segment {
 	segs := make([]*segment, 0, len(files))
 	for _, sf := range files {
 		if cs := st.segs.segs[sf.e.id]; cs != nil {
 			segs = append(segs, cs.s)
 		}
 	}
-	if err := st.flows.prepare(ctx, segs); err != nil {
-		return err
-	}
-	st.counting = make(flowBits, (st.flows.size()+63)/64)
-	return nil
+	return segs
 }
 
 // noID marks an address entry or a group that is no candidate.

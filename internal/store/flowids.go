@@ -64,6 +64,19 @@ func (fl *flowIDs) idsOf(s *segment) []uint32 {
 	}
 }
 
+// have reports whether every segment of segs has its ids in fl already.
+func (fl *flowIDs) have(segs []*segment) bool {
+	for _, s := range segs {
+		s.flowMu.Lock()
+		ok := s.flowIn == fl
+		s.flowMu.Unlock()
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
 // prepareRecords bounds the records prepare takes at once: their keys,
 // 24 bytes each, are 96 MiB.
 const prepareRecords = 4 << 20

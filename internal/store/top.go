@@ -281,6 +281,9 @@ func (r *Reader) top(ctx context.Context, q Query, by GroupBy, sort Sort, n int,
 			st.ports = &portCols{}
 		}
 	}
+	if counted && sort == SortBytes && (by == BySrcPort || by == ByDstPort) {
+		countSumming = st.warmCounting(files)
+	}
 	sums, err := r.sumPass(ctx, st, files, rep, pruneN)
 	if err != nil {
 		return nil, err

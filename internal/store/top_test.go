@@ -319,6 +319,34 @@ func TestTopFlowsLongAndShort(t *testing.T) {
 	}
 }
 
+// TestTopFirstAndWarm: each grouping's first counted query of a Reader,
+// which finds no flow ids yet (BySrcPort and ByDstPort then count in a
+// flow pass of their own), and the same query again, warm (they count as
+// they sum, with the ids the first gave), give the brute force's answer.
+// As do the sums per address a segment keeps, read by the next query
+// whatever grouping made them.
+func TestTopFirstAndWarm(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir, store.Options{NoBackground: true})
+	defer s.Close()
+	recs := gen(rand.New(rand.NewPCG(13, 14)), 6000, t0)
+	writeAll(t, s, recs, 700)
+	window := store.NewQuery()
+	window.Since, window.Until = t0.Add(10*time.Minute), t0.Add(40*time.Minute)
+	for _, q := range []store.Query{store.NewQuery(), window} {
+		for _, by := range allGroupings {
+			r := openReader(t, dir)
+			want := bruteTop(recs, q, by, 5)
+			for _, run := range []string{"first", "warm"} {
+				sameTop(t, fmt.Sprintf("%v %s, since %v", by, run, q.Since), top(t, r, q, by, 5), want)
+			}
+			for _, other := range allGroupings {
+				sameTop(t, fmt.Sprintf("%v after %v, since %v", other, by, q.Since), top(t, r, q, other, 5), bruteTop(recs, q, other, 5))
+			}
+		}
+	}
+}
+
 // TestTopPairs: ByPair sums only the pairs whose source and destination
 // totals reach a floor taken from the biggest records; a pair made of
 // many small records must still outrank pairs with bigger single records,
