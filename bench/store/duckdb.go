@@ -110,10 +110,12 @@ func (d *duckResults) report(b *strings.Builder, loupe []duckComparable, runs in
 			yes(same), yes(l.warm < 300*time.Millisecond), yes(l.warm <= duckWarm), flows)
 	}
 	if slow {
-		fmt.Fprintf(b, "\nWhere the store takes 300 ms or more (**no** above), its time goes to the readings before the count: "+
-			"by pair, the sums of every address as a source and as a destination, then the pairs of the addresses whose sums "+
-			"reach a floor; by service port, two readings of the SYNs, then the sums. The count itself reads each record's "+
-			"flow id, which the Reader found once per segment (in the cold row: nearly every record of these is a flow of its own), "+
-			"and sets a bit.\n")
+		fmt.Fprintf(b, "\nWhere the store takes 300 ms or more (**no** above), see where its time goes with "+
+			"`go run ./bench/store -dir DIR -query-only -by GROUPING -runs 12 -cpuprofile FILE` on the same data. "+
+			"What each reading does: every grouping sums the records (BySrc, ByDst and ByPair from each segment's sums per "+
+			"address, kept with the segment); ByPair then sums the pairs of the addresses whose sums reach a floor, in rounds "+
+			"that raise it; ByPort first reads the segments' SYN rows; ByPair, ByPort and, warm, the port groupings count the "+
+			"flows as they sum, a bit per flow id, and the others in a reading of their own. The flow ids are found once per "+
+			"segment by the Reader (in the cold row: nearly every record of these is a flow of its own).\n")
 	}
 }
