@@ -126,13 +126,17 @@
 // columns, keeps the best N rows in a heap per worker and decodes only
 // those. Top (top.go) sums bytes and packets per group first (and, apart,
 // the accuracy of the groups with a record that is not exact:
-// accuracy.go), keeps the groups that may be among the first n (of the
-// pairs, only those whose addresses' totals reach a floor: pairs.go), and
-// counts their distinct flows exactly, with a bit per flow id: a Reader
-// gives every distinct flow key of its segments an id, once per segment
-// (flowids.go, distinct.go);
-// its port grouping looks up only the connections whose SYNs say their
-// service is the higher port (service.go). Follow (follow.go) hands over
+// accuracy.go; by address, from each segment's sums per address, kept
+// with it: addrsums.go), keeps the groups that may be among the first n
+// (of the pairs, only those whose addresses' totals reach a floor, summed
+// in a dense matrix of the addresses' ranks where it is small: pairs.go),
+// and counts their distinct flows exactly, with a bit per flow id: a
+// Reader gives every distinct flow key of its segments an id, once per
+// segment (flowids.go, distinct.go). Where a flow's group follows from its
+// key and the ranking is by bytes, the bits are set while the records are
+// summed, and no reading counts apart; its port grouping looks up only the
+// connections whose SYNs say their service is the higher port, found from
+// each segment's SYN rows (service.go). Follow (follow.go) hands over
 // the segments a writer publishes, as it publishes them. Writer
 // (status.go) says whether a writer holds the store, without taking its
 // lock.
