@@ -58,16 +58,23 @@ func (w *sumWorker) addrSumsOf(s *segment) *segAddrSums {
 			big.add(b, uint64(remap[se])<<32|uint64(remap[de]))
 		}
 	}
-	sums := &segAddrSums{in: in, big: slices.Clip(big.h)}
+	sums := &segAddrSums{in: in, big: slices.Clone(big.h)}
 	for end, local := range [2][]agg{asSrc, asDst} {
-		var out []entrySum
+		// Counted first, so that what stays is allocated once, exactly.
+		n := 0
+		for i := range local {
+			if local[i].flows > 0 {
+				n++
+			}
+		}
+		out := make([]entrySum, 0, n)
 		for _, x := range byID {
 			if a := &local[uint32(x)]; a.flows > 0 {
 				out = append(out, entrySum{uint32(x >> 32), uint32(a.flows), a.bytes, a.packets})
 				*a = agg{}
 			}
 		}
-		sums.end[end] = slices.Clip(out)
+		sums.end[end] = out
 	}
 	s.sums = sums
 	return sums

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"math/bits"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -104,6 +105,12 @@ func (fl *flowIDs) prepare(ctx context.Context, segs []*segment) error {
 	for _, s := range cold {
 		left += s.n
 	}
+	// The workers' key buffers, kept from one batch to the next: fresh
+	// memory's page faults cost more than the keys' sorting.
+	bufs := make([]*partKeys, maxWorkers())
+	for w := range bufs {
+		bufs[w] = &partKeys{}
+	}
 	for len(cold) > 0 {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -120,7 +127,7 @@ func (fl *flowIDs) prepare(ctx context.Context, segs []*segment) error {
 		// flows, where most keys are not new, from reserving tables
 		// for every record of it; the last batch's fit gives back what
 		// the keys did not need.
-		fl.prepareSome(cold[:m], left>>partBits+left>>(partBits+3)+64, m == len(cold))
+		fl.prepareSome(cold[:m], bufs, left>>partBits+left>>(partBits+3)+64, m == len(cold))
 		cold, left = cold[m:], left-records
 	}
 	return nil
@@ -147,25 +154,23 @@ type keyRun struct {
 	start, end [1 << partBits]int32
 }
 
-// prepareSome is prepare for segs, which fit in the bound, with room in
-// each table for expect keys; if last is set the tables then fit their
-// keys.
-func (fl *flowIDs) prepareSome(segs []*segment, expect int, last bool) {
+// prepareSome is prepare for segs, which fit in the bound, with the
+// workers' key buffers bufs and room in each table for expect keys; if
+// last is set the tables then fit their keys.
+func (fl *flowIDs) prepareSome(segs []*segment, bufs []*partKeys, expect int, last bool) {
 	records := 0
 	for _, s := range segs {
 		records += s.n
 	}
-	bufs := make([]*partKeys, maxWorkers())
 	per := records/len(bufs)>>partBits + records/len(bufs)>>(partBits+3) + 16 // the partitions are uneven; append copes with the rest
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	// The keys, segment by segment.
-	for w := range bufs {
-		b := &partKeys{}
+	for _, b := range bufs {
+		b.runs = b.runs[:0]
 		for p := range b.p {
-			b.p[p] = make([]rowKey, 0, per)
+			b.p[p] = slices.Grow(b.p[p][:0], per)
 		}
-		bufs[w] = b
 		wg.Go(func() {
 			var ctx ctxCache
 			for {
