@@ -340,13 +340,42 @@ func (in *interner) sortedOf(s *segment) []uint64 {
 	defer s.idsMu.Unlock()
 	if s.byID == nil && s.idsIn == in {
 		byID := make([]uint64, len(ids))
+		top := uint32(0)
 		for e, g := range ids {
 			byID[e] = uint64(g)<<32 | uint64(e)
+			top = max(top, g)
 		}
-		slices.Sort(byID)
+		sortHigh(byID, top)
 		s.byID = byID
 	}
 	return s.byID
+}
+
+// sortHigh sorts xs by their high 32 bits, each at most top, in passes of
+// a radix sort, 11 bits a pass: two for up to 4 Mi ids, where a sort by
+// comparisons took most of a first query's per-segment bookkeeping.
+func sortHigh(xs []uint64, top uint32) {
+	const digit = 11
+	src, dst := xs, make([]uint64, len(xs))
+	for shift := 32; shift < 32+bits.Len32(top); shift += digit {
+		var at [1 << digit]int
+		for _, x := range src {
+			at[x>>shift&(1<<digit-1)]++
+		}
+		sum := 0
+		for d, n := range at {
+			at[d], sum = sum, sum+n
+		}
+		for _, x := range src {
+			d := x >> shift & (1<<digit - 1)
+			dst[at[d]] = x
+			at[d]++
+		}
+		src, dst = dst, src
+	}
+	if len(xs) > 0 && &src[0] != &xs[0] {
+		copy(xs, src)
+	}
 }
 
 // rawOf is remapOf for the addresses as stored (not canonical), which
