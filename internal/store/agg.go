@@ -218,7 +218,7 @@ func (in *interner) grow() {
 	if old != nil {
 		logSize = 64 - in.shift + 1
 	}
-	in.slots = make([]internSlot, 1<<logSize)
+	in.slots = populate(make([]internSlot, 1<<logSize))
 	in.shift = 64 - logSize
 	mask := uint64(len(in.slots) - 1)
 	for _, sl := range old {

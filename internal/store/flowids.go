@@ -378,7 +378,7 @@ func (t *flowTable) fit() {
 // provisional.
 func (t *flowTable) rehash(logSize uint) {
 	old := t.slots
-	t.slots = make([]flowSlot, 1<<logSize)
+	t.slots = populate(make([]flowSlot, 1<<logSize))
 	t.shift = 64 - logSize
 	mask := uint64(len(t.slots) - 1)
 	for _, sl := range old {
