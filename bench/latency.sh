@@ -35,7 +35,9 @@
 # section's earlier run, marked so), BENCH_LATENCY_PROFILE (a file: perf
 # record -g of node A's agent during the http part's first run with
 # --latency, its report written there; off by default, as perf slows the
-# agent it samples). Sourced by bench/run.sh.
+# agent it samples), BENCH_LATENCY_PROFILE_MODE (which of the http part's
+# four runs it samples: untraced, the default, untraced-all, traced or
+# unsampled). Sourced by bench/run.sh.
 
 # latency_topology: pod A, node A, node B, pod B; sets LAT_NS_*.
 latency_topology() {
@@ -245,7 +247,7 @@ bench_latency() {
 				rm -f "$WORK/h2load.log"
 				local cpu0 perf=
 				cpu0=$(latency_agents_cpu)
-				if [[ -n ${BENCH_LATENCY_PROFILE:-} ]] && ((r == 1 && with)) && [[ $mode == untraced ]]; then
+				if [[ -n ${BENCH_LATENCY_PROFILE:-} ]] && ((r == 1 && with)) && [[ $mode == "${BENCH_LATENCY_PROFILE_MODE:-untraced}" ]]; then
 					start_bg perf INT "$WORK/perf.log" perf record -g -o "$WORK/agent-a.perf" -p "$LAT_AGENT_a"
 				fi
 				ip netns exec "$LAT_PA" h2load --h1 -D "$secs" -c 8 -t 1 "${hdr[@]}" --log-file="$WORK/h2load.log" http://10.81.2.2/foo >/dev/null
