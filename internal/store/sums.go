@@ -128,7 +128,7 @@ func (w *sumWorker) segment(s *segment, f *segFilter) bool {
 	// Where every record matches, the segment's sums per address stand
 	// for its records (addrsums.go).
 	var ss *segAddrSums
-	if simple && (st.by == BySrc || st.by == ByDst || (st.by == ByPair && w.big.max <= addrSumsBig)) {
+	if simple && (st.by == BySrc || st.by == ByDst || st.by == ByPair) {
 		ss = w.addrSumsOf(s)
 	}
 	switch by := st.by; by {
@@ -167,9 +167,19 @@ func (w *sumWorker) segment(s *segment, f *segFilter) bool {
 		if ss != nil {
 			ss.add(0, w.direct)
 			ss.add(1, w.dstDirect)
-			for _, r := range ss.big {
-				if w.big.wants(r.bytes) {
-					w.big.add(r.bytes, r.pair)
+			if len(ss.big) >= w.big.max || len(ss.big) == s.n {
+				for _, r := range ss.big {
+					if w.big.wants(r.bytes) {
+						w.big.add(r.bytes, r.pair)
+					}
+				}
+			} else {
+				// More of the biggest records than the segment keeps
+				// (n above 12): from the bytes.
+				for i := range s.n {
+					if b := le.Uint64(bytes[8*i:]); w.big.wants(b) {
+						w.big.add(b, uint64(remap[le.Uint32(src[4*i:])])<<32|uint64(remap[le.Uint32(dst[4*i:])]))
+					}
 				}
 			}
 			matched = uint64(s.n)
