@@ -42,22 +42,10 @@ func (w *sumWorker) addrSumsOf(s *segment) *segAddrSums {
 	if s.sums != nil && s.sums.in == in {
 		return s.sums
 	}
-	remap, byID := in.remapOf(s), in.sortedOf(s)
-	c := &s.cols
-	bytes, packets, src, dst := c[cBytes], c[cPackets], c[cSrcAddr], c[cDstAddr]
+	byID := in.sortedOf(s)
 	asSrc, asDst := w.local(0, s.nAddr), w.local(1, s.nAddr)
 	big := bigRecords{max: addrSumsBig}
-	for i := range s.n {
-		se, de := le.Uint32(src[4*i:]), le.Uint32(dst[4*i:])
-		b, p := le.Uint64(bytes[8*i:]), le.Uint64(packets[8*i:])
-		a := &asSrc[se]
-		a.bytes, a.packets, a.flows = a.bytes+b, a.packets+p, a.flows+1
-		a = &asDst[de]
-		a.bytes, a.packets, a.flows = a.bytes+b, a.packets+p, a.flows+1
-		if big.wants(b) {
-			big.add(b, uint64(remap[se])<<32|uint64(remap[de]))
-		}
-	}
+	sumByEntry(s, nil, asSrc, asDst, &big, in.remapOf(s))
 	sums := &segAddrSums{in: in, big: slices.Clone(big.h)}
 	for end, local := range [2][]agg{asSrc, asDst} {
 		// Counted first, so that what stays is allocated once, exactly.
@@ -86,4 +74,31 @@ func (ss *segAddrSums) add(end int, direct []agg) {
 		a := &direct[e.g]
 		a.bytes, a.packets, a.flows = a.bytes+e.bytes, a.packets+e.packets, a.flows+uint64(e.records)
 	}
+}
+
+// sumByEntry adds each record of s that f matches (every record if f is
+// nil) to its source's entry in asSrc and its destination's in asDst, and
+// offers it to big, named by its addresses' global ids (remap); it
+// returns how many matched.
+func sumByEntry(s *segment, f *segFilter, asSrc, asDst []agg, big *bigRecords, remap []uint32) uint64 {
+	c := &s.cols
+	bytes, packets, src, dst := c[cBytes], c[cPackets], c[cSrcAddr], c[cDstAddr]
+	all := f == nil || f.simple()
+	var matched uint64
+	for i := range s.n {
+		if !all && !f.match(s, i) {
+			continue
+		}
+		se, de := le.Uint32(src[4*i:]), le.Uint32(dst[4*i:])
+		b, p := le.Uint64(bytes[8*i:]), le.Uint64(packets[8*i:])
+		a := &asSrc[se]
+		a.bytes, a.packets, a.flows = a.bytes+b, a.packets+p, a.flows+1
+		a = &asDst[de]
+		a.bytes, a.packets, a.flows = a.bytes+b, a.packets+p, a.flows+1
+		if big.wants(b) {
+			big.add(b, uint64(remap[se])<<32|uint64(remap[de]))
+		}
+		matched++
+	}
+	return matched
 }

@@ -185,21 +185,7 @@ func (w *sumWorker) segment(s *segment, f *segFilter) bool {
 			matched = uint64(s.n)
 		} else {
 			asSrc, asDst := w.local(0, s.nAddr), w.local(1, s.nAddr)
-			for i := range s.n {
-				if !simple && !f.match(s, i) {
-					continue
-				}
-				se, de := le.Uint32(src[4*i:]), le.Uint32(dst[4*i:])
-				b, p := le.Uint64(bytes[8*i:]), le.Uint64(packets[8*i:])
-				a := &asSrc[se]
-				a.bytes, a.packets, a.flows = a.bytes+b, a.packets+p, a.flows+1
-				a = &asDst[de]
-				a.bytes, a.packets, a.flows = a.bytes+b, a.packets+p, a.flows+1
-				if w.big.wants(b) {
-					w.big.add(b, uint64(remap[se])<<32|uint64(remap[de]))
-				}
-				matched++
-			}
+			matched = sumByEntry(s, f, asSrc, asDst, &w.big, remap)
 			byID := st.in.sortedOf(s)
 			fold(w.direct, asSrc, byID)
 			fold(w.dstDirect, asDst, byID)
