@@ -139,8 +139,8 @@ func (r *Reader) pairPass(ctx context.Context, st *topState, sm *sums, n int, li
 	return ws[0].est, ws[0].sig, nil
 }
 
-// pairDenseCells bounds a round's dense matrix (pairRound): 2^17 cells
-// of 24 bytes, 3 MiB per worker.
+// pairDenseCells bounds a round's dense matrix (pairRound): 2^19 cells
+// of 24 bytes, 12 MiB per worker.
 const pairDenseCells = 1 << 19
 
 // pairRound sums the pairs of files whose source and destination totals
