@@ -334,14 +334,20 @@ func (in *interner) remapOf(s *segment) []uint32 {
 // sums to its global id's walks the global arrays forwards through it,
 // which the CPU prefetches, where the entries' own order is a cache miss
 // per entry once the arrays outgrow the caches. The slice is read-only.
+//
+// All of it under the segment's lock: a query of a Reader whose interner
+// was replaced meanwhile (segcache.go) may be reading the same segment
+// with the old one, and each must get the ids of its own.
 func (in *interner) sortedOf(s *segment) []uint64 {
-	ids := in.remapOf(s)
 	s.idsMu.Lock()
 	defer s.idsMu.Unlock()
-	if s.byID == nil && s.idsIn == in {
-		byID := make([]uint64, len(ids))
+	if s.idsIn != in {
+		s.ids, s.byID, s.idsIn = in.remap(s, nil), nil, in
+	}
+	if s.byID == nil {
+		byID := make([]uint64, len(s.ids))
 		top := uint32(0)
-		for e, g := range ids {
+		for e, g := range s.ids {
 			byID[e] = uint64(g)<<32 | uint64(e)
 			top = max(top, g)
 		}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 )
 
@@ -33,5 +34,41 @@ func TestSortHigh(t *testing.T) {
 				t.Fatalf("top %d, n %d: values changed", top, n)
 			}
 		}
+	}
+}
+
+// TestSortedOfPerInterner: two queries of a Reader whose interner was
+// replaced meanwhile read the same segment, each with its own interner,
+// at once; each must get its own interner's ids, in order, never the
+// other's.
+func TestSortedOfPerInterner(t *testing.T) {
+	s, err := parseSegment(encodeBatch(t, oldSegmentRecords()), "two")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := &interner{}, &interner{}
+	b.intern(addrKey{fam: famV6, a: [16]byte{0x20, 0x01, 15: 9}}) // b's ids differ from a's
+	var wg sync.WaitGroup
+	errs := make(chan string, 2)
+	for _, in := range []*interner{a, b} {
+		wg.Go(func() {
+			for range 2000 {
+				byID := in.sortedOf(s)
+				keys := in.keysNow()
+				for i, x := range byID {
+					g, e := uint32(x>>32), uint32(x)
+					if int(g) >= len(keys) || keys[g] != canon(s.addrKey(e)) || (i > 0 && g < uint32(byID[i-1]>>32)) {
+						errs <- "an entry's id is not its interner's, or out of order"
+						return
+					}
+				}
+				_ = in.remapOf(s)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Fatal(e)
 	}
 }
