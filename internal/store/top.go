@@ -220,9 +220,9 @@ func (r *Reader) TopUncountedMany(ctx context.Context, q Query, bys []GroupBy, n
 	return out, nil
 }
 
-// top is TopBy, with flows counted if counted is set, within lim. If addrs is not nil, by is ByPair and flows are not
-// counted, addrs is given the answers of BySrc and ByDst from ByPair's
-// first pass.
+// top is TopBy, with flows counted if counted is set, within lim. If
+// addrs is not nil, by is ByPair and flows are not counted, addrs is
+// given the answers of BySrc and ByDst from ByPair's first pass.
 func (r *Reader) top(ctx context.Context, q Query, by GroupBy, sort Sort, n int, lim topLimits, counted bool, addrs map[GroupBy][]TopEntry) ([]TopEntry, error) {
 	if by < 0 || by >= numGroupBy {
 		return nil, fmt.Errorf("store: top: unknown grouping %d", by)
