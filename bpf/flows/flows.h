@@ -149,15 +149,69 @@ struct {
 } event_layout SEC(".maps");
 
 
+/* What the flows capability keeps per CPU: the coarse clock as last read,
+ * and scratch space. */
+struct flows_cpu {
+	__u64 clock_jiffies; /* jiffies when clock_ns was read */
+	__u64 clock_ns;      /* bpf_ktime_get_coarse_ns then */
+	/* An aggregate's flow key: off the stack (see rules_scratch). */
+	struct flow_key agg_key;
+};
+
+/* A map of its own would be the entry program's 65th: the kernel takes 64
+ * a program. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);              /* Key: 0 */
+	__type(value, struct flows_cpu); /* Value: this CPU's */
+} flows_cpu SEC(".maps");
+
+/* coarse_now is bpf_ktime_get_coarse_ns (CLOCK_MONOTONIC_COARSE, the time
+ * of the last tick), asked of the kernel about once a tick per CPU rather
+ * than on every packet: a helper call, whose return on this project's AMD
+ * benchmark machine goes through a return thunk (retbleed), costs about 8
+ * ns a packet (BPF_PROG_TEST_RUN, one flow). jiffies moves at the same
+ * tick, and the verifier inlines bpf_jiffies64 into one load, so a CPU
+ * keeps the coarse time with the jiffies it read it at and asks again when
+ * jiffies moved.
+ *
+ * The tick moves jiffies before the coarse time (tick_do_update_jiffies64,
+ * then update_wall_time), so a CPU may read the new jiffies with the old
+ * time. When that old time is the one it keeps, it keeps nothing and asks
+ * again on the next packet, until the time has moved too. Only a CPU whose
+ * last read is older than that (its first packet in a while) can keep the
+ * old time for the new tick: in that instant's race last_seen is two ticks
+ * behind instead of one, still within the first_seen clamp. */
+static __always_inline __u64 coarse_now(void)
+{
+	__u32 zero = 0;
+	struct flows_cpu *c = bpf_map_lookup_elem(&flows_cpu, &zero);
+	__u64 j, ns;
+
+	if (!c)
+		return bpf_ktime_get_coarse_ns();
+	j = bpf_jiffies64();
+	if (c->clock_jiffies == j)
+		return c->clock_ns;
+	ns = bpf_ktime_get_coarse_ns();
+	if (ns != c->clock_ns) {
+		c->clock_jiffies = j;
+		c->clock_ns = ns;
+	}
+	return ns;
+}
+
 /* Time stamps. bpf_ktime_get_ns reads the clock source, which costs about
- * 28 ns a call on this machine's TSC, a third of the program's own cost, so
- * it is read once per flow and CPU (first_seen). Every other packet reads the
- * coarse clock (the same CLOCK_MONOTONIC, updated every tick), clamped so
- * that last_seen never precedes first_seen: last_seen is exact to a tick
- * (1-10 ms, CONFIG_HZ), first_seen to the nanosecond. */
+ * 28 ns a call on the Xeon benchmark machine's TSC, a third of the
+ * program's own cost, so it is read once per flow and CPU (first_seen).
+ * Every other packet reads the coarse clock (the same CLOCK_MONOTONIC,
+ * updated every tick: coarse_now), clamped so that last_seen never
+ * precedes first_seen: last_seen is exact to a tick (1-10 ms, CONFIG_HZ),
+ * first_seen to the nanosecond. */
 static __always_inline void stats_add(struct flow_stats *st, const struct pkt *p, __u16 sampling)
 {
-	__u64 now = bpf_ktime_get_coarse_ns();
+	__u64 now = coarse_now();
 
 	if (cfg_shared_table) {
 		__sync_fetch_and_add(&st->packets, 1);
@@ -374,24 +428,30 @@ static __noinline int spill_cached(__u32 half, struct sketch_slot *hdr, const st
 }
 
 /* slot_hit counts p, whose flow key is key, into its flow's slot in this
- * CPU's region of half (slots.h), if the flow has one, and returns 0.
- * Otherwise it returns where the flow goes: its tag in the high 32 bits,
- * and in the low ones the free index entry that ended its probe sequence,
- * SLOT_NONE if none did.
+ * CPU's region of a half (slots.h: index and slots are that half's maps),
+ * if the flow has one, and returns 0. Otherwise it returns where the flow
+ * goes: its tag in the high 32 bits, and in the low ones the free index
+ * entry that ended its probe sequence, SLOT_NONE if none did.
  *
- * A global function: the verifier checks its probe loop once, on its own,
- * where inlined at every place a packet is accounted (two tables, and the
- * rules' flows, samples and aggregates) the loop's exits multiplied the
- * states of all that follows past the verifier's million instructions. The
- * price is a call and a return per packet. Its arguments are plain memory:
- * key comes apart from p, as for flows_observe_ruled. */
-__noinline __u64 slot_hit(__u32 half, const struct flow_key *key, const struct pkt *p, __u32 sampling)
+ * Through one of two global functions, one per half (slot_hit_a,
+ * slot_hit_b): the verifier checks the probe loop once, on its own, where
+ * inlined at every place a packet is accounted (two tables, and the rules'
+ * flows, samples and aggregates) the loop's exits multiplied the states of
+ * all that follows past the verifier's million instructions. One function
+ * per half, not one taking the half: given the half, clang picks the map
+ * before a single lookup call, and a call site that may see two maps is one
+ * the verifier cannot inline, so both lookups of every packet went through
+ * bpf_map_lookup_elem and an indirect call into the array map. With its
+ * maps fixed, each function's lookups are a bounds check and a multiply
+ * (`bpftool prog dump xlated`: no call but the clock's). The price is a
+ * call and a return per packet. Their arguments are plain memory: key
+ * comes apart from p, as for flows_observe_ruled. */
+static __always_inline __u64 slot_hit(void *index, void *slots, const struct flow_key *key, const struct pkt *p,
+				      __u32 sampling)
 {
 	__u64 h;
 	__u32 cpu, home, tag;
 
-	if (!key || !p)
-		return SLOT_NONE;
 	h = slot_hash(key);
 	cpu = bpf_get_smp_processor_id();
 	/* The hash's high half picks the home entry, its low half is the
@@ -407,10 +467,7 @@ __noinline __u64 slot_hit(__u32 half, const struct flow_key *key, const struct p
 		if (at >= cfg_slots)
 			at -= cfg_slots;
 		idx = cpu * cfg_slots + at;
-		if (half & 1)
-			e = bpf_map_lookup_elem(&flow_index_b, &idx);
-		else
-			e = bpf_map_lookup_elem(&flow_index_a, &idx);
+		e = bpf_map_lookup_elem(index, &idx);
 		if (!e)
 			break;
 		v = *e;
@@ -420,16 +477,27 @@ __noinline __u64 slot_hit(__u32 half, const struct flow_key *key, const struct p
 			continue;
 		/* The slot: the key stays idx's, whose value is spent. */
 		idx = cpu * cfg_slot_budget + (__u32)v - 1;
-		if (half & 1)
-			s = bpf_map_lookup_elem(&flow_slots_b, &idx);
-		else
-			s = bpf_map_lookup_elem(&flow_slots_a, &idx);
+		s = bpf_map_lookup_elem(slots, &idx);
 		if (s && slot_key_eq(&s->key, key)) {
 			stats_add(&s->stats, p, sampling);
 			return 0;
 		}
 	}
 	return (__u64)tag << 32 | SLOT_NONE;
+}
+
+__noinline __u64 slot_hit_a(const struct flow_key *key, const struct pkt *p, __u32 sampling)
+{
+	if (!key || !p)
+		return SLOT_NONE;
+	return slot_hit(&flow_index_a, &flow_slots_a, key, p, sampling);
+}
+
+__noinline __u64 slot_hit_b(const struct flow_key *key, const struct pkt *p, __u32 sampling)
+{
+	if (!key || !p)
+		return SLOT_NONE;
+	return slot_hit(&flow_index_b, &flow_slots_b, key, p, sampling);
 }
 
 /* account_in counts p into the flow table of half (0: flows_a, and
@@ -465,7 +533,7 @@ static __always_inline void account_in(void *table, void *slots, void *index, __
 	}
 
 	if (cfg_slots) {
-		place = slot_hit(half, key, p, sampling);
+		place = half & 1 ? slot_hit_b(key, p, sampling) : slot_hit_a(key, p, sampling);
 		if (place == 0)
 			return;
 	} else {
@@ -573,14 +641,6 @@ static __always_inline void flows_observe(const struct pkt *p)
 	account(p, p->key, 1);
 }
 
-/* An aggregate's flow key, per CPU: off the stack (see rules_scratch). */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct flow_key);
-} flows_agg_key SEC(".maps");
-
 /* prefix_cut keeps the first bits of a 16-byte address and zeroes the
  * rest. */
 static __always_inline void prefix_cut(__u8 *addr, __u32 bits)
@@ -601,10 +661,12 @@ static __always_inline void prefix_cut(__u8 *addr, __u32 bits)
 static __always_inline void flows_aggregate(const struct pkt *p, const struct flow_key *key, __u8 plen)
 {
 	__u32 zero = 0, bits = plen;
-	struct flow_key *k = bpf_map_lookup_elem(&flows_agg_key, &zero);
+	struct flows_cpu *c = bpf_map_lookup_elem(&flows_cpu, &zero);
+	struct flow_key *k;
 
-	if (!k)
+	if (!c)
 		return;
+	k = &c->agg_key;
 	*k = *key;
 	if (k->eth_type == ETH_P_IP)
 		bits = 96 + (bits < 32 ? bits : 32);

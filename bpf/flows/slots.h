@@ -157,7 +157,7 @@ static __always_inline int slot_key_eq(const struct flow_key *a, const struct fl
 
 /* slot_insert puts key with its first counters st into this CPU's next
  * free slot of half (table: flow_slots_a or _b, index: flow_index_a or
- * _b, as half), and points the free index entry idx that slot_hit
+ * _b, as half), and points the free index entry idx that slot_hit_a or _b
  * (flows.h) returned at it; -E2BIG when the CPU holds its budget or the
  * probe sequence had no free entry. */
 static __always_inline long slot_insert(void *table, void *index, __u32 half, __u32 idx, __u32 tag,

@@ -317,6 +317,14 @@ type loupeFlowStats struct {
 	Pad            uint8
 }
 
+type loupeFlowsCpu struct {
+	_            structs.HostLayout
+	ClockJiffies uint64
+	ClockNs      uint64
+	AggKey       loupeFlowKey
+	_            [4]byte
+}
+
 type loupeHandshake struct {
 	_          structs.HostLayout
 	SynTime    uint64
@@ -707,8 +715,8 @@ const (
 	loupeMapFlowSlotsFill            = "flow_slots_fill"
 	loupeMapFlowState                = "flow_state"
 	loupeMapFlowsA                   = "flows_a"
-	loupeMapFlowsAggKey              = "flows_agg_key"
 	loupeMapFlowsB                   = "flows_b"
+	loupeMapFlowsCpu                 = "flows_cpu"
 	loupeMapHandshakeCounters        = "handshake_counters"
 	loupeMapHandshakeFlowsA          = "handshake_flows_a"
 	loupeMapHandshakeFlowsB          = "handshake_flows_b"
@@ -873,8 +881,8 @@ type loupeMapSpecs struct {
 	FlowSlotsFill      *ebpf.MapSpec `ebpf:"flow_slots_fill"`
 	FlowState          *ebpf.MapSpec `ebpf:"flow_state"`
 	FlowsA             *ebpf.MapSpec `ebpf:"flows_a"`
-	FlowsAggKey        *ebpf.MapSpec `ebpf:"flows_agg_key"`
 	FlowsB             *ebpf.MapSpec `ebpf:"flows_b"`
+	FlowsCpu           *ebpf.MapSpec `ebpf:"flows_cpu"`
 	HandshakeCounters  *ebpf.MapSpec `ebpf:"handshake_counters"`
 	HandshakeFlowsA    *ebpf.MapSpec `ebpf:"handshake_flows_a"`
 	HandshakeFlowsB    *ebpf.MapSpec `ebpf:"handshake_flows_b"`
@@ -1009,8 +1017,8 @@ type loupeMaps struct {
 	FlowSlotsFill      *ebpf.Map `ebpf:"flow_slots_fill"`
 	FlowState          *ebpf.Map `ebpf:"flow_state"`
 	FlowsA             *ebpf.Map `ebpf:"flows_a"`
-	FlowsAggKey        *ebpf.Map `ebpf:"flows_agg_key"`
 	FlowsB             *ebpf.Map `ebpf:"flows_b"`
+	FlowsCpu           *ebpf.Map `ebpf:"flows_cpu"`
 	HandshakeCounters  *ebpf.Map `ebpf:"handshake_counters"`
 	HandshakeFlowsA    *ebpf.Map `ebpf:"handshake_flows_a"`
 	HandshakeFlowsB    *ebpf.Map `ebpf:"handshake_flows_b"`
@@ -1079,8 +1087,8 @@ func (m *loupeMaps) Close() error {
 		m.FlowSlotsFill,
 		m.FlowState,
 		m.FlowsA,
-		m.FlowsAggKey,
 		m.FlowsB,
+		m.FlowsCpu,
 		m.HandshakeCounters,
 		m.HandshakeFlowsA,
 		m.HandshakeFlowsB,
