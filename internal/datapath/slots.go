@@ -26,8 +26,9 @@ import (
 
 const (
 	// slotHashVersion names slotHash in layout names: a pinned half is
-	// read only by a build that hashes as the one that wrote it.
-	slotHashVersion = 1
+	// read only by a build that hashes as the one that wrote it. 2: two
+	// lanes.
+	slotHashVersion = 2
 	// slotProbes is SLOT_PROBES: how far past its home a flow's index
 	// entry may sit.
 	slotProbes = 64
@@ -95,11 +96,12 @@ func slotMix(h, w uint64) uint64 {
 
 func slotHash(k *loupeFlowKey) uint64 {
 	b := (*[unsafe.Sizeof(loupeFlowKey{})]byte)(unsafe.Pointer(k))
-	h := uint64(0x9e3779b97f4a7c15)
+	lane := [2]uint64{0x9e3779b97f4a7c15, 0x94d049bb133111eb} // the even words, the odd ones
 	for i := 0; i < 7; i++ {
-		h = slotMix(h, binary.NativeEndian.Uint64(b[i*8:]))
+		lane[i&1] = slotMix(lane[i&1], binary.NativeEndian.Uint64(b[i*8:]))
 	}
-	return slotMix(h, uint64(binary.NativeEndian.Uint32(b[56:])))
+	lane[1] = slotMix(lane[1], uint64(binary.NativeEndian.Uint32(b[56:])))
+	return slotMix(lane[0], lane[1])
 }
 
 // slotHome is the home index entry of a key of hash h in a region of n
