@@ -135,7 +135,7 @@ static __always_inline __u64 slot_mix(__u64 h, __u64 w)
  * Two lanes, the even words and the odd ones, folded together at the end:
  * each mix waits for the multiply before it, so one lane of eight is a
  * chain of eight multiplies, two lanes a chain of five, which the CPU
- * runs side by side (96 to 92 ns a packet, BPF_PROG_TEST_RUN, one flow,
+ * runs side by side (97 to 91 ns a packet, BPF_PROG_TEST_RUN, one flow,
  * AMD EPYC VM). */
 static __always_inline __u64 slot_hash(const struct flow_key *key)
 {
