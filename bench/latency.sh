@@ -28,10 +28,17 @@
 #     (no trace context), at the default untraced sampling and with every
 #     request stamped, then with traceparent on every request, sampled
 #     (flags 01) and not (00).
+#  rate  the seed's measure of the cost (its Table 1: vegeta at 1 and 80
+#     QPS): request latency p50/p90/p99 at fixed rates far below what the
+#     machine serves (BENCH_LATENCY_RATES, requests/s: 80 2000), with and
+#     without --latency, alternating, BENCH_LATENCY_RATE_ROUNDS (6) rounds
+#     of BENCH_LATENCY_RATE_SECONDS (10); every request with traceparent, then
+#     none. Target: no significant change, read as the pooled p50 at most
+#     5 % and the p99 at most 10 % above the runs without --latency.
 #
 # Knobs: BENCH_LATENCY_REQUESTS (2000), BENCH_LATENCY_PER_POSITION (200),
 # BENCH_LATENCY_ROUNDS (3), BENCH_LATENCY_SECONDS (10), BENCH_LATENCY_PARTS
-# ("detection hops bpf http"; a part left out keeps its tables from the
+# ("detection hops bpf http rate"; a part left out keeps its tables from the
 # section's earlier run, marked so), BENCH_LATENCY_PROFILE (a file: perf
 # record -g of node A's agent during the http part's first run with
 # --latency, its report written there; off by default, as perf slows the
@@ -146,7 +153,7 @@ latency_metric() {
 bench_latency() {
 	local requests=${BENCH_LATENCY_REQUESTS:-2000} rounds=${BENCH_LATENCY_ROUNDS:-3} secs=${BENCH_LATENCY_SECONDS:-10}
 	local per=${BENCH_LATENCY_PER_POSITION:-200} positions="100 400 800 1200 2048 4096 6144 7900"
-	local parts=" ${BENCH_LATENCY_PARTS:-detection hops bpf http} "
+	local parts=" ${BENCH_LATENCY_PARTS:-detection hops bpf http rate} "
 	local r with ifc node pos pids=() tsv=$WORK/http.tsv
 	section_begin latency "14. Per-hop latency: detection, agreement with tcpdump, and the cost"
 	(cd "$ROOT" && go test -c -o "$WORK/datapath.test" ./internal/datapath)
@@ -273,6 +280,43 @@ bench_latency() {
 	else
 		python3 "$BENCH_DIR/latency_compare.py" keep "$BENCH_DIR/RESULTS.md" "HTTP request latency" >>"$SECTION"
 	fi
-	say "" '```' "bench/run.sh latency   # BENCH_LATENCY_PARTS=\"${parts:1:-1}\" BENCH_LATENCY_REQUESTS=$requests BENCH_LATENCY_PER_POSITION=$per BENCH_LATENCY_ROUNDS=$rounds BENCH_LATENCY_SECONDS=$secs" '```'
+	# The seed's own measure of the cost: request latency at fixed rates
+	# (it ran vegeta at 1 and 80 QPS), far below what the machine
+	# serves, with and without the agents.
+	local qps rsecs=${BENCH_LATENCY_RATE_SECONDS:-10} rrounds=${BENCH_LATENCY_RATE_ROUNDS:-6} rates=${BENCH_LATENCY_RATES:-80 2000}
+	if [[ $parts == *" rate "* ]]; then
+	say "" "### HTTP request latency at fixed rates, with and without \`--latency\` (the seed's Table 1)" "" \
+		"The seed measured the cost as the end-to-end latency of requests sent at a fixed rate (vegeta at 1 and 80 QPS), with and without its tracing, and found no significant change. Here: h2load --h1 from pod A to nginx in pod B at a fixed rate (8 connections, \`--rps\` each; 1 QPS would give too few requests for a p99), ${rsecs} s per run, one agent per node with \`--latency\` or without, alternating, $rrounds rounds; with a sampled \`traceparent\` on every request (the seed's case: every request stamped at every hook and its context found) and with h2load's requests as they are (no trace context, 1 in 16 stamped, the default). Request times from h2load's log, nearest-rank percentiles over the pooled runs of each configuration (the target's), and, apart, the median over the rounds of each round's percentile with \`--latency\` over the one without (paired by round, so that what drifts between rounds cancels)." ""
+	for qps in $rates; do
+		for mode in traced untraced; do
+			local hdr=()
+			[[ $mode == traced ]] && hdr=(-H "traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+			: >"$tsv"
+			: >"$WORK/cpu.tsv"
+			for ((r = 1; r <= rrounds; r++)); do
+				for with in 0 1; do
+					latency_agents "$with"
+					rm -f "$WORK/h2load.log"
+					local cpu0
+					cpu0=$(latency_agents_cpu)
+					ip netns exec "$LAT_PA" h2load --h1 -D "$rsecs" -c 8 -t 1 --rps $((qps / 8)) "${hdr[@]}" --log-file="$WORK/h2load.log" http://10.81.2.2/foo >/dev/null
+					printf '%s\t%s\t%s\n' "$r" "$with" "$(echo "$(latency_agents_cpu) - $cpu0" | bc)" >>"$WORK/cpu.tsv"
+					latency_stop_agents
+					awk -F'\t' -v r="$r" -v w="$with" '{print r "\t" w "\t" $3}' "$WORK/h2load.log" >>"$tsv"
+				done
+			done
+			if [[ $mode == traced ]]; then
+				say "**$qps requests/s, every request with \`traceparent\`**" ""
+			else
+				say "**$qps requests/s, requests without a trace context (1 in 16 stamped)**" ""
+			fi
+			python3 "$BENCH_DIR/latency_compare.py" rate "$tsv" "$WORK/cpu.tsv" "$rsecs" >>"$SECTION"
+			say ""
+		done
+	done
+	else
+		python3 "$BENCH_DIR/latency_compare.py" keep "$BENCH_DIR/RESULTS.md" "HTTP request latency at fixed rates" >>"$SECTION"
+	fi
+	say "" '```' "bench/run.sh latency   # BENCH_LATENCY_PARTS=\"${parts:1:-1}\" BENCH_LATENCY_REQUESTS=$requests BENCH_LATENCY_PER_POSITION=$per BENCH_LATENCY_ROUNDS=$rounds BENCH_LATENCY_SECONDS=$secs BENCH_LATENCY_RATES=\"$rates\" BENCH_LATENCY_RATE_ROUNDS=$rrounds BENCH_LATENCY_RATE_SECONDS=$rsecs" '```'
 	section_end
 }

@@ -4,6 +4,7 @@
     python3 bench/latency_compare.py hops LOUPE_JSON REQUESTS NAME=PCAP...
     python3 bench/latency_compare.py bpf BENCH_OUTPUT
     python3 bench/latency_compare.py http H2LOAD_TSV CPU_TSV
+    python3 bench/latency_compare.py rate H2LOAD_TSV CPU_TSV SECONDS
     python3 bench/latency_compare.py keep RESULTS_MD HEADING
 
 detection: the share of requests whose traceparent was found, by its
@@ -27,6 +28,11 @@ http: lines "round with microseconds" (h2load's request times): requests,
 p50 and p99 per round and configuration, and pooled; CPU_TSV has the
 agents' CPU seconds of each run ("round with seconds").
 
+rate: the same input, from runs at a fixed request rate of SECONDS each:
+requests/s, p50, p90 and p99 per round and pooled, and the pooled
+difference against the target (p50 at most +5 %, p99 at most +10 %: the
+seed's "no significant change").
+
 keep: the subsection of the latency section of RESULTS_MD whose heading
 starts with "### HEADING", as it is, under a note that this run left it
 out: a run of some parts (BENCH_LATENCY_PARTS) keeps the others' tables.
@@ -40,6 +46,7 @@ import struct
 import sys
 
 TARGET_P50_NS, TARGET_P99_NS = 5000, 20000
+RATE_P50, RATE_P99 = 0.05, 0.10  # at most this much above without --latency
 
 
 def packets(path):
@@ -193,14 +200,7 @@ def bpf(path):
 
 
 def http(path, cpu_path):
-    cpu = {}
-    for line in open(cpu_path):
-        r, w, c = line.split("\t")
-        cpu[(int(r), int(w))] = float(c)
-    runs = {}
-    for line in open(path):
-        r, w, us = line.split("\t")
-        runs.setdefault((int(r), int(w)), []).append(int(us))
+    runs, cpu = read_runs(path, cpu_path)
     print("| round | agents | requests | p50 (µs) | p99 (µs) | agents' CPU (s) | agents' CPU per request (µs) |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     name = {0: "without --latency", 1: "--latency"}
@@ -221,6 +221,54 @@ def http(path, cpu_path):
         print()
         print(f"With `--latency` against without, pooled: {len(on) / len(off):.2f}× the requests, "
               f"p50 {pct(on, 0.5) - pct(off, 0.5):+d} µs, p99 {pct(on, 0.99) - pct(off, 0.99):+d} µs.")
+
+
+def read_runs(path, cpu_path):
+    cpu = {}
+    for line in open(cpu_path):
+        r, w, c = line.split("\t")
+        cpu[(int(r), int(w))] = float(c)
+    runs = {}
+    for line in open(path):
+        r, w, us = line.split("\t")
+        runs.setdefault((int(r), int(w)), []).append(int(us))
+    return runs, cpu
+
+
+def rate(path, cpu_path, secs):
+    runs, cpu = read_runs(path, cpu_path)
+    secs = float(secs)
+    name = {0: "without --latency", 1: "--latency"}
+    print("| round | agents | requests/s | p50 (µs) | p90 (µs) | p99 (µs) | agents' CPU (s) |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+
+    def row(r, w, xs, n, c):
+        print(f"| {r} | {name[w]} | {len(xs) / (n * secs):.1f} | {pct(xs, 0.5)} | {pct(xs, 0.9)} | {pct(xs, 0.99)} | {c:.2f} |")
+
+    for (r, w) in sorted(runs):
+        row(r, w, runs[(r, w)], 1, cpu.get((r, w), float("nan")))
+    pooled = {}
+    for w in (0, 1):
+        keys = [k for k in runs if k[1] == w]
+        if keys:
+            pooled[w] = [x for k in keys for x in runs[k]]
+            row("all", w, pooled[w], len(keys), sum(v for k, v in cpu.items() if k[1] == w))
+    if len(pooled) == 2:
+        off, on = pooled[0], pooled[1]
+        d50 = pct(on, 0.5) / pct(off, 0.5) - 1
+        d99 = pct(on, 0.99) / pct(off, 0.99) - 1
+        ok = d50 <= RATE_P50 and d99 <= RATE_P99
+        paired = {}
+        for q in (0.5, 0.99):
+            rs = sorted(pct(runs[(r, 1)], q) / pct(runs[(r, 0)], q) for (r, w) in runs if w == 1 and (r, 0) in runs)
+            paired[q] = statistics.median(rs) if rs else float("nan")
+        print()
+        print(f"Paired by round, median of the rounds' ratios: p50 {paired[0.5]:.3f}×, p99 {paired[0.99]:.3f}×.")
+        print()
+        print(f"With `--latency` against without, pooled: p50 {pct(on, 0.5) - pct(off, 0.5):+d} µs ({100 * d50:+.1f} %), "
+              f"p99 {pct(on, 0.99) - pct(off, 0.99):+d} µs ({100 * d99:+.1f} %). "
+              f"Target (no significant change: p50 at most +{100 * RATE_P50:.0f} %, p99 at most +{100 * RATE_P99:.0f} %): "
+              f"**{'met' if ok else 'not met'}**.")
 
 
 def keep(results_md, heading):
@@ -257,6 +305,8 @@ def main():
         bpf(args[0])
     elif cmd == "http":
         http(args[0], args[1])
+    elif cmd == "rate":
+        rate(args[0], args[1], args[2])
     elif cmd == "keep":
         keep(args[0], args[1])
     else:

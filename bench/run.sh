@@ -41,7 +41,8 @@
 # BENCH_UI_RUNS (5), BENCH_UI_PAGES, BENCH_UI_RECORDS, BENCH_UI_HOPS (see bench/ui.sh),
 # BENCH_BASE (the commit bpfstats compares with, built from a temporary git
 # worktree; default 0bf4c56, the last one before the capability seam; empty:
-# not compared).
+# not compared), BENCH_KEEP (a path: a benchmark's work directory, its
+# traces, captures and logs, is copied there before it is removed).
 #
 # Each benchmark runs as its own process with its own namespaces (unique
 # names) and an EXIT trap that stops what it started and deletes them; a
@@ -143,7 +144,7 @@ BIN=$BENCH_BIN_DIR
 RUN_ID=$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
 WORK=$(mktemp -d "/tmp/loupe-bench-${names[0]}.XXXXXX")
 . "$BENCH_DIR/lib.sh"
-trap 'rc=$?; trap - EXIT INT TERM; bench_cleanup; rm -rf "$WORK"; exit $rc' EXIT
+trap 'rc=$?; trap - EXIT INT TERM; bench_cleanup; [[ -z ${BENCH_KEEP:-} ]] || cp -a "$WORK" "$BENCH_KEEP"; rm -rf "$WORK"; exit $rc' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 . "$BENCH_DIR/${names[0]}.sh"
