@@ -4,7 +4,7 @@
 GO ?= go
 VMLINUX_ROOTS = "struct __sk_buff" __u8 __u16 __u32 __u64 __s8 __s16 __s32 __s64 \
 	__be16 __be32 __wsum __sum16 "enum bpf_map_type" BPF_NOEXIST BPF_F_NO_PREALLOC \
-	BPF_RB_FORCE_WAKEUP BPF_F_CURRENT_CPU TCX_NEXT \
+	BPF_RB_FORCE_WAKEUP BPF_RB_AVAIL_DATA BPF_F_CURRENT_CPU TCX_NEXT \
 	"struct bpf_raw_tracepoint_args" "struct sk_buff" "struct tcp_sock" "struct tcp_skb_cb" \
 	"enum skb_drop_reason"
 

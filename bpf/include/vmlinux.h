@@ -927,7 +927,8 @@ enum skb_drop_reason {
 	SKB_DROP_REASON_PSP_INPUT = 125,
 	SKB_DROP_REASON_PSP_OUTPUT = 126,
 	SKB_DROP_REASON_RECURSION_LIMIT = 127,
-	SKB_DROP_REASON_MAX = 128,
+	SKB_DROP_REASON_SKB_RX_HEADROOM = 128,
+	SKB_DROP_REASON_MAX = 129,
 	SKB_DROP_REASON_SUBSYS_MASK = 4294901760,
 };
 
@@ -1014,6 +1015,13 @@ struct __sk_buff {
 enum {
 	BPF_RB_NO_WAKEUP = 1,
 	BPF_RB_FORCE_WAKEUP = 2,
+};
+
+enum {
+	BPF_RB_AVAIL_DATA = 0,
+	BPF_RB_RING_SIZE = 1,
+	BPF_RB_CONS_POS = 2,
+	BPF_RB_PROD_POS = 3,
 };
 
 typedef __u16 __sum16;
@@ -1150,6 +1158,7 @@ struct inet_connection_sock {
 	u32 icsk_rto_max;
 	__u32 icsk_delack_max;
 	__u32 icsk_pmtu_cookie;
+	unsigned char unhashed_state;
 	const struct tcp_congestion_ops *icsk_ca_ops;
 	const struct inet_connection_sock_af_ops *icsk_af_ops;
 	const struct tcp_ulp_ops *icsk_ulp_ops;

@@ -190,6 +190,15 @@ volatile const __u64 latency_sample_threshold = 0;
  * 5-tuple and first sequence number: 2^32 for all of them. A request with a
  * context is always stamped. */
 volatile const __u64 latency_untraced_threshold = 1ULL << 32;
+/* The ring's bytes not yet read past which a record wakes the reader (a
+ * quarter of the ring, set from Go). Below it no record does: the reader
+ * drains the ring on a period of its own (internal/capability/latency,
+ * readPeriod). By default a record wakes the reader whenever the reader has
+ * caught up, which at a few thousand records a second is nearly every
+ * record: a wake-up each (an interrupt raised from the hook, the reader's
+ * thread scheduled in), and the agents' CPU went to the wake-ups rather
+ * than to matching. */
+volatile const __u64 latency_wake_bytes = 1 << 18;
 /* Bytes of a request scanned for its trace context, at most. */
 volatile const __u32 latency_scan_limit = 16384;
 volatile const __u32 latency_slot_mask = 32767;
@@ -274,7 +283,9 @@ static __always_inline void latency_emit(const struct flow_key *key, __u8 record
 	} else {
 		__builtin_memset(ev->trace_id, 0, sizeof(ev->trace_id) + sizeof(ev->span_id));
 	}
-	bpf_ringbuf_submit(ev, 0);
+	bpf_ringbuf_submit(ev, bpf_ringbuf_query(&latency_events, BPF_RB_AVAIL_DATA) >= latency_wake_bytes
+				       ? BPF_RB_FORCE_WAKEUP
+				       : BPF_RB_NO_WAKEUP);
 }
 
 /* latency_stamp_hold keeps the stamp that waits in the scan, which goes on

@@ -97,6 +97,11 @@ func sizeLatency(spec *ebpf.CollectionSpec, s LatencySizes, on bool) error {
 	if err := spec.Variables[loupeVarLatencySlotMask].Set(uint32(slots - 1)); err != nil {
 		return fmt.Errorf("set latency slots: %w", err)
 	}
+	// A record wakes the reader only past a quarter of the ring; below
+	// it the reader drains on its own period (bpf/latency/hop.h).
+	if err := spec.Variables[loupeVarLatencyWakeBytes].Set(uint64(s.RingSize / 4)); err != nil {
+		return fmt.Errorf("set latency wake-up: %w", err)
+	}
 	if err := spec.Variables[loupeVarLatencyScanLimit].Set(uint32(s.ScanLimit)); err != nil {
 		return fmt.Errorf("set latency scan limit: %w", err)
 	}
@@ -158,8 +163,10 @@ var ErrLatencyClosed = errors.New("latency reader closed")
 // errLatencyTimeout is what ringbuf returns when the deadline passes.
 var errLatencyTimeout = os.ErrDeadlineExceeded
 
-// Read hands the records the ring holds to sink, waiting at most wait for
-// the first one (0: no wait). It returns the stamps and contexts handed
+// Read hands the records the ring holds to sink, once the ring wakes it
+// or wait has passed (0: at once). Records wake it only past a quarter of
+// the ring (latency_wake_bytes), so below that it reads what the ring
+// gathered in wait. It returns the stamps and contexts handed
 // and the records it could not decode. It returns ErrLatencyClosed once
 // Close was called. A hop.BatchSink is handed the records in batches.
 func (l *LatencyReader) Read(sink hop.Sink, wait time.Duration) (stamps, contexts, bad int, err error) {

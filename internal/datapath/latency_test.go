@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -782,5 +783,50 @@ func TestDecodeLatencyRecord(t *testing.T) {
 	}
 	if _, _, _, err := DecodeLatencyRecord(make([]byte, 104)); err == nil {
 		t.Error("a record of type 0 decoded")
+	}
+}
+
+// TestLatencyRingWakesPastAQuarter: a record does not wake the ring's reader
+// until a quarter of the ring is unread (latency_wake_bytes); past it, the
+// next record does. A reader that was woken per record would return at
+// the first.
+func TestLatencyRingWakesPastAQuarter(t *testing.T) {
+	sizes := everyRequest()
+	sizes.RingSize = os.Getpagesize()
+	g := newLatencyRig(t, sizes)
+	req := tracedRequest(100, "traceparent: "+testTP)
+	send := func(port uint16) { runProg(t, g.dp, flow.Egress, newHTTPConn("10.1.2.3", port).seg(t, 1, req)) }
+
+	send(30000)
+	type result struct {
+		sink  latencySink
+		stamp int
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		var r result
+		r.stamp, _, _, r.err = g.r.Read(&r.sink, time.Minute)
+		done <- r
+	}()
+	select {
+	case r := <-done:
+		t.Fatalf("the reader was woken by one record of %d bytes (%d stamps, %v)", latencyRecordSize, r.stamp, r.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	// To a quarter of the ring: every request makes one record of
+	// latencyRecordSize bytes and the ring's 8-byte header; the last one
+	// takes the unread bytes past the quarter.
+	n := 1
+	for ; n*(latencyRecordSize+8) < sizes.RingSize/4; n++ {
+		send(uint16(30000 + n))
+	}
+	select {
+	case r := <-done:
+		if r.err != nil || r.stamp != n {
+			t.Errorf("read %d stamps (%v), want the %d requests'", r.stamp, r.err, n)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%d records (%d bytes) did not wake the reader", n, n*(latencyRecordSize+8))
 	}
 }

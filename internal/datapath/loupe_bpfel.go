@@ -784,6 +784,7 @@ const (
 	loupeVarLatencyScanLimit         = "latency_scan_limit"
 	loupeVarLatencySlotMask          = "latency_slot_mask"
 	loupeVarLatencyUntracedThreshold = "latency_untraced_threshold"
+	loupeVarLatencyWakeBytes         = "latency_wake_bytes"
 	loupeVarUnusedCaptureCounter     = "unused_capture_counter"
 	loupeVarUnusedCaptureEvent       = "unused_capture_event"
 	loupeVarUnusedCapturePkt         = "unused_capture_pkt"
@@ -952,6 +953,7 @@ type loupeVariableSpecs struct {
 	LatencyScanLimit         *ebpf.VariableSpec `ebpf:"latency_scan_limit"`
 	LatencySlotMask          *ebpf.VariableSpec `ebpf:"latency_slot_mask"`
 	LatencyUntracedThreshold *ebpf.VariableSpec `ebpf:"latency_untraced_threshold"`
+	LatencyWakeBytes         *ebpf.VariableSpec `ebpf:"latency_wake_bytes"`
 	UnusedCaptureCounter     *ebpf.VariableSpec `ebpf:"unused_capture_counter"`
 	UnusedCaptureEvent       *ebpf.VariableSpec `ebpf:"unused_capture_event"`
 	UnusedCapturePkt         *ebpf.VariableSpec `ebpf:"unused_capture_pkt"`
@@ -1159,6 +1161,7 @@ type loupeVariables struct {
 	LatencyScanLimit         *ebpf.Variable `ebpf:"latency_scan_limit"`
 	LatencySlotMask          *ebpf.Variable `ebpf:"latency_slot_mask"`
 	LatencyUntracedThreshold *ebpf.Variable `ebpf:"latency_untraced_threshold"`
+	LatencyWakeBytes         *ebpf.Variable `ebpf:"latency_wake_bytes"`
 	UnusedCaptureCounter     *ebpf.Variable `ebpf:"unused_capture_counter"`
 	UnusedCaptureEvent       *ebpf.Variable `ebpf:"unused_capture_event"`
 	UnusedCapturePkt         *ebpf.Variable `ebpf:"unused_capture_pkt"`

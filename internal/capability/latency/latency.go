@@ -29,18 +29,27 @@ import (
 // Name is the unit's name and its switch in bpf/loupe.c (cfg_cap_latency).
 const Name = "latency"
 
-// readWait is how long a read waits for the ring's first record: the
-// bound on how late the unit notices its context is done.
-const readWait = 200 * time.Millisecond
+// readPeriod is how long a read waits for the ring while records come,
+// readIdle while none came at the last read: a record does not wake the
+// reader until a quarter of the ring is unread (the datapath's
+// latency_wake_bytes), so below that the ring is read on this period rather
+// than per record. By default the kernel wakes a reader that has caught up,
+// which at a few thousand records a second is nearly every record, and the
+// wake-ups (an interrupt raised in the hook, the reader's thread scheduled
+// in and out) cost more than matching: at 2 000 requests/s, each with its
+// trace context, the agent's CPU halved without them (bench/RESULTS.md,
+// section 14). Both are small beside the matcher's window; readIdle bounds
+// how late the unit notices its context is done.
+const (
+	readPeriod = 20 * time.Millisecond
+	readIdle   = 200 * time.Millisecond
+)
 
 // batchWait is how long the unit lets the ring gather records after a read
-// that found some, before it reads again. Read at once, a ring fed
-// steadily hands over one record per wake-up, and the wake-up, the poll
-// and the reads around it cost several times what matching the record
-// does (the agents took half of this machine's two CPUs under h2load);
-// after a pause the next read takes a batch for one wake-up. The pause is
-// small beside the matcher's window, and the ring holds thousands of
-// records.
+// that found some, before it reads again: once woken past a quarter of the
+// ring, or on a ring that is never empty, a read would otherwise return at
+// once with the few records that came since the last, and the unit would
+// spin. The ring holds thousands of records, more than come in the pause.
 const batchWait = 5 * time.Millisecond
 
 // Unit is the latency capability's userspace half.
@@ -150,9 +159,9 @@ func (u *Unit) Run(ctx context.Context) error {
 	}()
 	pause := time.NewTimer(batchWait)
 	pause.Stop()
+	wait := readIdle
 	for {
 		done := ctx.Err() != nil
-		wait := readWait
 		if done {
 			wait = 0
 		}
@@ -168,14 +177,16 @@ func (u *Unit) Run(ctx context.Context) error {
 			u.log.Warn("reading the latency ring", "err", err)
 			select {
 			case <-ctx.Done():
-			case <-time.After(readWait):
+			case <-time.After(readIdle):
 			}
 		}
 		if done {
 			u.state.Store("stopping")
 			return nil
 		}
+		wait = readIdle
 		if st+cx+bad > 0 {
+			wait = readPeriod
 			pause.Reset(batchWait)
 			select {
 			case <-ctx.Done():
