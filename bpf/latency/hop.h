@@ -196,8 +196,8 @@ volatile const __u64 latency_untraced_threshold = 1ULL << 32;
  * readPeriod). By default a record wakes the reader whenever the reader has
  * caught up, which at a few thousand records a second is nearly every
  * record: a wake-up each (an interrupt raised from the hook, the reader's
- * thread scheduled in), and the agents' CPU went to the wake-ups rather
- * than to matching. */
+ * thread scheduled in); at 2 000 requests/s they took about half of the
+ * agent's CPU (docs/architecture.md, "Reading the ring"). */
 volatile const __u64 latency_wake_bytes = 1 << 18;
 /* Bytes of a request scanned for its trace context, at most. */
 volatile const __u32 latency_scan_limit = 16384;

@@ -37,9 +37,9 @@ const Name = "latency"
 // which at a few thousand records a second is nearly every record, and the
 // wake-ups (an interrupt raised in the hook, the reader's thread scheduled
 // in and out) cost more than matching: at 2 000 requests/s, each with its
-// trace context, the agent's CPU halved without them (bench/RESULTS.md,
-// section 14). Both are small beside the matcher's window; readIdle bounds
-// how late the unit notices its context is done.
+// trace context, the agent's CPU halved without them (docs/architecture.md,
+// "Reading the ring"). Both are small beside the matcher's window; readIdle
+// bounds how late the unit notices its context is done.
 const (
 	readPeriod = 20 * time.Millisecond
 	readIdle   = 200 * time.Millisecond
