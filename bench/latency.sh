@@ -150,6 +150,39 @@ latency_metric() {
 		awk -v m="loupe_latency_events_total{event=\"$2\"}" '$1 == m {print $2}'
 }
 
+# The trace context of the HTTP runs: a sampled trace (flags 01), and one
+# not sampled (00).
+LAT_TP=00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331
+
+# latency_h2load_run ROUND WITH PROFILE [AGENT_ARGS...] -- [H2LOAD_ARGS...]:
+# one h2load run from pod A against agents with --latency (WITH 1) or
+# without, each started for the run; appends the run's request times to
+# $WORK/http.tsv ("round with µs") and the agents' CPU seconds to
+# $WORK/cpu.tsv. PROFILE 1: perf record node A's agent meanwhile, its report
+# written to BENCH_LATENCY_PROFILE.
+latency_h2load_run() {
+	local r=$1 with=$2 profile=$3 agent=() cpu0 perf=
+	shift 3
+	while (($#)) && [[ $1 != -- ]]; do
+		agent+=("$1")
+		shift
+	done
+	shift
+	latency_agents "$with" "${agent[@]}"
+	rm -f "$WORK/h2load.log"
+	cpu0=$(latency_agents_cpu)
+	((profile)) && start_bg perf INT "$WORK/perf.log" perf record -g -o "$WORK/agent-a.perf" -p "$LAT_AGENT_a"
+	ip netns exec "$LAT_PA" h2load --h1 -c 8 -t 1 "$@" --log-file="$WORK/h2load.log" http://10.81.2.2/foo >/dev/null
+	if [[ -n $perf ]]; then
+		stop_bg "$perf" 10
+		perf report -i "$WORK/agent-a.perf" --stdio --no-children --percent-limit 0.5 --sort symbol >"$BENCH_LATENCY_PROFILE" 2>/dev/null
+	fi
+	printf '%s\t%s\t%s\n' "$r" "$with" "$(echo "$(latency_agents_cpu) - $cpu0" | bc)" >>"$WORK/cpu.tsv"
+	latency_stop_agents
+	# h2load's log: start time, status, request time in µs.
+	awk -F'\t' -v r="$r" -v w="$with" '{print r "\t" w "\t" $3}' "$WORK/h2load.log" >>"$WORK/http.tsv"
+}
+
 bench_latency() {
 	local requests=${BENCH_LATENCY_REQUESTS:-2000} rounds=${BENCH_LATENCY_ROUNDS:-3} secs=${BENCH_LATENCY_SECONDS:-10}
 	local per=${BENCH_LATENCY_PER_POSITION:-200} positions="100 400 800 1200 2048 4096 6144 7900"
@@ -243,29 +276,16 @@ bench_latency() {
 	local mode
 	for mode in untraced untraced-all traced unsampled; do
 		local hdr=() args=()
-		[[ $mode == traced ]] && hdr=(-H "traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
-		[[ $mode == unsampled ]] && hdr=(-H "traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00")
+		[[ $mode == traced ]] && hdr=(-H "traceparent: $LAT_TP-01")
+		[[ $mode == unsampled ]] && hdr=(-H "traceparent: $LAT_TP-00")
 		[[ $mode == untraced-all ]] && args=(--latency-untraced-sampling 1)
 		: >"$tsv"
 		: >"$WORK/cpu.tsv"
 		for ((r = 1; r <= rounds; r++)); do
 			for with in 0 1; do
-				latency_agents "$with" "${args[@]}"
-				rm -f "$WORK/h2load.log"
-				local cpu0 perf=
-				cpu0=$(latency_agents_cpu)
-				if [[ -n ${BENCH_LATENCY_PROFILE:-} ]] && ((r == 1 && with)) && [[ $mode == "${BENCH_LATENCY_PROFILE_MODE:-untraced}" ]]; then
-					start_bg perf INT "$WORK/perf.log" perf record -g -o "$WORK/agent-a.perf" -p "$LAT_AGENT_a"
-				fi
-				ip netns exec "$LAT_PA" h2load --h1 -D "$secs" -c 8 -t 1 "${hdr[@]}" --log-file="$WORK/h2load.log" http://10.81.2.2/foo >/dev/null
-				if [[ -n $perf ]]; then
-					stop_bg "$perf" 10
-					perf report -i "$WORK/agent-a.perf" --stdio --no-children --percent-limit 0.5 --sort symbol >"$BENCH_LATENCY_PROFILE" 2>/dev/null
-				fi
-				printf '%s\t%s\t%s\n' "$r" "$with" "$(echo "$(latency_agents_cpu) - $cpu0" | bc)" >>"$WORK/cpu.tsv"
-				latency_stop_agents
-				# h2load's log: start time, status, request time in µs.
-				awk -F'\t' -v r="$r" -v w="$with" '{print r "\t" w "\t" $3}' "$WORK/h2load.log" >>"$tsv"
+				local profile=0
+				[[ -n ${BENCH_LATENCY_PROFILE:-} ]] && ((r == 1 && with)) && [[ $mode == "${BENCH_LATENCY_PROFILE_MODE:-untraced}" ]] && profile=1
+				latency_h2load_run "$r" "$with" "$profile" "${args[@]}" -- -D "$secs" "${hdr[@]}"
 			done
 		done
 		case $mode in
@@ -290,19 +310,12 @@ bench_latency() {
 	for qps in $rates; do
 		for mode in traced untraced; do
 			local hdr=()
-			[[ $mode == traced ]] && hdr=(-H "traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+			[[ $mode == traced ]] && hdr=(-H "traceparent: $LAT_TP-01")
 			: >"$tsv"
 			: >"$WORK/cpu.tsv"
 			for ((r = 1; r <= rrounds; r++)); do
 				for with in 0 1; do
-					latency_agents "$with"
-					rm -f "$WORK/h2load.log"
-					local cpu0
-					cpu0=$(latency_agents_cpu)
-					ip netns exec "$LAT_PA" h2load --h1 -D "$rsecs" -c 8 -t 1 --rps $((qps / 8)) "${hdr[@]}" --log-file="$WORK/h2load.log" http://10.81.2.2/foo >/dev/null
-					printf '%s\t%s\t%s\n' "$r" "$with" "$(echo "$(latency_agents_cpu) - $cpu0" | bc)" >>"$WORK/cpu.tsv"
-					latency_stop_agents
-					awk -F'\t' -v r="$r" -v w="$with" '{print r "\t" w "\t" $3}' "$WORK/h2load.log" >>"$tsv"
+					latency_h2load_run "$r" "$with" 0 -- -D "$rsecs" --rps $((qps / 8)) "${hdr[@]}"
 				done
 			done
 			if [[ $mode == traced ]]; then
