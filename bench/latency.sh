@@ -298,7 +298,7 @@ bench_latency() {
 		say ""
 	done
 	else
-		python3 "$BENCH_DIR/latency_compare.py" keep "$BENCH_DIR/RESULTS.md" "HTTP request latency" >>"$SECTION"
+		python3 "$BENCH_DIR/latency_compare.py" keep "$BENCH_DIR/RESULTS.md" "HTTP request latency with and without" >>"$SECTION"
 	fi
 	# The seed's own measure of the cost: request latency at fixed rates
 	# (it ran vegeta at 1 and 80 QPS), far below what the machine

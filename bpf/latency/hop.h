@@ -337,17 +337,6 @@ static __always_inline int latency_peek(struct __sk_buff *skb, struct trace_scra
 	return 0;
 }
 
-/* latency_stamp_time is the time of the request's stamp that waits in the
- * scratch: taken before its scan at the hook that scans it, and at a hook
- * that reuses an earlier hook's verdict only when the stamp goes out
- * (latency_track), that is now. */
-static __always_inline __u64 latency_stamp_time(struct trace_scratch *s)
-{
-	if (!s->stamp_time)
-		s->stamp_time = bpf_ktime_get_ns();
-	return s->stamp_time;
-}
-
 /* latency_emit writes a record to the ring, of the time given; ids, when
  * given, are the scan's trace and span ids, and source their enum
  * trace_source in a stamp-and-context record. */
@@ -420,7 +409,7 @@ __noinline int latency_stamp_untraced(const struct flow_key *key, struct trace_s
 	}
 	if (s->stamp_pending) {
 		s->stamp_pending = 0;
-		latency_emit(key, LATENCY_REC_STAMP, LATENCY_KIND_REQUEST, 0, s->seq, s->seg_len, latency_stamp_time(s),
+		latency_emit(key, LATENCY_REC_STAMP, LATENCY_KIND_REQUEST, 0, s->seq, s->seg_len, s->stamp_time,
 			     s->tunneled, NULL);
 		return 0;
 	}
@@ -447,7 +436,7 @@ __noinline int latency_context(const struct flow_key *key, struct trace_scratch 
 	if (s->stamp_pending) {
 		s->stamp_pending = 0;
 		latency_emit(key, LATENCY_REC_STAMP_CONTEXT, LATENCY_KIND_REQUEST, src, s->seq, s->seg_len,
-			     latency_stamp_time(s), s->tunneled, &s->scan);
+			     s->stamp_time, s->tunneled, &s->scan);
 		return 0;
 	}
 	if (s->scan.stamp & TRACE_STAMP_HELD) {
@@ -839,11 +828,11 @@ __noinline int latency_track(struct __sk_buff *skb, const struct pkt *p, const s
 		s->keep = (latency_mix(h, seq) >> 32) < latency_untraced_threshold;
 		latency_count(LATENCY_REQUESTS);
 		/* Its stamp waits for the scan (latency_scan writes it). The
-		 * time is taken below: before the scan at the hook that scans,
-		 * and at a hook after it only if the stamp goes out
-		 * (latency_stamp_time), which most requests' does not (the
-		 * untraced sampling). */
-		s->stamp_time = 0;
+		 * time is taken here, first, at every hook alike, even where
+		 * the stamp will not go out: taken only where it does, later,
+		 * at a hook that reuses a verdict, a hop from the hook that
+		 * scanned would include the work between. */
+		s->stamp_time = bpf_ktime_get_ns();
 		s->stamp_pending = 1;
 		latency_options(skb, p, key, s);
 		s->stored = 0;
@@ -852,10 +841,8 @@ __noinline int latency_track(struct __sk_buff *skb, const struct pkt *p, const s
 		s->scan.start_seq = seq;
 		s->scan.flags = TRACE_F_SKIP_LINE; /* the request line */
 		s->scan.stamp = s->keep ? TRACE_STAMP_KEEP : 0;
-		if (!latency_seen_get(s, key)) {
-			s->stamp_time = bpf_ktime_get_ns();
+		if (!latency_seen_get(s, key))
 			return 1;
-		}
 		/* A hook before this one judged these bytes: the scan ends
 		 * here, as it ended there. */
 		if (s->malformed)
