@@ -203,67 +203,6 @@ volatile const __u64 latency_wake_bytes = 1 << 18;
 volatile const __u32 latency_scan_limit = 16384;
 volatile const __u32 latency_slot_mask = 32767;
 
-/* How many slots of each group are taken (group: the slot's index modulo
- * LATENCY_GROUPS): a segment whose group has none skips its slot. Most
- * requests' header blocks end in their first segment, so nearly every
- * group is empty nearly always, and a slot, at a random place in a large
- * array, was the costliest load of the capability at low rates: a cache
- * miss at every hook, on every TCP segment with payload
- * (docs/architecture.md, "A request at the hooks after the first"). The
- * counts are one page, touched by every segment: the LATENCY_GROUPS entries of
- * latency_slots after its slots (Go sizes it so; a map of their own would
- * be the entry program's 65th, past the kernel's limit). Kept exact by
- * changing a slot only atomically (latency_slot_take, latency_slot_free):
- * a group's count is never 0 while one of its slots is taken. */
-#define LATENCY_GROUPS 512
-
-static __always_inline __u64 *latency_group(__u32 idx)
-{
-	__u32 at = latency_slot_mask + 1 + (idx & (LATENCY_GROUPS - 1));
-
-	return bpf_map_lookup_elem(&latency_slots, &at);
-}
-
-/* latency_slot_get returns slot idx, or 0 when no slot of its group is
- * taken (so neither is it). */
-static __always_inline __u64 *latency_slot_get(__u32 idx)
-{
-	__u64 *n = latency_group(idx);
-
-	if (n && !*(volatile __u64 *)n)
-		return 0;
-	return bpf_map_lookup_elem(&latency_slots, &idx);
-}
-
-/* latency_slot_take writes v into slot idx and returns what it held;
- * taking a free slot counts it in its group. */
-static __always_inline __u64 latency_slot_take(__u64 *slot, __u32 idx, __u64 v)
-{
-	__u64 *n = latency_group(idx);
-	__u64 old;
-
-	/* Counted first: the group is never seen empty while the slot is
-	 * taken. Taken back if the slot was not free. */
-	if (n)
-		__sync_fetch_and_add(n, 1);
-	old = __sync_lock_test_and_set(slot, v);
-	if (old && n)
-		__sync_fetch_and_sub(n, 1);
-	return old;
-}
-
-/* latency_slot_free frees slot idx if it still holds cur. */
-static __always_inline void latency_slot_free(__u64 *slot, __u32 idx, __u64 cur)
-{
-	__u64 *n;
-
-	if (!cur || __sync_val_compare_and_swap(slot, cur, 0) != cur)
-		return;
-	n = latency_group(idx);
-	if (n)
-		__sync_fetch_and_sub(n, 1);
-}
-
 static __always_inline void latency_count(enum latency_counter c)
 {
 	__u32 key = c;
@@ -312,29 +251,6 @@ static __always_inline int latency_is_request(__u64 w, __u32 n)
 	if (n >= 7 && (w & 0xffffffffffffffULL) == 0x204554454c4544ULL) /* "DELETE " */
 		return 1;
 	return n >= 8 && (w == 0x20534e4f4954504fULL || w == 0x205443454e4e4f43ULL); /* "OPTIONS ", "CONNECT " */
-}
-
-/* latency_peek reads the first n (1 to 8) payload bytes of the segment in
- * skb (the payload at s->off) into w, little-endian, zero-padded; -1 if
- * they cannot be read. Straight from the linear area, where they nearly
- * always are, rather than through a helper call at every hook, on every
- * TCP segment with payload. */
-static __always_inline int latency_peek(struct __sk_buff *skb, struct trace_scratch *s, __u32 n, __u64 *w)
-{
-	void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
-	__u32 off = s->off;
-
-	if (off < PULL_LEN && n == 8 && data + off + 8 <= end) {
-		__builtin_memcpy(w, data + off, 8);
-		return 0;
-	}
-	asm volatile("" : "+r"(n));
-	/* Through the scratch: the stack is the entry program's. */
-	__builtin_memset(s->line, 0, 8);
-	if (n == 0 || n > 8 || bpf_skb_load_bytes(skb, off, s->line, n) < 0)
-		return -1;
-	__builtin_memcpy(w, s->line, 8);
-	return 0;
 }
 
 /* latency_emit writes a record to the ring, of the time given; ids, when
@@ -423,16 +339,17 @@ __noinline int latency_stamp_untraced(const struct flow_key *key, struct trace_s
  * request's first segment) or the one held since it. A context with
  * neither (none is expected) goes alone.
  *
- * Not for a context that says its trace is not sampled (traceparent's
- * flags, b3's sampling state 0): latency_scan_finish treats that as no
- * context, and does not report it: its trace is not recorded, so hop spans
- * would hang off no span, and under head sampling most requests carry such
- * a context. The untraced sampling decides whether the request is
- * stamped. */
+ * A context that says its trace is not sampled (traceparent's flags, b3's
+ * sampling state 0) is treated as no context, and not reported: its trace
+ * is not recorded, so hop spans would hang off no span, and under head
+ * sampling most requests carry such a context. The untraced sampling
+ * decides whether the request is stamped. */
 __noinline int latency_context(const struct flow_key *key, struct trace_scratch *s, __u8 src)
 {
 	if (!key || !s)
 		return 0;
+	if (s->scan.flags & TRACE_F_UNSAMPLED)
+		return latency_stamp_untraced(key, s, LATENCY_UNSAMPLED_SKIPPED);
 	if (s->stamp_pending) {
 		s->stamp_pending = 0;
 		latency_emit(key, LATENCY_REC_STAMP_CONTEXT, LATENCY_KIND_REQUEST, src, s->seq, s->seg_len,
@@ -556,18 +473,13 @@ static __always_inline void latency_slot_of(struct trace_scratch *s, __u64 h, co
 }
 
 /* latency_scan_end forgets the scan of key: its entry, if stored, and its
- * slot (slot idx, if looked up), if still its. */
-static __always_inline void latency_scan_end(const struct flow_key *key, __u64 *slot, __u32 idx, __u32 tag, int stored)
+ * slot, if still its. */
+static __always_inline void latency_scan_end(const struct flow_key *key, __u64 *slot, __u32 tag, int stored)
 {
-	__u64 cur;
-
 	if (stored)
 		bpf_map_delete_elem(&latency_scans, key);
-	if (!slot)
-		return;
-	cur = *slot;
-	if ((__u32)(cur >> 32) == tag)
-		latency_slot_free(slot, idx, cur);
+	if (slot && (__u32)(*slot >> 32) == tag)
+		*slot = 0;
 }
 
 /* latency_scan_abandon gives up the scan of an earlier request that the
@@ -582,18 +494,15 @@ static __always_inline void latency_scan_end(const struct flow_key *key, __u64 *
 static __always_inline void latency_scan_abandon(const struct flow_key *key, struct trace_scratch *s, __u32 seq)
 {
 	__u32 idx = s->slot;
-	__u64 *slot = latency_slot_get(idx), cur;
+	__u64 *slot = bpf_map_lookup_elem(&latency_slots, &idx);
 	struct trace_scan *st;
 
-	if (!slot)
-		return;
-	cur = *slot;
-	if (!cur || (__u32)(cur >> 32) != s->tag)
+	if (!slot || !*slot || (__u32)(*slot >> 32) != s->tag)
 		return;
 	st = bpf_map_lookup_elem(&latency_scans, key);
 	if (!st) {
 		latency_count(LATENCY_SCAN_EVICTED);
-		latency_slot_free(slot, idx, cur);
+		*slot = 0;
 		return;
 	}
 	if (st->start_seq != seq)
@@ -621,15 +530,18 @@ static __always_inline int latency_seen_same(const struct latency_seen *seen, co
 
 /* latency_seen_get takes the verdict on the request's first segment that
  * a hook before this one reached on this CPU, if any: returns 1 when it
- * did, and the scan is done. Inline, in latency_track: a hook after the
- * first then ends the request's scan there, without the calls into
- * latency_scan and into a function of its own (docs/architecture.md, "A
- * request at the hooks after the first"). */
-static __always_inline int latency_seen_get(struct trace_scratch *s, const struct flow_key *key)
+ * did, and the scan is done. Global functions, these two: inline, their
+ * lookups' stack went into latency_scan's frame, which the scan's chain of
+ * calls shares. */
+__noinline int latency_seen_get(struct trace_scratch *s, const struct flow_key *key)
 {
-	__u32 idx = s->seg_hash & (LATENCY_SEEN - 1);
-	struct latency_seen *seen = bpf_map_lookup_elem(&latency_seen, &idx);
+	__u32 idx;
+	struct latency_seen *seen;
 
+	if (!s || !key || !s->seg_hash)
+		return 0;
+	idx = s->seg_hash & (LATENCY_SEEN - 1);
+	seen = bpf_map_lookup_elem(&latency_seen, &idx);
 	if (!seen || seen->hash != s->seg_hash || !latency_seen_same(seen, s, key))
 		return 0;
 	s->outcome = seen->outcome;
@@ -672,73 +584,6 @@ __noinline int latency_seen_put(const struct trace_scratch *s, const struct flow
 	return 0;
 }
 
-/* latency_scan_finish ends the scan of the request in the scratch, whose
- * outcome is known: the context found is reported with the stamp, a
- * request without one has its stamp sent or skipped (the untraced
- * sampling), and the scan's entry and slot are freed. slot is the
- * connection's slot at this hook. Inline in both places a scan ends:
- * latency_scan, and latency_track when a hook before this one judged the
- * segment. */
-static __always_inline void latency_scan_finish(const struct flow_key *key, struct trace_scratch *s, __u64 *slot)
-{
-	enum latency_counter skipped = LATENCY_UNTRACED_SKIPPED;
-	__u8 src = 0;
-
-	switch (s->outcome) {
-	case TRACE_FOUND:
-		latency_count(s->scan.source == TRACE_SRC_TRACEPARENT ? LATENCY_FOUND_TRACEPARENT :
-			      s->scan.source == TRACE_SRC_B3 ? LATENCY_FOUND_B3 : LATENCY_FOUND_B3_SINGLE);
-		src = s->scan.source;
-		break;
-	case TRACE_END:
-		if (s->scan.flags & TRACE_F_B3_TRACE) {
-			/* X-B3-TraceId without its span id: the trace all the
-			 * same. */
-			if (!(s->scan.flags & TRACE_F_B3_SPAN))
-				__builtin_memset(s->scan.span_id, 0, sizeof(s->scan.span_id));
-			latency_count(LATENCY_FOUND_B3);
-			src = TRACE_SRC_B3;
-		} else {
-			latency_count(LATENCY_NOT_FOUND);
-		}
-		break;
-	case TRACE_NOT_HTTP:
-		latency_count(LATENCY_NOT_HTTP);
-		break;
-	case TRACE_LOAD_ERROR:
-		latency_count(LATENCY_SCAN_LOAD_ERROR);
-		break;
-	case TRACE_GO_ON: /* the block goes on past the scan limit */
-		latency_count(LATENCY_SCAN_LIMIT);
-		break;
-	default: /* TRACE_STORE_FAILED: counted where it failed */
-		break;
-	}
-	/* A context that says its trace is not sampled is treated as none
-	 * (latency_context). */
-	if (src && !(s->scan.flags & TRACE_F_UNSAMPLED))
-		latency_context(key, s, src);
-	else if (src)
-		skipped = LATENCY_UNSAMPLED_SKIPPED;
-	/* The untraced sampling's skip inline: it is most requests without
-	 * a context, and a call to latency_stamp_untraced costs more than
-	 * the test. A stamp that went out with the context (or none that
-	 * waits) needs neither. */
-	if (s->stamp_pending || (s->scan.stamp & TRACE_STAMP_HELD)) {
-		if (s->scan.stamp & TRACE_STAMP_KEEP) {
-			latency_stamp_untraced(key, s, skipped);
-		} else {
-			s->stamp_pending = 0;
-			s->scan.stamp &= ~TRACE_STAMP_HELD;
-			latency_count(skipped);
-		}
-	}
-	/* Most requests' header blocks end in their first segment: their
-	 * scan was never stored, and deleting it would cost a locked hash
-	 * lookup per request for nothing. */
-	latency_scan_end(key, slot, s->slot, s->tag, s->stored);
-}
-
 /* latency_scan scans the segment's part of the request in the scratch's
  * scan (latency_track prepared it) and ends or keeps the scan: the context
  * found is reported, a scan that goes on is stored and takes its slot.
@@ -762,31 +607,65 @@ __noinline int latency_scan(struct __sk_buff *skb, const struct flow_key *key)
 	s->len = s->limited ? left : s->seg_len;
 	s->outcome = TRACE_GO_ON;
 	s->malformed = 0;
-	trace_scan_buffer(skb, s);
-	latency_seen_put(s, key);
+	if (!latency_seen_get(s, key)) {
+		trace_scan_buffer(skb, s);
+		latency_seen_put(s, key);
+	}
 	s->scan.scanned += s->len;
 	if (s->malformed)
 		latency_count(LATENCY_MALFORMED);
 	idx = s->slot;
-	if (s->outcome == TRACE_GO_ON && !s->limited) {
+	slot = bpf_map_lookup_elem(&latency_slots, &idx);
+	switch (s->outcome) {
+	case TRACE_FOUND:
+		latency_count(s->scan.source == TRACE_SRC_TRACEPARENT ? LATENCY_FOUND_TRACEPARENT :
+			      s->scan.source == TRACE_SRC_B3 ? LATENCY_FOUND_B3 : LATENCY_FOUND_B3_SINGLE);
+		latency_context(key, s, s->scan.source);
+		break;
+	case TRACE_END:
+		if (s->scan.flags & TRACE_F_B3_TRACE) {
+			/* X-B3-TraceId without its span id: the trace all the
+			 * same. */
+			if (!(s->scan.flags & TRACE_F_B3_SPAN))
+				__builtin_memset(s->scan.span_id, 0, sizeof(s->scan.span_id));
+			latency_count(LATENCY_FOUND_B3);
+			latency_context(key, s, TRACE_SRC_B3);
+		} else {
+			latency_count(LATENCY_NOT_FOUND);
+		}
+		break;
+	case TRACE_NOT_HTTP:
+		latency_count(LATENCY_NOT_HTTP);
+		break;
+	case TRACE_LOAD_ERROR:
+		latency_count(LATENCY_SCAN_LOAD_ERROR);
+		break;
+	default:
+		if (s->limited) {
+			latency_count(LATENCY_SCAN_LIMIT);
+			break;
+		}
 		/* The block goes on in the next segment. */
 		s->scan.next_seq = s->seq + s->seg_len;
 		latency_stamp_hold(s);
-		slot = bpf_map_lookup_elem(&latency_slots, &idx);
 		if (bpf_map_update_elem(&latency_scans, key, &s->scan, BPF_ANY)) {
 			latency_count(LATENCY_SCAN_TABLE_FULL);
-			s->outcome = TRACE_STORE_FAILED;
-		} else {
-			if (slot) {
-				__u64 old = latency_slot_take(slot, idx, (__u64)s->tag << 32 | s->scan.next_seq);
-
-				if (old && (__u32)(old >> 32) != s->tag)
-					latency_count(LATENCY_SCAN_EVICTED); /* another connection's scan loses its slot */
-			}
-			return 0;
+			break;
 		}
+		if (slot) {
+			__u64 old = *slot;
+
+			if (old && (__u32)(old >> 32) != s->tag)
+				latency_count(LATENCY_SCAN_EVICTED); /* another connection's scan loses its slot */
+			*slot = (__u64)s->tag << 32 | s->scan.next_seq;
+		}
+		return 0;
 	}
-	latency_scan_finish(key, s, latency_slot_get(idx));
+	latency_stamp_untraced(key, s, LATENCY_UNTRACED_SKIPPED);
+	/* Most requests' header blocks end in their first segment: their
+	 * scan was never stored, and deleting it would cost a locked hash
+	 * lookup per request for nothing. */
+	latency_scan_end(key, slot, s->tag, s->stored);
 	return 0;
 }
 
@@ -800,7 +679,7 @@ __noinline int latency_track(struct __sk_buff *skb, const struct pkt *p, const s
 	struct trace_scratch *s = trace_scratch_get();
 	struct trace_scan *st;
 	__u32 len, seq, n, idx;
-	__u64 h, w, cur, *slot;
+	__u64 h, w, *slot;
 
 	if (!skb || !p || !key || !s)
 		return 0;
@@ -815,8 +694,12 @@ __noinline int latency_track(struct __sk_buff *skb, const struct pkt *p, const s
 	s->tunneled = p->tunnel != 0;
 	s->off = p->off.payload;
 	n = len < 8 ? len : 8;
-	if (latency_peek(skb, s, n, &w) < 0)
+	asm volatile("" : "+r"(n));
+	/* Through the scratch: the stack is the entry program's. */
+	__builtin_memset(s->line, 0, 8);
+	if (n == 0 || n > 8 || bpf_skb_load_bytes(skb, s->off, s->line, n) < 0)
 		return 0;
+	__builtin_memcpy(&w, s->line, 8);
 	h = latency_conn_hash(key);
 	latency_slot_of(s, h, key);
 
@@ -827,11 +710,7 @@ __noinline int latency_track(struct __sk_buff *skb, const struct pkt *p, const s
 		/* Decided alike at every hook, as the segment sampling. */
 		s->keep = (latency_mix(h, seq) >> 32) < latency_untraced_threshold;
 		latency_count(LATENCY_REQUESTS);
-		/* Its stamp waits for the scan (latency_scan writes it). The
-		 * time is taken here, first, at every hook alike, even where
-		 * the stamp will not go out: taken only where it does, later,
-		 * at a hook that reuses a verdict, a hop from the hook that
-		 * scanned would include the work between. */
+		/* Its stamp waits for the scan (latency_scan writes it). */
 		s->stamp_time = bpf_ktime_get_ns();
 		s->stamp_pending = 1;
 		latency_options(skb, p, key, s);
@@ -841,15 +720,7 @@ __noinline int latency_track(struct __sk_buff *skb, const struct pkt *p, const s
 		s->scan.start_seq = seq;
 		s->scan.flags = TRACE_F_SKIP_LINE; /* the request line */
 		s->scan.stamp = s->keep ? TRACE_STAMP_KEEP : 0;
-		if (!latency_seen_get(s, key))
-			return 1;
-		/* A hook before this one judged these bytes: the scan ends
-		 * here, as it ended there. */
-		if (s->malformed)
-			latency_count(LATENCY_MALFORMED);
-		idx = s->slot;
-		latency_scan_finish(key, s, latency_slot_get(idx));
-		return 0;
+		return 1;
 	}
 
 	if (latency_sample_threshold && (latency_mix(h, seq) >> 32) < latency_sample_threshold) {
@@ -860,25 +731,22 @@ __noinline int latency_track(struct __sk_buff *skb, const struct pkt *p, const s
 
 	/* Does a scan of this connection, at this hook, await it? */
 	idx = s->slot;
-	slot = latency_slot_get(idx);
-	if (!slot)
+	slot = bpf_map_lookup_elem(&latency_slots, &idx);
+	if (!slot || (__u32)(*slot >> 32) != s->tag)
 		return 0;
-	cur = *slot;
-	if ((__u32)(cur >> 32) != s->tag)
-		return 0;
-	if ((__u32)cur != seq) {
+	if ((__u32)*slot != seq) {
 		/* Sent again (before the number awaited): nothing new. After
 		 * it: the bytes between were not seen here. */
-		if ((__s32)(seq - (__u32)cur) > 0) {
+		if ((__s32)(seq - (__u32)*slot) > 0) {
 			latency_count(LATENCY_SCAN_OUT_OF_ORDER);
-			latency_scan_end(key, slot, idx, s->tag, 1);
+			latency_scan_end(key, slot, s->tag, 1);
 		}
 		return 0;
 	}
 	st = bpf_map_lookup_elem(&latency_scans, key);
 	if (!st) {
 		latency_count(LATENCY_SCAN_EVICTED);
-		latency_slot_free(slot, idx, cur);
+		*slot = 0;
 		return 0;
 	}
 	__builtin_memcpy(&s->scan, st, sizeof(s->scan));

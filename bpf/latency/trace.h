@@ -96,7 +96,6 @@ enum trace_outcome {
 	TRACE_MALFORMED,   /* a trace header with a bad or oversized value: the scan goes on */
 	TRACE_NOT_HTTP,    /* bytes that no header block holds */
 	TRACE_LOAD_ERROR,
-	TRACE_STORE_FAILED, /* latency/hop.h: the scan's state could not be stored; ended, counted */
 };
 
 /* Per-CPU room for the scan: the window, the line judged, the request's

@@ -65,10 +65,6 @@ const (
 // latencyRecordSize is struct latency_event's size: 104 bytes.
 const latencyRecordSize = int(unsafe.Sizeof(loupeLatencyEvent{}))
 
-// latencyGroups is bpf/latency/hop.h's LATENCY_GROUPS: the counts of taken
-// slots per group, kept in latency_slots after the slots.
-const latencyGroups = 512
-
 // sizeLatency sizes the latency maps of spec; off, at their smallest.
 func sizeLatency(spec *ebpf.CollectionSpec, s LatencySizes, on bool) error {
 	page := os.Getpagesize()
@@ -97,13 +93,7 @@ func sizeLatency(spec *ebpf.CollectionSpec, s LatencySizes, on bool) error {
 	if !on {
 		slots = 1
 	}
-	// After the slots, the counts of their groups (bpf/latency/hop.h:
-	// LATENCY_GROUPS).
-	groups := latencyGroups
-	if !on {
-		groups = 0
-	}
-	spec.Maps[loupeMapLatencySlots].MaxEntries = uint32(slots + groups)
+	spec.Maps[loupeMapLatencySlots].MaxEntries = uint32(slots)
 	if err := spec.Variables[loupeVarLatencySlotMask].Set(uint32(slots - 1)); err != nil {
 		return fmt.Errorf("set latency slots: %w", err)
 	}
