@@ -35,10 +35,21 @@
 #     of BENCH_LATENCY_RATE_SECONDS (10); every request with traceparent, then
 #     none. Target: no significant change, read as the pooled p50 at most
 #     5 % and the p99 at most 10 % above the runs without --latency.
+#  hooks  what a hook's run time costs a request at a low rate on this
+#     machine: request latency at BENCH_LATENCY_HOOKS_RATE (80) requests/s
+#     with nothing at the six interfaces, the empty program, programs that
+#     only spin for each of BENCH_LATENCY_HOOKS_SPINS ("1us 3us", hookbench
+#     attach -spin), the agents without --latency and with it; the
+#     configurations in turn, BENCH_LATENCY_HOOKS_ROUNDS (5) rounds of
+#     BENCH_LATENCY_HOOKS_SECONDS (8); each one's BPF time per request
+#     (bpf_stats: every program of the configuration, the agents' tracepoint
+#     programs included) and the request p50 it adds over the empty program
+#     per µs of BPF time it adds. No target: it tells how to read the rate
+#     part's.
 #
 # Knobs: BENCH_LATENCY_REQUESTS (2000), BENCH_LATENCY_PER_POSITION (200),
 # BENCH_LATENCY_ROUNDS (3), BENCH_LATENCY_SECONDS (10), BENCH_LATENCY_PARTS
-# ("detection hops bpf http rate"; a part left out keeps its tables from the
+# ("detection hops bpf http rate hooks"; a part left out keeps its tables from the
 # section's earlier run, marked so), BENCH_LATENCY_PROFILE (a file: perf
 # record -g of node A's agent during the http part's first run with
 # --latency, its report written there; off by default, as perf slows the
@@ -183,10 +194,56 @@ latency_h2load_run() {
 	awk -F'\t' -v r="$r" -v w="$with" '{print r "\t" w "\t" $3}' "$WORK/h2load.log" >>"$WORK/http.tsv"
 }
 
+# latency_hooks_bpf PREFIX...: "RUN_CNT RUN_TIME_NS" summed over the loaded
+# programs whose names start with one of PREFIX (bpf_stats' counters).
+latency_hooks_bpf() {
+	local p
+	for p in "$@"; do
+		"$BIN/hookbench" progs -prefix "$p"
+	done | awk '{c += $3; t += $4} END {printf "%.0f %.0f\n", c, t}'
+}
+
+# latency_hooks_run ROUND CONFIG QPS SECONDS: one h2load run from pod A at
+# QPS requests/s with CONFIG at the six interfaces (none, empty, spin:D,
+# flows: the agents without --latency, latency: with it); appends the
+# request times to $WORK/hooks.tsv ("round config µs") and the BPF time
+# to $WORK/hooks-bpf.tsv ("round config requests run_time_ns runs").
+latency_hooks_run() {
+	local r=$1 cfg=$2 qps=$3 secs=$4 hb=() spec ns ifc pid prefixes=() before after n
+	case $cfg in
+	empty | spin:*)
+		for spec in "$LAT_NA vpa" "$LAT_NA vxlan0" "$LAT_NA ula" "$LAT_NB vpb" "$LAT_NB vxlan0" "$LAT_NB ulb"; do
+			read -r ns ifc <<<"$spec"
+			local args=(attach -iface "$ifc")
+			[[ $cfg == spin:* ]] && args+=(-spin "${cfg#spin:}")
+			start_bg pid TERM "$WORK/hook-$ifc-$ns.log" ip netns exec "$ns" "$BIN/hookbench" "${args[@]}"
+			wait_log "$WORK/hook-$ifc-$ns.log" '^attached' 10 "$pid"
+			hb+=("$pid")
+		done
+		prefixes=(baseline)
+		[[ $cfg == spin:* ]] && prefixes=(spin)
+		;;
+	flows) latency_agents 0; prefixes=(loupe_ signals_) ;;
+	latency) latency_agents 1; prefixes=(loupe_ signals_) ;;
+	esac
+	before="0 0"
+	((${#prefixes[@]})) && before=$(latency_hooks_bpf "${prefixes[@]}")
+	rm -f "$WORK/h2load.log"
+	ip netns exec "$LAT_PA" h2load --h1 -c 8 -t 1 -D "$secs" --rps $((qps / 8)) --log-file="$WORK/h2load.log" http://10.81.2.2/foo >/dev/null
+	after="0 0"
+	((${#prefixes[@]})) && after=$(latency_hooks_bpf "${prefixes[@]}")
+	n=$(wc -l <"$WORK/h2load.log")
+	printf '%s\t%s\t%s\t%s\n' "$r" "$cfg" "$n" "$(awk -v b="$before" -v a="$after" 'BEGIN {split(b, x, " "); split(a, y, " "); printf "%.0f\t%.0f", y[2] - x[2], y[1] - x[1]}')" >>"$WORK/hooks-bpf.tsv"
+	awk -F'\t' -v r="$r" -v c="$cfg" '{print r "\t" c "\t" $3}' "$WORK/h2load.log" >>"$WORK/hooks.tsv"
+	for pid in "${hb[@]}"; do stop_bg "$pid" 10; done
+	[[ $cfg == flows || $cfg == latency ]] && latency_stop_agents
+	return 0
+}
+
 bench_latency() {
 	local requests=${BENCH_LATENCY_REQUESTS:-2000} rounds=${BENCH_LATENCY_ROUNDS:-3} secs=${BENCH_LATENCY_SECONDS:-10}
 	local per=${BENCH_LATENCY_PER_POSITION:-200} positions="100 400 800 1200 2048 4096 6144 7900"
-	local parts=" ${BENCH_LATENCY_PARTS:-detection hops bpf http rate} "
+	local parts=" ${BENCH_LATENCY_PARTS:-detection hops bpf http rate hooks} "
 	local r with ifc node pos pids=() tsv=$WORK/http.tsv
 	section_begin latency "14. Per-hop latency: detection, agreement with tcpdump, and the cost"
 	(cd "$ROOT" && go test -c -o "$WORK/datapath.test" ./internal/datapath)
@@ -330,6 +387,29 @@ bench_latency() {
 	else
 		python3 "$BENCH_DIR/latency_compare.py" keep "$BENCH_DIR/RESULTS.md" "HTTP request latency at fixed rates" >>"$SECTION"
 	fi
-	say "" '```' "bench/run.sh latency   # BENCH_LATENCY_PARTS=\"${parts:1:-1}\" BENCH_LATENCY_REQUESTS=$requests BENCH_LATENCY_PER_POSITION=$per BENCH_LATENCY_ROUNDS=$rounds BENCH_LATENCY_SECONDS=$secs BENCH_LATENCY_RATES=\"$rates\" BENCH_LATENCY_RATE_ROUNDS=$rrounds BENCH_LATENCY_RATE_SECONDS=$rsecs" '```'
+	# What a hook's run time costs a request at a low rate here: the
+	# rate part's yardstick.
+	local hrounds=${BENCH_LATENCY_HOOKS_ROUNDS:-5} hsecs=${BENCH_LATENCY_HOOKS_SECONDS:-8} hqps=${BENCH_LATENCY_HOOKS_RATE:-80}
+	local spins=${BENCH_LATENCY_HOOKS_SPINS:-1us 3us}
+	if [[ $parts == *" hooks "* ]]; then
+		local cfgs=(none empty) c i
+		for c in $spins; do cfgs+=("spin:$c"); done
+		cfgs+=(flows latency)
+		: >"$WORK/hooks.tsv"
+		: >"$WORK/hooks-bpf.tsv"
+		bpf_stats_enable
+		for ((r = 1; r <= hrounds; r++)); do
+			for ((i = 0; i < ${#cfgs[@]}; i++)); do
+				latency_hooks_run "$r" "${cfgs[$(((i + r) % ${#cfgs[@]}))]}" "$hqps" "$hsecs"
+			done
+		done
+		bpf_stats_restore
+		say "" "### What a hook's run time costs a request at a low rate" "" \
+			"The yardstick of the fixed-rate part: h2load --h1 from pod A to nginx in pod B at $hqps requests/s (8 connections), $hsecs s per run, $hrounds rounds, each round every configuration in turn: nothing at the six interfaces of the two nodes; the empty TC program (\`hookbench attach\`) at both hooks of each; a program that does nothing but read the clock for a given time per run (\`hookbench attach -spin\`); the agents without \`--latency\` and with it (requests without a trace context). BPF time per request: bpf_stats' run time of every program of the configuration (the agents' tracepoint programs included) over the run, divided by its requests. Request times from h2load's log, pooled over the rounds. The last column: what the configuration adds to the p50 over the empty program, per µs of BPF time it adds per request." ""
+		python3 "$BENCH_DIR/latency_compare.py" hooks "$WORK/hooks.tsv" "$WORK/hooks-bpf.tsv" >>"$SECTION"
+	else
+		python3 "$BENCH_DIR/latency_compare.py" keep "$BENCH_DIR/RESULTS.md" "What a hook's run time costs" >>"$SECTION"
+	fi
+	say "" '```' "bench/run.sh latency   # BENCH_LATENCY_PARTS=\"${parts:1:-1}\" BENCH_LATENCY_REQUESTS=$requests BENCH_LATENCY_PER_POSITION=$per BENCH_LATENCY_ROUNDS=$rounds BENCH_LATENCY_SECONDS=$secs BENCH_LATENCY_RATES=\"$rates\" BENCH_LATENCY_RATE_ROUNDS=$rrounds BENCH_LATENCY_RATE_SECONDS=$rsecs BENCH_LATENCY_HOOKS_ROUNDS=$hrounds BENCH_LATENCY_HOOKS_SECONDS=$hsecs BENCH_LATENCY_HOOKS_RATE=$hqps BENCH_LATENCY_HOOKS_SPINS=\"$spins\"" '```'
 	section_end
 }

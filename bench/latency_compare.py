@@ -274,6 +274,56 @@ def rate(path, cpu_path, secs):
               f"**{'met' if ok else 'not met'}**.")
 
 
+HOOKS_NAMES = {
+    "none": "nothing attached",
+    "empty": "the empty program",
+    "flows": "the agents without `--latency`",
+    "latency": "the agents with `--latency`",
+}
+
+
+def hooks(path, bpf_path):
+    """The hooks part: request latency and BPF time per request of each
+    configuration, pooled over the rounds, and the p50 each adds over the
+    empty program per µs of BPF time it adds per request."""
+    times, order = {}, []
+    for line in open(path):
+        r, c, us = line.rstrip("\n").split("\t")
+        if c not in times:
+            order.append(c)
+        times.setdefault(c, []).append(int(us))
+    reqs, ns, runs = {}, {}, {}
+    for line in open(bpf_path):
+        r, c, n, t, k = line.rstrip("\n").split("\t")
+        reqs[c] = reqs.get(c, 0) + int(n)
+        ns[c] = ns.get(c, 0) + int(t)
+        runs[c] = runs.get(c, 0) + int(k)
+
+    def key(c):  # nothing, empty, spins by length, the agents
+        rank = {"none": 0, "empty": 1, "flows": 3, "latency": 4}
+        return (rank.get(c, 2), float(c.split(":")[1].rstrip("usµ")) if c.startswith("spin:") else 0)
+
+    order.sort(key=key)
+    base = None
+    if "empty" in times and reqs.get("empty"):
+        base = (pct(times["empty"], 0.5), ns["empty"] / reqs["empty"] / 1000)
+    print("| at the hooks | requests | BPF µs per request | BPF runs per request | p50 (µs) | p90 (µs) | p99 (µs) | p50 added per BPF µs added, over the empty program |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for c in order:
+        xs = times[c]
+        name = HOOKS_NAMES.get(c, f"a program spinning {c.split(':')[1]} per run" if c.startswith("spin:") else c)
+        if c == "none" or not reqs.get(c):
+            bpf_us, per, slope = "–", "–", "–"
+        else:
+            b = ns[c] / reqs[c] / 1000
+            bpf_us, per = f"{b:.1f}", f"{runs[c] / reqs[c]:.1f}"
+            slope = "–"
+            if base and c != "empty" and b - base[1] > 0.5:
+                slope = f"{(pct(xs, 0.5) - base[0]) / (b - base[1]):.1f}"
+        print(f"| {name} | {len(xs)} | {bpf_us} | {per} | {pct(xs, 0.5)} | {pct(xs, 0.9)} | {pct(xs, 0.99)} | {slope} |")
+    print()
+
+
 def keep(results_md, heading):
     text = open(results_md).read()
     m = re.search(r"<!-- bench:latency:begin -->\n(.*?)<!-- bench:latency:end -->", text, re.S)
@@ -310,6 +360,8 @@ def main():
         http(args[0], args[1])
     elif cmd == "rate":
         rate(args[0], args[1], args[2])
+    elif cmd == "hooks":
+        hooks(args[0], args[1])
     elif cmd == "keep":
         keep(args[0], args[1])
     else:

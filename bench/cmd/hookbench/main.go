@@ -2,11 +2,15 @@
 // It works on the interfaces of the network namespace it runs in (start it
 // with `ip netns exec NS hookbench ...`).
 //
-//	hookbench attach -iface IF
+//	hookbench attach -iface IF [-spin NS]
 //	    Attach the empty TC program (datapath.LoadBaseline) with TCX at the
 //	    ingress and egress of IF, print "attached", and hold it until
 //	    SIGINT or SIGTERM. This is the "qdisc-only" configuration: the
-//	    hook's own cost without the flow program.
+//	    hook's own cost without the flow program. With -spin, a program
+//	    that does nothing but read the clock until NS nanoseconds have
+//	    passed since it started, then lets the packet go on: a known cost
+//	    per run, to see what a hook's run time costs the traffic through
+//	    it (bench/latency.sh, part "hooks").
 //	hookbench stats -iface IF
 //	    Print one line per program attached with TCX to IF:
 //	    "DIRECTIONS PROG_ID NAME RUN_CNT RUN_TIME_NS RECURSION_MISSES"
@@ -100,11 +104,12 @@ func main() {
 	tableSize := fs.Int("table-size", 16384, "5-tuples per signal table (signals)")
 	empty := fs.Bool("empty", false, "attach empty programs to the signals' tracepoints (signals)")
 	prefix := fs.String("prefix", "", "program name prefix (progs)")
+	spin := fs.Duration("spin", 0, "attach a program that spins this long per run instead of the empty one (attach)")
 	_ = fs.Parse(os.Args[2:])
 	var err error
 	switch os.Args[1] {
 	case "attach":
-		err = attach(*iface)
+		err = attach(*iface, *spin)
 	case "stats":
 		err = stats(*iface)
 	case "progs":
@@ -145,12 +150,15 @@ func ifindex(name string) (int, error) {
 	return ifi.Index, nil
 }
 
-func attach(name string) error {
+func attach(name string, spin time.Duration) error {
 	idx, err := ifindex(name)
 	if err != nil {
 		return err
 	}
 	prog, err := datapath.LoadBaseline()
+	if spin > 0 {
+		prog, err = spinProgram(spin)
+	}
 	if err != nil {
 		return err
 	}
@@ -350,4 +358,33 @@ func mem(budget int) error {
 		fmt.Printf("%s %d %d %d\n", k, tables, total, cpus)
 	}
 	return nil
+}
+
+// spinLoops bounds the spinning program's loop, for the verifier: each
+// turn reads the clock (tens of ns), so the bound is past any -spin a
+// benchmark asks for, up to about 100 µs.
+const spinLoops = 4096
+
+// spinProgram is a TC program that reads the clock until d has passed
+// since it started (or spinLoops turns), then lets the packet go on
+// (TCX_NEXT): a hook program of a known cost per run and no memory of its
+// own.
+func spinProgram(d time.Duration) (*ebpf.Program, error) {
+	return ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name:    "spin",
+		Type:    ebpf.SchedCLS,
+		License: "Dual BSD/GPL",
+		Instructions: asm.Instructions{
+			asm.FnKtimeGetNs.Call(),
+			asm.Mov.Reg(asm.R6, asm.R0), // the start
+			asm.Mov.Imm(asm.R7, spinLoops),
+			asm.FnKtimeGetNs.Call().WithSymbol("turn"),
+			asm.Sub.Reg(asm.R0, asm.R6),
+			asm.JGE.Imm(asm.R0, int32(d.Nanoseconds()), "out"),
+			asm.Sub.Imm(asm.R7, 1),
+			asm.JNE.Imm(asm.R7, 0, "turn"),
+			asm.Mov.Imm(asm.R0, -1).WithSymbol("out"), // TCX_NEXT / TC_ACT_UNSPEC
+			asm.Return(),
+		},
+	})
 }
