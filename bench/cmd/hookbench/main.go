@@ -155,10 +155,11 @@ func attach(name string, spin time.Duration) error {
 	if err != nil {
 		return err
 	}
-	prog, err := datapath.LoadBaseline()
+	load := datapath.LoadBaseline
 	if spin > 0 {
-		prog, err = spinProgram(spin)
+		load = func() (*ebpf.Program, error) { return spinProgram(spin) }
 	}
+	prog, err := load()
 	if err != nil {
 		return err
 	}
@@ -361,15 +362,21 @@ func mem(budget int) error {
 }
 
 // spinLoops bounds the spinning program's loop, for the verifier: each
-// turn reads the clock (tens of ns), so the bound is past any -spin a
-// benchmark asks for, up to about 100 µs.
+// turn reads the clock (tens of ns), so the bound is past any -spin up to
+// maxSpin.
 const spinLoops = 4096
+
+// maxSpin is the longest -spin: well within spinLoops clock reads.
+const maxSpin = 50 * time.Microsecond
 
 // spinProgram is a TC program that reads the clock until d has passed
 // since it started (or spinLoops turns), then lets the packet go on
 // (TCX_NEXT): a hook program of a known cost per run and no memory of its
 // own.
 func spinProgram(d time.Duration) (*ebpf.Program, error) {
+	if d > maxSpin {
+		return nil, fmt.Errorf("spin %v: at most %v (the loop's bound)", d, maxSpin)
+	}
 	return ebpf.NewProgram(&ebpf.ProgramSpec{
 		Name:    "spin",
 		Type:    ebpf.SchedCLS,
