@@ -100,12 +100,13 @@ func TestCaptureTriggeredHTTPErrors(t *testing.T) {
 	var live []string
 	for port := range failed {
 		var want, got, kept []string
-		// The client's pure ACKs that tcpdump saw before the status line:
-		// one can cross the client's hook on one CPU while the response
-		// crosses the server's on the other, so that the trigger has
-		// fired when it is captured, though tcpdump, which stamps packets
-		// elsewhere, orders it first.
-		ackedBefore := map[string]bool{}
+		// The client's packets that tcpdump saw before the status line,
+		// pure ACKs and the next request alike: one can cross the
+		// client's hook on one CPU while the response crosses the
+		// server's on the other, so that the trigger has fired when it
+		// is captured, though tcpdump, which stamps packets elsewhere,
+		// orders it first.
+		clientBefore := map[string]bool{}
 		triggered := false
 		var lastRequest *pkt
 		var tail []byte // the end of the server's last segment: a status line may straddle two
@@ -121,10 +122,11 @@ func TestCaptureTriggeredHTTPErrors(t *testing.T) {
 			}
 			if triggered {
 				want = append(want, r.key())
-			} else if r.dstPort == 80 && r.len > 0 {
-				lastRequest = r
 			} else if r.dstPort == 80 {
-				ackedBefore[r.key()] = true
+				clientBefore[r.key()] = true
+				if r.len > 0 {
+					lastRequest = r
+				}
 			}
 		}
 		for _, c := range captured {
@@ -135,7 +137,7 @@ func TestCaptureTriggeredHTTPErrors(t *testing.T) {
 				kept = append(kept, c.key())
 				continue
 			}
-			if ackedBefore[c.key()] && !slices.Contains(want, c.key()) {
+			if clientBefore[c.key()] && !slices.Contains(want, c.key()) {
 				// Live all the same: the mirror, deciding at the same
 				// hook, sends it too.
 				live = append(live, c.key())
